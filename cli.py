@@ -1,0 +1,64 @@
+"""
+cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
+
+Every flag of train.py, speculative.py and the exercises comes from a dataclass field, so each
+default is written once, next to the code that uses it, and `-h` lists them all.
+A user's mistake (an unknown character, a missing checkpoint, a bad k) ends the program with one
+line saying what to do; set SPECDEC_DEBUG=1 to see the traceback instead.
+"""
+
+import argparse
+import os
+import sys
+from dataclasses import MISSING, fields
+
+from corpus import CorpusError
+from gpt import CheckpointError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag gets one line instead of the usage block."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} -h)\n")
+
+
+def add_fields(parser, cls, help=None, override_defaults=None, title=None):
+    """Add a --name flag for every field of dataclass `cls`; help: {name: text}."""
+    group = parser.add_argument_group(title or cls.__name__)
+    help, override_defaults = help or {}, override_defaults or {}
+    for f in fields(cls):
+        default = override_defaults.get(f.name, f.default if f.default is not MISSING else None)
+        kind = type(f.default) if f.default not in (MISSING, None) else str
+        text = help.get(f.name, "")
+        if kind is bool:
+            group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction,
+                               default=default, help=text)
+        else:
+            group.add_argument(f"--{f.name}", type=kind, default=default, metavar=kind.__name__.upper(),
+                               help=f"{text} (default: %(default)s)".strip())
+    return group
+
+
+def take(cls, args, **changes):
+    """Build dataclass `cls` from the parsed flags that name its fields (None: keep default)."""
+    values = {f.name: getattr(args, f.name) for f in fields(cls)
+              if getattr(args, f.name, None) is not None}
+    return cls(**{**values, **changes})
+
+
+USER_ERRORS = (ValueError, CheckpointError, CorpusError)
+
+
+def run(main, argv=None):
+    """Call main(argv); turn user errors and Ctrl-C into one line on stderr and an exit code."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
+    except USER_ERRORS as e:
+        if os.environ.get("SPECDEC_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

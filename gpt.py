@@ -1,0 +1,509 @@
+"""
+gpt.py: a tiny character-level GPT, its data, its training loop and its checkpoints.
+
+The model is GPT-2 (Radford et al., 2019, "Language Models are Unsupervised Multitask
+Learners") in miniature: learned token and position embeddings, pre-LayerNorm blocks of causal
+self-attention and a GELU MLP, a final LayerNorm and a head tied to the token embedding. The
+parameter names are GPT-2's (wte, wpe, h[i].ln_1, attn.c_attn, ...), so the weights map one to
+one onto numpy_gpt.py and onto Hugging Face transformers' GPT-2.
+
+Changes from nanoGPT's model.py (Karpathy), which this follows closely:
+- logits at every position, also at inference time: speculative decoding's verification pass
+  scores k+1 positions at once, which nanoGPT's last-position shortcut would break;
+- a KV cache that can be extended by several tokens in one call and rolled back to any earlier
+  length (what verification and rejection need), checked against full recomputation in tests;
+- two corpora (Shakespeare, first names) with one shared vocabulary, loaded lazily: importing
+  this file reads nothing and trains nothing;
+- atomic, self-describing checkpoints (weights, config, vocabulary, step, validation loss).
+
+Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
+"""
+
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+import corpus
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class Config:
+    """The model's shape. Config() is the lesson's big model (4 x 128, about 0.8M parameters)."""
+    block_size: int = 128   # the context window: the most tokens the model sees at once
+    vocab_size: int = 0     # 0 means "the corpus' vocabulary" (63 characters for Shakespeare)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        if self.vocab_size == 0:
+            self.vocab_size = len(vocab())
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+
+
+# The lesson's models: the big target, its small draft, and a draft of the same shape that
+# learned first names instead of Shakespeare (so it barely ever agrees with the target).
+PRESETS = {
+    "big": {"config": {}, "corpus": "shakespeare"},
+    "draft": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "shakespeare"},
+    "names": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "names"},
+}
+
+
+def preset(name):
+    """The Config of a named preset."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    return Config(**PRESETS[name]["config"])
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+class KVCache:
+    """Every layer's keys and values for the tokens seen so far, preallocated to block_size.
+
+    `length` tokens are cached. A forward pass with the cache appends its T tokens (at positions
+    length .. length+T-1) and attends to everything before them; `rollback(n)` forgets all but
+    the first n, which is how rejected draft tokens are thrown away.
+    """
+
+    def __init__(self, config, batch_size=1, device="cpu", dtype=torch.float32):
+        hs = config.n_embd // config.n_head
+        shape = (config.n_layer, batch_size, config.n_head, config.block_size, hs)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def rollback(self, length):
+        assert 0 <= length <= self.length, f"cannot roll back to {length} of {self.length} tokens"
+        self.length = length
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, c):
+        super().__init__()
+        self.n_head = c.n_head
+        self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd)  # query, key, value for all heads
+        self.c_proj = nn.Linear(c.n_embd, c.n_embd)
+        self.dropout = c.dropout
+        # mask[i, j]: may position i attend to position j? Sliced when a cache is in use.
+        self.register_buffer("mask", torch.ones(c.block_size, c.block_size).tril().bool(),
+                             persistent=False)
+
+    def forward(self, x, cache=None, layer=0):
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(C, dim=2)      # 3 x (B, T, C)
+        q = q.view(B, T, nh, hs).transpose(1, 2)      # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)      # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)      # (B, nh, T, hs)
+        if cache is None:
+            mask, causal = None, True
+        else:
+            # Append the new keys and values, then attend over the whole cached prefix.
+            start, end = cache.length, cache.length + T
+            cache.k[layer, :, :, start:end] = k
+            cache.v[layer, :, :, start:end] = v
+            k = cache.k[layer, :, :, :end]            # (B, nh, end, hs)
+            v = cache.v[layer, :, :, :end]            # (B, nh, end, hs)
+            # New token i sits at position start+i and sees positions 0..start+i.
+            mask, causal = (None if T == 1 else self.mask[start:end, :end]), False
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                           dropout_p=dropout)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)       # (B, T, C)
+        return F.dropout(self.c_proj(y), dropout, self.training)
+
+
+class MLP(nn.Module):
+
+    def __init__(self, c):
+        super().__init__()
+        self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd)
+        self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd)
+        self.dropout = c.dropout
+
+    def forward(self, x):
+        x = F.gelu(self.c_fc(x), approximate="tanh")  # (B, T, 4C), GPT-2's GELU
+        return F.dropout(self.c_proj(x), self.dropout, self.training)
+
+
+class Block(nn.Module):
+
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c.n_embd)
+        self.attn = CausalSelfAttention(c)
+        self.ln_2 = nn.LayerNorm(c.n_embd)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cache=None, layer=0):
+        x = x + self.attn(self.ln_1(x), cache, layer)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.c = c = config if config is not None else Config()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(c.vocab_size, c.n_embd),
+            wpe=nn.Embedding(c.block_size, c.n_embd),
+            h=nn.ModuleList(Block(c) for _ in range(c.n_layer)),
+            ln_f=nn.LayerNorm(c.n_embd),
+        ))
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self, batch_size=1):
+        p = self.lm_head.weight
+        return KVCache(self.c, batch_size, p.device, p.dtype)
+
+    def forward(self, idx, targets=None, cache=None):
+        """idx (B, T) -> (logits (B, T, V), loss or None). With a cache, idx continues it."""
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.c.block_size:
+            raise ValueError(
+                f"{start + T} tokens do not fit the model's window of {self.c.block_size}; "
+                f"keep the last {self.c.block_size} (idx[:, -{self.c.block_size}:]) or decode "
+                f"with speculative.generate, which handles long contexts")
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cache, layer)                             # (B, T, C)
+        logits = self.lm_head(self.transformer.ln_f(x))            # (B, T, V)
+        if cache is not None:
+            cache.length += T
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
+        return logits, loss
+
+
+# ----------------------------------------------------------------------------------------------
+# Data: one vocabulary (the Shakespeare corpus' characters) for both corpora, loaded lazily
+
+
+_loaded = {}
+
+
+def _data():
+    """Prepare the corpora on first use (see corpus.py) and keep them in memory."""
+    if not _loaded:
+        meta = corpus.prepare()
+        chars = meta["vocab"]
+        _loaded["vocab"] = chars
+        _loaded["stoi"] = {ch: i for i, ch in enumerate(chars)}
+        _loaded["meta"] = meta
+    return _loaded
+
+
+def vocab():
+    """The vocabulary as a string: character i has id i."""
+    return _data()["vocab"]
+
+
+def encode(text):
+    """Text -> list of ids. Raises ValueError naming any character outside the vocabulary."""
+    stoi = _data()["stoi"]
+    unknown = sorted(set(text) - set(stoi))
+    if unknown:
+        raise ValueError(f"unknown characters {''.join(unknown)!r} (the vocabulary has "
+                         f"{len(stoi)}: letters, space, newline and !&',-.:;?); remove them")
+    return [stoi[ch] for ch in text]
+
+
+def decode(ids):
+    """List or tensor of ids -> text."""
+    if torch.is_tensor(ids):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):
+        if len(ids) != 1:
+            raise ValueError(f"decode takes one sequence; got a batch of {len(ids)}")
+        ids = ids[0]
+    chars = vocab()
+    return "".join(chars[i] for i in ids)
+
+
+def _load_corpus(name):
+    _data()  # builds the corpus files if needed
+    text = (corpus.DATA_DIR / f"{name}.txt").read_text(encoding="utf-8")
+    return torch.tensor(encode(text), dtype=torch.long)
+
+
+def __getattr__(name):
+    """train_data, val_data (90/10 split of Shakespeare) and names_data, built on first use."""
+    if name in ("train_data", "val_data", "names_data"):
+        if name not in _loaded:
+            data = _load_corpus("shakespeare")
+            n = int(0.9 * len(data))
+            _loaded["train_data"], _loaded["val_data"] = data[:n], data[n:]
+            _loaded["names_data"] = _load_corpus("names")
+        return _loaded[name]
+    raise AttributeError(f"module 'gpt' has no attribute {name!r}")
+
+
+def split_source(source):
+    """A 1-D token tensor -> (train part, validation part), 90/10, as for Shakespeare."""
+    n = int(0.9 * len(source))
+    return source[:n], source[n:]
+
+
+def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=None,
+              device="cpu"):
+    """Random windows: x (B, T) and y (B, T), y shifted one to the left (the next tokens).
+
+    split is "train" or "val"; `source`, a 1-D LongTensor, replaces the split's data.
+    """
+    if source is None:
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+        source = __getattr__("train_data" if split == "train" else "val_data")
+    if len(source) <= block_size:
+        raise ValueError(f"the data ({len(source)} tokens) is shorter than one window "
+                         f"({block_size} + 1 tokens); use more text or a smaller block_size")
+    ix = torch.randint(len(source) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([source[i:i + block_size] for i in ix])          # (B, T)
+    y = torch.stack([source[i + 1:i + 1 + block_size] for i in ix])  # (B, T)
+    return x.to(device), y.to(device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class TrainConfig:
+    """How to train. The defaults take Config() to a validation loss of about 1.6 in minutes."""
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 3e-3           # peak learning rate, after a linear warm-up
+    min_lr: float = 3e-4       # cosine decay ends here
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 250      # validation loss every this many steps (and at the end)
+    eval_batches: int = 16
+    seed: int = 1337
+
+
+def learning_rate(step, tc):
+    """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step."""
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
+    return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def estimate_loss(model, source, tc, device):
+    """Mean loss over tc.eval_batches fixed windows of `source` (the same windows every time)."""
+    was_training = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(tc.seed + 1)
+    block = min(model.c.block_size, len(source) - 1)  # a held-out part may be short
+    losses = [model(*get_batch("val", source, batch_size=tc.batch_size, block_size=block,
+                                generator=g, device=device))[1].item()
+              for _ in range(tc.eval_batches)]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def resolve_device(device="auto"):
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
+    return device
+
+
+def train(model, steps=1500, log_every=100, source=None, *, config=None, device="auto",
+          checkpoint=None, resume=None, progress=False, on_eval=None, corpus_name=None,
+          extra=None):
+    """Train `model` in place with AdamW and return it.
+
+    steps, log_every (0 prints nothing) and source (a 1-D LongTensor instead of the Shakespeare
+    train split; its last tenth is held out for validation) are the lesson's arguments. The rest:
+    config     a TrainConfig (its `steps` is replaced by `steps`)
+    checkpoint a path: saved (atomically) at every evaluation, at the end, and on Ctrl-C
+    resume     a checkpoint dictionary from load_checkpoint to continue from
+    progress   show a progress bar with the loss and the time left
+    on_eval    called as on_eval(step, val_loss) after each evaluation
+    extra      more entries for the checkpoint (train.py records its settings there)
+    Ctrl-C finishes the current step, saves the checkpoint and raises KeyboardInterrupt.
+    """
+    tc = TrainConfig(**{**asdict(config or TrainConfig()), "steps": steps})
+    device = resolve_device(device)
+    if source is None:
+        train_source, val_source = __getattr__("train_data"), __getattr__("val_data")
+    else:
+        train_source, val_source = split_source(source)
+    corpus_name = corpus_name or ("shakespeare" if source is None else "custom")
+    model.to(device)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=tc.lr, betas=(0.9, 0.99))
+    generator = torch.Generator().manual_seed(tc.seed)
+    step, val_loss = 0, float("nan")
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        generator.set_state(resume["rng"])
+        step, val_loss = resume["step"], resume["val_loss"]
+    block = model.c.block_size
+
+    def save():
+        if checkpoint:
+            save_checkpoint(checkpoint, model, step=step, val_loss=val_loss, train_config=tc,
+                            optimizer=optimizer, generator=generator, corpus_name=corpus_name,
+                            extra=extra)
+
+    bar = None
+    if progress and log_every:
+        from tqdm import tqdm
+        bar = tqdm(total=tc.steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
+    say = bar.write if bar else print
+    started = time.time()
+    stop = _StopOnInterrupt()
+    try:
+        while step < tc.steps and not stop.asked:
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, tc)
+            x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
+                             generator=generator, device=device)
+            _, loss = model(x, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            optimizer.step()
+            step += 1
+            if bar:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_loss:.3f}")
+            if step % tc.eval_every == 0 or step == tc.steps:
+                val_loss = estimate_loss(model, val_source, tc, device)
+                if on_eval:
+                    on_eval(step, val_loss)
+                save()
+            if log_every and (step % log_every == 0 or step == tc.steps):
+                say(f"step {step:5d} | loss {loss.item():.4f} | val {val_loss:.4f} | "
+                    f"{time.time() - started:.0f}s")
+    finally:
+        stop.restore()
+        if bar:
+            bar.close()
+    if stop.asked:
+        save()
+        raise KeyboardInterrupt(f"stopped at step {step}")
+    model.eval()
+    model.val_loss, model.step = val_loss, step
+    return model
+
+
+class _StopOnInterrupt:
+    """The first Ctrl-C asks the training loop to stop after the current step (so the weights
+    and optimizer are never saved half-updated); a second one stops at once."""
+
+    def __init__(self):
+        self.asked = False
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._ask)
+        except ValueError:  # not the main thread: leave Ctrl-C alone
+            self.previous = None
+
+    def _ask(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def restore(self):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints: one self-describing file, written atomically, loaded with weights_only=True
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, unreadable or made for other data; the message says why."""
+
+
+def save_checkpoint(path, model, *, step, val_loss, train_config=None, optimizer=None,
+                    generator=None, corpus_name="shakespeare", extra=None):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "format": "specdec-gpt/1",
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "config": asdict(model.c),
+        "vocab": vocab(),
+        "step": step,
+        "val_loss": float(val_loss),
+        "corpus": corpus_name,
+        "train_config": asdict(train_config) if train_config else None,
+        "optimizer": optimizer.state_dict() if optimizer else None,
+        "rng": generator.get_state() if generator is not None else None,
+        **(extra or {}),
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: the old checkpoint stays whole until the new one is
+
+
+def load_checkpoint(path, device="cpu", hint=None):
+    """-> (model in eval mode, the checkpoint dictionary). hint: how to make a missing one."""
+    path = Path(path)
+    fix = f"train it with: {hint}" if hint else "train one with train.py"
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}; {fix}")
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        config = Config(**{f.name: state["config"][f.name] for f in fields(Config)})
+    except Exception as e:  # truncated, not a torch file, or not one of ours
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}); "
+                              f"delete it and {fix}") from None
+    if state["vocab"] != vocab():
+        raise CheckpointError(
+            f"{path} was trained with a different vocabulary ({len(state['vocab'])} characters) "
+            f"than the corpus in {corpus.DATA_DIR} ({len(vocab())}); retrain it: {fix}")
+    model = GPT(config)
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    model.val_loss, model.step = state["val_loss"], state["step"]
+    return model, state

@@ -1,0 +1,66 @@
+"""Shared fixtures. The whole suite runs offline on a small corpus this file writes itself:
+SPECDEC_DATA points corpus.py at a temporary folder before anything reads data."""
+
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(tempfile.mkdtemp(prefix="specdec-test-data-"))
+os.environ["SPECDEC_DATA"] = str(DATA)
+
+SPEAKERS = ["ROMEO", "JULIET", "First Citizen", "MENENIUS", "KING RICHARD III", "NURSE"]
+WORDS = ("the and of to my a i that in you is not with it for be his your this but he have "
+         "as thou so will me what by all we shall her do thy no good are our now if more "
+         "lord sir king love night sweet death heaven come go speak hear well fair noble "
+         "quick jest zeal vex "
+         "blood heart day man eyes time hand hath doth upon let such o then how").split()
+
+
+def make_play(n_speeches=700, seed=0):
+    """A deterministic pseudo-play in tiny-shakespeare layout, written from the lists above."""
+    rng = random.Random(seed)
+    speeches = []
+    for _ in range(n_speeches):
+        lines = []
+        for _ in range(rng.randint(1, 4)):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(4, 9))]
+            words[0] = words[0].capitalize()
+            lines.append(" ".join(words) + rng.choice([",", ".", ";", "!", "?", ":", "'"]))
+        speeches.append(f"{rng.choice(SPEAKERS)}:\n" + "\n".join(lines) + "\n")
+    return "\n".join(speeches)
+
+
+SYLLABLES = ["an", "bo", "ca", "de", "el", "fi", "ga", "ho", "is", "ja", "ki", "lu", "ma",
+             "ne", "ol", "pa", "qui", "ro", "sa", "ty", "ul", "vi", "wen", "xa", "yu", "zo"]
+NAMES = "\n".join(a + b for a in SYLLABLES for b in SYLLABLES[::3])  # 234 made-up names
+
+(DATA / "src").mkdir(exist_ok=True)
+(DATA / "src" / "play.txt").write_text(make_play())
+(DATA / "src" / "names.txt").write_text(NAMES)
+
+import corpus  # noqa: E402  (after SPECDEC_DATA is set)
+
+corpus.prepare(DATA, from_file=DATA / "src" / "play.txt", names_file=DATA / "src" / "names.txt",
+               quiet=True)
+
+
+@pytest.fixture
+def run_script(tmp_path):
+    """Run a project script in a subprocess on the test corpus; returns CompletedProcess."""
+    def run(*args, timeout=120, input=None):
+        env = {**os.environ, "SPECDEC_DATA": str(DATA), "NO_COLOR": "1"}
+        return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, text=True,
+                              capture_output=True, timeout=timeout, input=input)
+    return run
+
+
+def tiny_config(**changes):
+    """A model small enough to train in seconds."""
+    from gpt import Config
+    return Config(**{"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32, **changes})

@@ -1,0 +1,48 @@
+"""The command lines: user mistakes end in one line, never a traceback; the cache works."""
+
+import pytest
+
+TINY = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "32",
+        "--batch_size", "4", "--eval_every", "5", "--eval_batches", "1", "--warmup_steps", "2"]
+
+
+def one_line_error(result, *words):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--preset", "huge"], ["unknown preset 'huge'", "big"]),
+    (["--steps", "many"], ["invalid int value", "-h"]),
+    (["--no_such_flag"], ["unrecognized arguments"]),
+    (["--n_embd", "30", "--n_head", "4", "--preset", "draft"], ["multiple of n_head"]),
+    (["--resume", "--fresh"], ["contradict"]),
+])
+def test_train_bad_input(run_script, args, words):
+    one_line_error(run_script("train.py", *args), *words)
+
+
+def test_train_help_lists_the_config_fields(run_script):
+    result = run_script("train.py", "-h")
+    assert result.returncode == 0
+    for flag in ["--n_layer", "--block_size", "--lr", "--steps", "--preset", "--device", "--resume"]:
+        assert flag in result.stdout
+
+
+def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
+    args = ["train.py", "--preset", "draft", "--steps", "6", "--checkpoints", tmp_path, "--quiet",
+            "--sample", "0", *TINY]
+    first = run_script(*args)
+    assert first.returncode == 0, first.stderr
+    assert (tmp_path / "draft.pt").exists()
+    again = run_script(*args)
+    assert "already trained" in again.stdout + again.stderr
+    more = run_script(*args[:4], "8", *args[5:])
+    assert "other settings" in more.stdout + more.stderr
+    assert (tmp_path / "draft.prev.pt").exists()
+    resumed = run_script(*args[:4], "10", *args[5:], "--resume")
+    assert "resuming at step 8 of 10" in resumed.stdout + resumed.stderr

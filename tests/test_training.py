@@ -1,0 +1,87 @@
+"""Training, checkpoints and the lesson's own snippet."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+import gpt
+from gpt import GPT, TrainConfig
+from conftest import tiny_config
+
+QUICK = TrainConfig(batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5)
+
+
+def fresh_model(seed=0):
+    torch.manual_seed(seed)
+    return GPT(tiny_config())
+
+
+def test_a_few_dozen_steps_lower_the_loss():
+    model = fresh_model()
+    before = gpt.estimate_loss(model, gpt.val_data, QUICK, "cpu")
+    gpt.train(model, steps=40, log_every=0, config=QUICK)
+    after = gpt.estimate_loss(model, gpt.val_data, QUICK, "cpu")
+    assert after < before - 0.5, (before, after)
+
+
+def test_training_is_deterministic_and_resumes_exactly(tmp_path):
+    straight = gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK)
+    path = tmp_path / "half.pt"
+    # Ctrl-C (SIGINT) at the first evaluation, then continue from the checkpoint it left.
+    model = fresh_model()
+    with pytest.raises(KeyboardInterrupt):
+        gpt.train(model, steps=20, log_every=0, config=QUICK, checkpoint=path,
+                  on_eval=lambda step, loss: os.kill(os.getpid(), signal.SIGINT))
+    _, state = gpt.load_checkpoint(path)
+    assert state["step"] == 10  # Ctrl-C at the evaluation of step 10 finished that step only
+    resumed = gpt.train(fresh_model(seed=99), steps=20, log_every=0, config=QUICK, resume=state)
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = gpt.train(fresh_model(), steps=10, log_every=0, config=QUICK)
+    path = tmp_path / "m.pt"
+    gpt.save_checkpoint(path, model, step=10, val_loss=model.val_loss)
+    loaded, state = gpt.load_checkpoint(path)
+    idx = torch.randint(0, model.c.vocab_size, (2, 16))
+    assert torch.equal(loaded(idx)[0], model(idx)[0])
+    assert loaded.c == model.c and state["vocab"] == gpt.vocab() and state["step"] == 10
+    assert not list(tmp_path.glob("*.tmp"))  # the temporary file was renamed away
+
+
+def test_missing_checkpoint_says_how_to_train(tmp_path):
+    with pytest.raises(gpt.CheckpointError, match="train it with: python train.py --preset big"):
+        gpt.load_checkpoint(tmp_path / "none.pt", hint="python train.py --preset big")
+
+
+def test_corrupted_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "m.pt"
+    gpt.save_checkpoint(path, fresh_model(), step=0, val_loss=0.0)
+    path.write_bytes(path.read_bytes()[:1000])  # truncated, as by a full disk
+    with pytest.raises(gpt.CheckpointError, match="not a readable checkpoint"):
+        gpt.load_checkpoint(path)
+
+
+def test_checkpoint_from_another_vocabulary_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "m.pt"
+    gpt.save_checkpoint(path, fresh_model(), step=0, val_loss=0.0)
+    monkeypatch.setitem(gpt._loaded, "vocab", gpt.vocab() + "#")
+    with pytest.raises(gpt.CheckpointError, match="different vocabulary"):
+        gpt.load_checkpoint(path)
+
+
+def test_lesson_snippet_runs():
+    # What students' lesson code does, unchanged.
+    from gpt import GPT, Config, train, encode, decode, get_batch, val_data  # noqa: F401
+    model = train(GPT(Config(n_embd=32, n_layer=1, n_head=2)), steps=5, log_every=0)
+    idx = torch.tensor([encode("ROMEO:\n")])
+    logits = model(idx)[0]
+    assert logits.shape == (1, 7, model.c.vocab_size)
+    assert model.c.block_size >= 64
+    x, y = get_batch("val")
+    assert x.shape == y.shape and len(val_data) > 0
+    assert decode(encode("JULIET:\n")) == "JULIET:\n"
+    assert train(model, steps=1, log_every=0, source=gpt.names_data) is model

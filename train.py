@@ -1,0 +1,158 @@
+"""
+train.py: train the lesson's models from the command line, with a checkpoint cache.
+
+    python train.py                       # the big model, the draft and the names draft
+    python train.py --preset draft        # one preset
+    python train.py --preset big --steps 3000 --lr 2e-3
+    python train.py -h                    # every flag, from gpt.Config and gpt.TrainConfig
+
+Checkpoints go to checkpoints/<preset>.pt. Rerunning skips a model already trained with the same
+settings on the same data; an interrupted run (Ctrl-C leaves a usable checkpoint) continues
+where it stopped; --resume continues a finished one to a new --steps; --fresh starts over.
+Training is deterministic given --seed (on the same machine and device).
+"""
+
+import argparse  # noqa: F401  (the formatter below)
+import sys
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+
+import cli
+import corpus
+import gpt
+from gpt import GPT, Config, TrainConfig
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+HELP = {
+    "block_size": "context window in characters", "vocab_size": "0: the corpus' vocabulary",
+    "n_layer": "transformer blocks", "n_head": "attention heads", "n_embd": "width",
+    "dropout": "dropout probability", "steps": "optimizer steps",
+    "batch_size": "sequences per step", "lr": "peak learning rate", "min_lr": "final learning rate",
+    "warmup_steps": "linear warm-up steps", "weight_decay": "AdamW weight decay",
+    "grad_clip": "gradient norm clip", "eval_every": "validation every N steps",
+    "eval_batches": "batches per validation", "seed": "seed for initialisation and batches",
+}
+
+
+def checkpoint_path(name, folder=None):
+    return Path(folder or CHECKPOINTS) / f"{name}.pt"
+
+
+def source_for(corpus_name):
+    return None if corpus_name == "shakespeare" else gpt.names_data
+
+
+def settings(config, tc, corpus_name):
+    """What makes two trainings the same: model shape, training settings, and the data itself."""
+    data_sha = gpt._data()["meta"][corpus_name]["sha256"]
+    return {"config": asdict(config), "train": asdict(tc),
+            "corpus": corpus_name, "data_sha256": data_sha}
+
+
+def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fresh=False,
+                   resume=False, progress=True, log=print):
+    """Train preset `name` unless checkpoints/<name>.pt already holds it; return the path.
+
+    config / tc override the preset's model shape and the default training settings.
+    """
+    config = config or gpt.preset(name)
+    tc = tc or TrainConfig()
+    corpus_name = gpt.PRESETS[name]["corpus"] if name in gpt.PRESETS else "shakespeare"
+    path = checkpoint_path(name, folder)
+    wanted = settings(config, tc, corpus_name)
+    state = None
+    if path.exists() and not fresh:
+        try:
+            _, state = gpt.load_checkpoint(path)
+        except gpt.CheckpointError as e:
+            log(f"{path}: {e}; training again")
+    if state is not None:
+        same = state.get("settings") == wanted
+        if same and state["step"] >= tc.steps and not resume:
+            log(f"{path}: already trained ({state['step']} steps, validation loss "
+                f"{state['val_loss']:.3f}); skipping")
+            return path
+        if resume or (same and state["step"] < tc.steps):
+            if resume and not same:
+                config = Config(**state["config"])
+                wanted = {**state["settings"], "train": wanted["train"]}
+            if state["step"] >= tc.steps:
+                log(f"{path}: already at step {state['step']} of {tc.steps}; nothing to resume")
+                return path
+            log(f"{path}: resuming at step {state['step']} of {tc.steps}")
+        else:
+            backup = path.with_name(path.stem + ".prev.pt")
+            path.replace(backup)
+            log(f"{path}: trained with other settings; kept it as {backup.name}, training anew")
+            state = None
+    torch.manual_seed(tc.seed)
+    model = GPT(config)
+    log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
+        f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}")
+    started = time.time()
+    gpt.train(model, tc.steps, log_every=1 if progress else 0, source=source_for(corpus_name),
+              config=tc, device=device, checkpoint=path, resume=state, progress=progress,
+              corpus_name=corpus_name, extra={"settings": wanted, "preset": name})
+    log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
+        f"({time.time() - started:.0f}s)")
+    return path
+
+
+def load_trained(name, folder=None, device="cpu"):
+    """The trained model of preset `name`, or a one-line error saying how to train it."""
+    model, _ = gpt.load_checkpoint(checkpoint_path(name, folder), device=device,
+                                   hint=f"python train.py --preset {name}")
+    return model
+
+
+def main(argv=None):
+    parser = cli.Parser(description=__doc__.split("\n\n")[0],
+                                     epilog="\n".join(__doc__.split("\n")[2:9]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", nargs="+", default=["big", "draft", "names"],
+                        metavar="NAME", help=f"what to train: {', '.join(gpt.PRESETS)} "
+                        f"(default: all three)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--checkpoints", default=str(CHECKPOINTS), help="checkpoint folder")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the saved model to --steps, even a finished one")
+    parser.add_argument("--fresh", action="store_true", help="ignore saved checkpoints")
+    parser.add_argument("--sample", type=int, default=300, metavar="N",
+                        help="characters of sample text from the big model at the end (0: none)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    cli.add_fields(parser, Config, HELP, override_defaults={f.name: None for f in fields(Config)},
+                   title="model shape (default: the preset's)")
+    cli.add_fields(parser, TrainConfig, HELP, title="training")
+    args = parser.parse_args(argv)
+    unknown = [p for p in args.preset if p not in gpt.PRESETS]
+    if unknown:
+        raise ValueError(f"unknown preset {unknown[0]!r}; choose from: {', '.join(gpt.PRESETS)}")
+    if args.resume and args.fresh:
+        raise ValueError("--resume and --fresh contradict each other; pick one")
+    gpt.resolve_device(args.device)
+    corpus.prepare()
+    tc = cli.take(TrainConfig, args)
+    for name in args.preset:
+        config = cli.take(Config, args, **{k: v for k, v in gpt.PRESETS[name]["config"].items()
+                                          if getattr(args, k) is None})
+        try:
+            ensure_trained(name, tc, config, folder=args.checkpoints, device=args.device,
+                           fresh=args.fresh, resume=args.resume, progress=not args.quiet)
+        except KeyboardInterrupt:
+            sys.exit(f"\ninterrupted; {checkpoint_path(name, args.checkpoints)} holds the "
+                     f"model so far: run the same command to continue")
+    if args.sample and "big" in args.preset:
+        from speculative import generate
+        model = load_trained("big", args.checkpoints)
+        prompt = "ROMEO:\n"
+        idx = generate(model, torch.tensor([gpt.encode(prompt)]), args.sample, temperature=0.8,
+                       generator=torch.Generator().manual_seed(tc.seed))
+        print(f"\n--- a sample from the big model (temperature 0.8) ---\n{gpt.decode(idx[0])}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

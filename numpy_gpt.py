@@ -2,21 +2,48 @@
 numpy_gpt.py: the forward pass of gpt.GPT in plain NumPy, with the same KV cache interface.
 
 Why a second implementation? A tiny model's decoding step does little arithmetic: on a laptop
-CPU most of a 1-token torch step is framework overhead (dispatch, autograd bookkeeping, small
-allocations). NumPy has less of it, so the same weights decode several times faster, and
-speculative decoding's draft gets cheap enough to pay for itself. It also shows, in 60 lines,
-everything a GPT forward pass does (picoGPT, by Jay Mody, does the same for GPT-2).
+CPU most of a one-token step is the fixed cost of each framework call (dispatch, autograd
+bookkeeping, small allocations), about 5 us in torch and 1 us in NumPy. So the same weights
+decode several times faster here, and speculative decoding's draft gets cheap enough to pay for
+itself. It also shows in a few dozen lines all that a GPT forward pass does (picoGPT, by Jay
+Mody, does the same for GPT-2).
 
-NumpyGPT(model) copies a trained gpt.GPT's weights (same GPT-2 names) and behaves like it where
-decoding looks: `c`, `new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`
-with torch tensors in and out, so speculative.generate and speculative_generate take it as a
-target or a draft. Its logits equal the torch model's to float32 rounding (tested).
+NumpyGPT(model) copies a trained gpt.GPT and behaves like it where decoding looks: `c`,
+`new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`, torch in and out, so
+speculative.generate and speculative_generate take it as a target or a draft. Its logits equal
+the torch model's to float32 rounding (tests/test_speculative.py checks 1e-5).
+
+Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
+- each LayerNorm's gain and bias are folded into the linear layer after it:
+  (n * g + b) @ W + c  ==  n @ (g[:, None] * W) + (b @ W + c);
+- the attention scale 1/sqrt(hs) is folded into the query weights, GELU's 0.5 into the MLP's
+  output weights;
+- one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
+  vectors whose LayerNorm statistics are Python floats.
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """
 
+import math
+
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
+
+_blas_limited = False
+
+
+def single_threaded_blas():
+    """Limit NumPy's BLAS to one thread, for the rest of the process.
+
+    A one-token step is far too small to share between threads, and BLAS threads that wake up
+    for it fight with torch's own threads for the cores: measured on a 2-core machine, that
+    made a NumPy draft step next to a torch target about three times slower.
+    """
+    global _blas_limited
+    if not _blas_limited:
+        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+        _blas_limited = True
 
 
 class NumpyCache:
@@ -33,71 +60,118 @@ class NumpyCache:
         self.length = length
 
 
-def layer_norm(x, weight, bias, eps=1e-5):
-    mean = x.mean(-1, keepdims=True)
-    var = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
+EPS = 1e-5  # nn.LayerNorm's default
 
 
-def gelu(x):  # GPT-2's tanh approximation, as in gpt.MLP
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+def normalise(x):
+    """LayerNorm without its gain and bias (those are folded into the next layer)."""
+    centred = x - x.sum(-1, keepdims=True) * (1.0 / x.shape[-1])
+    return centred / np.sqrt((centred * centred).sum(-1, keepdims=True) * (1.0 / x.shape[-1]) + EPS)
+
+
+def normalise_vector(x):
+    """normalise() for one vector, with its mean and variance as Python floats (fewer calls)."""
+    centred = x - x.sum() * (1.0 / x.shape[0])
+    return centred * (1.0 / math.sqrt(float(centred @ centred) * (1.0 / x.shape[0]) + EPS))
+
+
+def twice_gelu(x):
+    """2 * GELU(x), GPT-2's tanh approximation; the 0.5 lives in the next layer's weights.
+    x * x * x, not x ** 3: NumPy's float32 power is twenty times slower."""
+    return x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
 class NumpyGPT:
 
     def __init__(self, model):
-        self.c = model.c
-        w = {name: t.detach().cpu().float().numpy() for name, t in model.state_dict().items()}
-        self.wte, self.wpe = w["transformer.wte.weight"], w["transformer.wpe.weight"]  # (V, C), (block, C)
-        self.ln_f = (w["transformer.ln_f.weight"], w["transformer.ln_f.bias"])
-        self.head = np.ascontiguousarray(w["lm_head.weight"].T)                     # (C, V)
+        single_threaded_blas()
+        self.c = c = model.c
+        self.hs = c.n_embd // c.n_head
+        w = {name: t.detach().cpu().double().numpy() for name, t in model.state_dict().items()}
+
+        def after_norm(norm, weight, bias=None):
+            """Fold LayerNorm `norm` into the linear layer after it: (W', b') for y = n @ W' + b'."""
+            W = w[weight].T                                      # (in, out)
+            b = w[bias] if bias else 0.0
+            return w[norm + ".weight"][:, None] * W, w[norm + ".bias"] @ W + b
+
+        f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
+        self.wte = f32(w["transformer.wte.weight"])                # (V, C)
+        self.wpe = f32(w["transformer.wpe.weight"])                # (block_size, C)
         self.layers = []
-        for i in range(self.c.n_layer):
-            p = f"transformer.h.{i}."
-            self.layers.append(dict(  # linear weights transposed once, so that y = x @ W + b
-                ln_1=(w[p + "ln_1.weight"], w[p + "ln_1.bias"]),
-                c_attn=(np.ascontiguousarray(w[p + "attn.c_attn.weight"].T), w[p + "attn.c_attn.bias"]),
-                c_proj=(np.ascontiguousarray(w[p + "attn.c_proj.weight"].T), w[p + "attn.c_proj.bias"]),
-                ln_2=(w[p + "ln_2.weight"], w[p + "ln_2.bias"]),
-                c_fc=(np.ascontiguousarray(w[p + "mlp.c_fc.weight"].T), w[p + "mlp.c_fc.bias"]),
-                mlp_proj=(np.ascontiguousarray(w[p + "mlp.c_proj.weight"].T), w[p + "mlp.c_proj.bias"]),
+        for i in range(c.n_layer):
+            h = f"transformer.h.{i}."
+            attn_w, attn_b = after_norm(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias")
+            attn_w[:, :c.n_embd] /= math.sqrt(self.hs)           # queries pre-scaled
+            attn_b[:c.n_embd] /= math.sqrt(self.hs)
+            fc_w, fc_b = after_norm(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias")
+            self.layers.append(dict(
+                attn_w=f32(attn_w), attn_b=f32(attn_b),                        # (C, 3C), (3C,)
+                proj_w=f32(w[h + "attn.c_proj.weight"].T), proj_b=f32(w[h + "attn.c_proj.bias"]),
+                fc_w=f32(fc_w), fc_b=f32(fc_b),                                # (C, 4C), (4C,)
+                mlp_w=f32(0.5 * w[h + "mlp.c_proj.weight"].T), mlp_b=f32(w[h + "mlp.c_proj.bias"]),
             ))
+        head_w, head_b = after_norm("transformer.ln_f", "lm_head.weight")
+        self.head_w, self.head_b = f32(head_w), f32(head_b)       # (C, V), (V,)
+        block = c.block_size
+        self.mask = f32(np.triu(np.full((block, block), -np.inf), k=1))  # -inf: the future
 
     def new_cache(self, batch_size=1):
         return NumpyCache(self.c, batch_size)
 
-    def forward(self, idx, cache):
+    def logits(self, idx, cache):
         """idx (B, T) int array continuing cache -> logits (B, T, V) as a float32 array."""
         B, T = idx.shape
-        nh, C = self.c.n_head, self.c.n_embd
-        hs = C // nh
         start, end = cache.length, cache.length + T
         if end > self.c.block_size:
             raise ValueError(f"{end} tokens do not fit the model's window of {self.c.block_size}")
-        x = self.wte[idx] + self.wpe[start:end]                       # (B, T, C)
-        # New token i (at position start+i) may look at positions 0..start+i.
-        future = np.triu(np.ones((T, end), bool), k=start + 1)        # (T, L): True = hidden
+        if B == 1 and T == 1:
+            logits = self.step(int(idx[0, 0]), start, cache)[None, None]
+        else:
+            logits = self.forward_block(idx, start, cache)
+        cache.length = end
+        return logits
+
+    def forward_block(self, idx, start, cache):
+        B, T = idx.shape
+        end, nh, hs, C = start + T, self.c.n_head, self.hs, self.c.n_embd
+        x = self.wte[idx] + self.wpe[start:end]                     # (B, T, C)
         for layer, w in enumerate(self.layers):
-            h = layer_norm(x, *w["ln_1"])
-            qkv = h @ w["c_attn"][0] + w["c_attn"][1]                   # (B, T, 3C)
-            q, k, v = (a.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)    # 3 x (B, nh, T, hs)
-                       for a in np.split(qkv, 3, axis=-1))
+            qkv = normalise(x) @ w["attn_w"] + w["attn_b"]           # (B, T, 3C)
+            q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, nh, hs).transpose(0, 2, 1, 3)
+                       for i in range(3))                            # 3 x (B, nh, T, hs)
             cache.k[layer, :, :, start:end] = k
             cache.v[layer, :, :, start:end] = v
-            keys, values = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, L, hs)
-            att = q @ keys.transpose(0, 1, 3, 2) / np.sqrt(hs)          # (B, nh, T, L)
-            att = np.where(future, -np.inf, att) if T > 1 else att
+            att = q @ cache.k[layer, :, :, :end].transpose(0, 1, 3, 2)  # (B, nh, T, L)
+            att += self.mask[start:end, :end]                        # token start+i sees 0..start+i
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
-            y = (att @ values).transpose(0, 2, 1, 3).reshape(B, T, C)   # (B, T, C)
-            x = x + y @ w["c_proj"][0] + w["c_proj"][1]
-            h = layer_norm(x, *w["ln_2"])
-            x = x + gelu(h @ w["c_fc"][0] + w["c_fc"][1]) @ w["mlp_proj"][0] + w["mlp_proj"][1]
-        cache.length = end
-        return layer_norm(x, *self.ln_f) @ self.head                  # (B, T, V)
+            y = att @ cache.v[layer, :, :, :end]                     # (B, nh, T, hs)
+            x = x + y.transpose(0, 2, 1, 3).reshape(B, T, C) @ w["proj_w"] + w["proj_b"]
+            u = normalise(x) @ w["fc_w"] + w["fc_b"]                 # (B, T, 4C)
+            x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
+        return normalise(x) @ self.head_w + self.head_b             # (B, T, V)
+
+    def step(self, token, pos, cache):
+        """forward_block for one token of one sequence, on vectors: -> logits (V,)."""
+        nh, hs, C = self.c.n_head, self.hs, self.c.n_embd
+        x = self.wte[token] + self.wpe[pos]                          # (C,)
+        for layer, w in enumerate(self.layers):
+            qkv = normalise_vector(x) @ w["attn_w"] + w["attn_b"]    # (3C,)
+            cache.k[layer, 0, :, pos] = qkv[C:2 * C].reshape(nh, hs)
+            cache.v[layer, 0, :, pos] = qkv[2 * C:].reshape(nh, hs)
+            keys = cache.k[layer, 0, :, :pos + 1]                    # (nh, L, hs)
+            att = (keys @ qkv[:C].reshape(nh, hs, 1))[:, :, 0]        # (nh, L)
+            att = np.exp(att - att.max(-1, keepdims=True))
+            att /= att.sum(-1, keepdims=True)
+            y = (att[:, None, :] @ cache.v[layer, 0, :, :pos + 1]).reshape(C)  # (C,)
+            x = x + y @ w["proj_w"] + w["proj_b"]
+            u = normalise_vector(x) @ w["fc_w"] + w["fc_b"]          # (4C,)
+            x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
+        return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
 
     def __call__(self, idx, targets=None, cache=None):
         """Torch in, torch out, like gpt.GPT (no loss: this class only decodes)."""
         if cache is None:
             cache = self.new_cache(idx.shape[0])
-        return torch.from_numpy(self.forward(idx.cpu().numpy(), cache)), None
+        return torch.from_numpy(self.logits(idx.cpu().numpy(), cache)), None

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 # ----------------------------------------------------------------------------------------------
 # Scoring a growing sequence with a KV cache, under the window rule
@@ -47,12 +46,14 @@ def window_start(n, block_size):
 
 
 class CachedScorer:
-    """Wraps a GPT and its KV cache; scores positions of a sequence that grows and shrinks.
+    """Wraps a GPT and its KV cache; scores positions of sequences that grow and shrink.
 
-    score(idx, first) returns logits (B, T - first + 1, V) for idx (B, T): row i is the model's
-    prediction for position first + i from the tokens before it. Only tokens not already in the
-    cache are fed; cached tokens that no longer match idx (rejected draft tokens) are rolled back.
-    This is the draft interface too: anything with `vocab_size` and `score(idx, first)` (and,
+    score(seqs, first): seqs is a list of B token-id lists of equal length T; returns logits
+    (B, T - first + 1, V), a NumPy array, whose row i is the model's prediction for position
+    first + i from the tokens before it. Only tokens not yet in the cache are fed; cached tokens that no longer match
+    (rejected draft tokens) are rolled back first. Sequences are plain lists because decoding
+    appends and trims one token at a time, which tensors do slowly.
+    This is the draft interface too: anything with `vocab_size` and `score(seqs, first)` (and,
     optionally, `reset()`) can draft.
     """
 
@@ -61,34 +62,47 @@ class CachedScorer:
         self.vocab_size = model.c.vocab_size
         self.block_size = model.c.block_size
         self.cache = model.new_cache(batch_size)
-        device = self.cache.k.device if torch.is_tensor(self.cache.k) else "cpu"
-        self.fed = torch.zeros(batch_size, self.block_size, dtype=torch.long, device=device)
+        self.fed = [[] for _ in range(batch_size)]  # the tokens in the cache, per sequence
         self.start = 0   # position of the first cached token
         self.passes = 0  # forward passes made
 
-    def score(self, idx, first):
-        T = idx.shape[1]
+    def forward(self, new):
+        """Feed new tokens (B lists of t ids) through the model and the cache: logits (B, t, V)."""
+        if isinstance(self.model, torch.nn.Module):
+            with torch.inference_mode():
+                idx = torch.tensor(new, device=self.cache.k.device)
+                return self.model(idx, cache=self.cache)[0].float().cpu().numpy()
+        return self.model.logits(np.array(new), self.cache)  # numpy_gpt.NumpyGPT
+
+    def score(self, seqs, first):
+        T = len(seqs[0])
         assert 1 <= first <= T, f"can only score positions 1..{T}, not from {first}"
-        rows, pos = [], first
+        out, pos = [], first
         while pos <= T:
             start = window_start(pos, self.block_size)
             end = min(T, start + self.block_size)    # the last position this window predicts
             if start != self.start:                  # the window jumped: start a fresh cache
-                self.start, self.cache.length = start, 0
-            # Keep the cached tokens that still match idx, up to the one before `pos`.
-            keep = min(self.cache.length, pos - 1 - start)
-            window = idx[:, start:start + keep]
-            if keep and not torch.equal(self.fed[:, :keep], window):
-                same = (self.fed[:, :keep] == window).all(0).long()
-                keep = int(same.cumprod(0).sum())
+                self.start, self.fed = start, [[] for _ in seqs]
+            # Keep the cached tokens that still match, up to the one before `pos`.
+            keep = min(len(self.fed[0]), pos - 1 - start)
+            for fed, seq in zip(self.fed, seqs):
+                keep = common_prefix(fed, seq, start, keep)
             self.cache.rollback(keep)
-            new = idx[:, start + keep:end]            # (B, t) tokens at positions start+keep..end-1
-            self.fed[:, keep:keep + new.shape[1]] = new
-            logits, _ = self.model(new, cache=self.cache)  # (B, t, V)
+            for fed, seq in zip(self.fed, seqs):
+                del fed[keep:]
+                fed += seq[start + keep:end]         # tokens at positions start+keep..end-1
+            logits = self.forward([fed[keep:] for fed in self.fed])
             self.passes += 1
-            rows.append(logits[:, pos - 1 - start - keep:])  # predictions for pos..end
+            out.append(logits[:, pos - 1 - start - keep:])  # (B, end - pos + 1, V): pos..end
             pos = end + 1
-        return rows[0] if len(rows) == 1 else torch.cat(rows, 1)
+        return out[0] if len(out) == 1 else np.concatenate(out, 1)
+
+
+def common_prefix(fed, seq, start, limit):
+    """How many of the first `limit` cached tokens equal seq[start:]."""
+    if fed[:limit] == seq[start:start + limit]:
+        return limit
+    return next(i for i in range(limit) if fed[i] != seq[start + i])
 
 
 def as_scorer(model, batch_size=1):
@@ -97,7 +111,7 @@ def as_scorer(model, batch_size=1):
         return CachedScorer(model, batch_size)
     if not (hasattr(model, "score") and hasattr(model, "vocab_size")):
         raise TypeError(f"{type(model).__name__} is neither a GPT nor a draft with "
-                        f"vocab_size and score(idx, first)")
+                        f"vocab_size and score(seqs, first)")
     if hasattr(model, "reset"):
         model.reset()
     return model
@@ -116,21 +130,25 @@ def warp(logits, temperature=1.0, top_k=None, top_p=None):
 
     Temperature 0 is greedy: a one-hot at the argmax (ties go to the lowest id).
     """
+    logits = np.asarray(logits, dtype=np.float64)
     V = logits.shape[-1]
     if temperature == 0:
-        return F.one_hot(logits.argmax(-1), V).to(torch.float64)
-    logits = logits.double() / temperature
+        return np.eye(V)[logits.argmax(-1)]
+    logits = logits / temperature
     if top_k is not None and top_k < V:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # the k-th largest logit
-        logits = logits.masked_fill(logits < kth, -math.inf)
-    probs = torch.softmax(logits, -1)
+        kth = np.sort(logits, -1)[..., -top_k, None]             # the k-th largest logit
+        logits = np.where(logits < kth, -np.inf, logits)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
     if top_p is not None and top_p < 1.0:
         # Keep the smallest set of most likely tokens whose probability reaches top_p.
-        sorted_probs, order = probs.sort(-1, descending=True, stable=True)
-        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
+        order = np.argsort(-probs, -1, kind="stable")
+        sorted_probs = np.take_along_axis(probs, order, -1)
+        drop_sorted = (np.cumsum(sorted_probs, -1) - sorted_probs) >= top_p
+        drop = np.empty_like(drop_sorted)
+        np.put_along_axis(drop, order, drop_sorted, -1)
+        probs = np.where(drop, 0.0, probs)
+        probs /= probs.sum(-1, keepdims=True)
     return probs
 
 
@@ -187,6 +205,11 @@ def sample(probs, rng):
     """One token from probs (V,) by inverse transform sampling with one rng.random()."""
     cdf = np.cumsum(probs)
     return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(probs) - 1)
+
+
+def propose(draft_probs, rng):
+    """How the draft picks its guess: a sample from its own (warped) distribution."""
+    return sample(draft_probs, rng)
 
 
 def verify(target_probs, draft_probs, draft_tokens, rng):
@@ -275,20 +298,22 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     stats = stats if stats is not None else Stats()
     scorer = as_scorer(model, idx.shape[0])
+    rng = TorchUniform(generator)
+    seqs = idx.tolist()                                      # B lists of token ids
     started = time.perf_counter()
     for _ in range(max_new_tokens):
-        logits = scorer.score(idx, idx.shape[1])[:, -1]     # (B, V)
+        logits = scorer.score(seqs, len(seqs[0]))[:, -1]     # (B, V)
         if temperature == 0:
-            token = logits.argmax(-1, keepdim=True)          # (B, 1)
+            tokens = logits.argmax(-1).tolist()
         else:
-            probs = warp(logits, temperature, top_k, top_p)
-            token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-        idx = torch.cat([idx, token.to(idx.device)], dim=1)  # (B, T+1)
+            tokens = [sample(p, rng) for p in warp(logits, temperature, top_k, top_p)]
+        for seq, token in zip(seqs, tokens):
+            seq.append(token)
         stats.target_passes += 1
     _sync(model)
     stats.new_tokens += max_new_tokens
     stats.target_time += time.perf_counter() - started
-    return idx
+    return torch.tensor(seqs, dtype=torch.long, device=idx.device)
 
 
 @torch.no_grad()
@@ -307,41 +332,42 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
                          f"same vocabulary")
     stats = Stats(k=k, accepted_per_position=[0] * k)
     rows = []
-    for row in idx:
-        out, row_stats = _speculative_row(target, draft, row[None], max_new_tokens, k,
-                                          temperature, top_k, top_p, generator)
+    for row in idx.tolist():
+        out, row_stats = _speculative_row(target, draft, row, max_new_tokens, k, temperature,
+                                          top_k, top_p, generator)
         rows.append(out)
         stats.add(row_stats)
-    return torch.cat(rows, 0), stats
+    return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
-def _speculative_row(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p,
+def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, top_p,
                      generator):
+    """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
     stats = Stats(k=k, accepted_per_position=[0] * k)
     target_scorer, draft_scorer = as_scorer(target), as_scorer(draft)
     rng = TorchUniform(generator)
-    goal = idx.shape[1] + max_new_tokens
-    while idx.shape[1] < goal:
-        n = idx.shape[1]
+    goal = len(seq) + max_new_tokens
+    while len(seq) < goal:
+        n = len(seq)
         k_round = min(k, goal - n - 1)  # never propose tokens we would not keep
         # 1. The draft proposes k_round tokens, one forward pass each.
         started = time.perf_counter()
-        seq, draft_tokens, draft_probs = idx, [], []
+        draft_tokens, draft_probs = [], []
         for _ in range(k_round):
-            logits = draft_scorer.score(seq, seq.shape[1])[0, -1]           # (V,)
+            logits = draft_scorer.score([seq], len(seq))[0, -1]             # (V,)
             if temperature == 0:
                 token = int(logits.argmax())
             else:
                 probs = warp(logits, temperature, top_k, top_p)             # (V,)
-                token = int(torch.multinomial(probs, 1, generator=generator))
+                token = propose(probs, rng)
                 draft_probs.append(probs)
             draft_tokens.append(token)
-            seq = torch.cat([seq, torch.tensor([[token]], device=seq.device)], dim=1)
+            seq.append(token)
         _sync(draft)
         # 2. The target scores the last accepted token and all proposals in one pass.
         drafted = time.perf_counter()
         passes_before = getattr(target_scorer, "passes", 0)
-        target_logits = target_scorer.score(seq, n)[0]                     # (k_round+1, V)
+        target_logits = target_scorer.score([seq], n)[0]                   # (k_round+1, V)
         # 3. Keep the proposals the target agrees with, and add the target's own next token.
         if temperature == 0:
             choices = target_logits.argmax(-1).tolist()                    # (k_round+1,)
@@ -350,13 +376,12 @@ def _speculative_row(target, draft, idx, max_new_tokens, k, temperature, top_k, 
                 n_accepted += 1
             next_token = choices[n_accepted]
         else:
-            target_probs = warp(target_logits, temperature, top_k, top_p).cpu().numpy()
-            draft_array = (torch.stack(draft_probs).cpu().numpy() if draft_probs
-                           else np.zeros((0, target_probs.shape[1])))
+            target_probs = warp(target_logits, temperature, top_k, top_p)   # (k_round+1, V)
+            draft_array = np.array(draft_probs).reshape(k_round, target_probs.shape[1])
             n_accepted, next_token = verify(target_probs, draft_array, draft_tokens, rng)
         _sync(target)
-        idx = torch.cat([seq[:, :n + n_accepted],
-                         torch.tensor([[next_token]], device=seq.device)], dim=1)
+        del seq[n + n_accepted:]  # the rejected proposals
+        seq.append(next_token)
         # Count what happened.
         stats.draft_time += drafted - started
         stats.target_time += time.perf_counter() - drafted
@@ -369,7 +394,7 @@ def _speculative_row(target, draft, idx, max_new_tokens, k, temperature, top_k, 
             stats.accepted_per_position[i] += 1
         stats.new_tokens += n_accepted + 1
         stats.trace.append((draft_tokens, n_accepted, next_token))
-    return idx, stats
+    return seq, stats
 
 
 # ----------------------------------------------------------------------------------------------
@@ -403,15 +428,15 @@ def measure_agreement(target, draft, data, *, windows=64, window=None, temperatu
     for model in (target, draft):
         if hasattr(model, "c"):  # a GPT (torch or NumPy): all positions in one pass
             device = next(model.parameters()).device if hasattr(model, "parameters") else "cpu"
-            logits.append(model(x.to(device))[0].cpu())                    # (W, T, V)
-        else:
+            logits.append(model(x.to(device))[0].float().cpu().numpy())    # (W, T, V)
+        else:                    # any other draft: through its scorer, window by window
             model = as_scorer(model)
-            logits.append(torch.stack([model.score(row[None], 1)[0] for row in x]))
+            logits.append(np.stack([model.score([row], 1)[0] for row in x.tolist()]))
     target_logits, draft_logits = logits
     target_probs = warp(target_logits, temperature, top_k, top_p)
     draft_probs = warp(draft_logits, temperature, top_k, top_p)
-    alpha = torch.minimum(target_probs, draft_probs).sum(-1).mean().item()
-    agree = (target_logits.argmax(-1) == draft_logits.argmax(-1)).double().mean().item()
+    alpha = float(np.minimum(target_probs, draft_probs).sum(-1).mean())
+    agree = float((target_logits.argmax(-1) == draft_logits.argmax(-1)).mean())
     return Agreement(alpha=alpha, greedy_agreement=agree, positions=x.numel())
 
 
@@ -452,3 +477,119 @@ def break_even_alpha(k, c, verify_cost=1.0):
 def best_k(alpha, c, verify_cost=1.0, k_max=32):
     """The k from 1 to k_max with the highest expected speed-up."""
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, c, verify_cost))
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line: python speculative.py --prompt "ROMEO:" --k 4 --temperature 0
+
+
+@dataclass
+class DecodeArgs:
+    prompt: str = "ROMEO:\n"    # \n in the prompt means a newline
+    max_new_tokens: int = 200
+    k: int = 4                  # draft tokens per round
+    temperature: float = 0.0    # 0 is greedy
+    top_k: int = 0              # 0: off
+    top_p: float = 1.0          # 1: off
+    seed: int = 0
+    target: str = "big"         # a preset trained by train.py
+    draft: str = "draft"        # a preset trained by train.py: draft, distilled or names
+    target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
+    draft_backend: str = "numpy"
+    compare: bool = True        # also time plain decoding on the same prompt
+    checkpoints: str = ""       # checkpoint folder (default: checkpoints/)
+
+
+COLOURS = {"prompt": "1", "accepted": "32", "correction": "33", "bonus": "36"}
+
+
+def colour_text(pieces, use_colour):
+    """pieces: (text, kind) -> one string, each kind in its own colour (ANSI escapes)."""
+    if not use_colour:
+        return "".join(text for text, _ in pieces)
+    return "".join(f"\033[{COLOURS[kind]}m{text}\033[0m" for text, kind in pieces)
+
+
+def origins(prompt_ids, trace):
+    """Which kind each generated token is: accepted draft token, correction or bonus."""
+    kinds = []
+    for proposed, n_accepted, _ in trace:
+        kinds += ["accepted"] * n_accepted
+        kinds.append("bonus" if n_accepted == len(proposed) and proposed else "correction")
+    return kinds
+
+
+def with_backend(model, backend):
+    """The same trained model as a torch module or as a numpy_gpt.NumpyGPT."""
+    if backend == "torch":
+        return model
+    if backend == "numpy":
+        from numpy_gpt import NumpyGPT
+        return NumpyGPT(model)
+    raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+
+
+def load_pair(args):
+    import train  # the checkpoint cache; imported here so that this module stays light
+    folder = args.checkpoints or None
+    return (with_backend(train.load_trained(args.target, folder), args.target_backend),
+            with_backend(train.load_trained(args.draft, folder), args.draft_backend))
+
+
+def main(argv=None):
+    import os
+    import sys
+    import cli
+    import gpt
+    parser = cli.Parser(description="Speculative decoding with the lesson's trained models: "
+                        "the output coloured by where each character came from.")
+    cli.add_fields(parser, DecodeArgs, title="decoding")
+    args = cli.take(DecodeArgs, parser.parse_args(argv))
+    prompt = args.prompt.replace("\\n", "\n")
+    idx = torch.tensor([gpt.encode(prompt)])
+    sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
+                    top_p=args.top_p if args.top_p < 1 else None)
+    check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
+    target, draft = load_pair(args)
+    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
+                                      generator=torch.Generator().manual_seed(args.seed),
+                                      **sampling)
+    use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    pieces = [(prompt, "prompt")] + [(gpt.decode([t]), kind) for t, kind in
+                                     zip(out[0, idx.shape[1]:].tolist(), origins(idx, stats.trace))]
+    print(colour_text(pieces, use_colour))
+    if use_colour:
+        print(colour_text([("accepted draft token", "accepted"), ("  ", "prompt"),
+                           ("target's correction", "correction"), ("  ", "prompt"),
+                           ("bonus token (all k accepted)", "bonus")], True))
+    print(f"\n{stats.rounds} rounds: {stats.proposed} tokens proposed, {stats.accepted} accepted "
+          f"({stats.acceptance_rate:.0%}); per draft position "
+          f"{[round(a / stats.rounds, 2) for a in stats.accepted_per_position]}")
+    print(f"{stats.new_tokens} new tokens from {stats.target_passes} target passes: "
+          f"{stats.tokens_per_pass:.2f} tokens per pass (at most {args.k + 1})")
+    print(f"time in the draft {stats.draft_time * 1e3:.0f} ms, in the target "
+          f"{stats.target_time * 1e3:.0f} ms")
+    if args.compare:
+        times = {"plain": [], "speculative": []}
+        for _ in range(3):
+            started = time.perf_counter()
+            plain = generate(target, idx, args.max_new_tokens,
+                             generator=torch.Generator().manual_seed(args.seed), **sampling)
+            times["plain"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
+                                 generator=torch.Generator().manual_seed(args.seed), **sampling)
+            times["speculative"].append(time.perf_counter() - started)
+        plain_s, spec_s = (sorted(t)[1] for t in times.values())
+        print(f"plain decoding {plain_s * 1e3:.0f} ms, speculative {spec_s * 1e3:.0f} ms "
+              f"(medians of 3; target in {args.target_backend}, draft in "
+              f"{args.draft_backend}): {plain_s / spec_s:.2f}x")
+        if args.temperature == 0:
+            same = torch.equal(plain, out)
+            print("identical to plain greedy decoding" if same else
+                  "DIFFERENT from plain greedy decoding: please report this as a bug")
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

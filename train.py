@@ -1,7 +1,7 @@
 """
 train.py: train the lesson's models from the command line, with a checkpoint cache.
 
-    python train.py                       # the big model, the draft and the names draft
+    python train.py                       # every preset: big, draft, names, distilled
     python train.py --preset draft        # one preset
     python train.py --preset big --steps 3000 --lr 2e-3
     python train.py -h                    # every flag, from gpt.Config and gpt.TrainConfig
@@ -64,6 +64,14 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     corpus_name = gpt.PRESETS[name]["corpus"] if name in gpt.PRESETS else "shakespeare"
     path = checkpoint_path(name, folder)
     wanted = settings(config, tc, corpus_name)
+    teacher = None
+    teacher_name = gpt.PRESETS.get(name, {}).get("teacher")
+    if teacher_name:  # distillation: the teacher as it is, trained with defaults if missing
+        if not checkpoint_path(teacher_name, folder).exists():
+            ensure_trained(teacher_name, folder=folder, device=device, progress=progress, log=log)
+        teacher, teacher_state = gpt.load_checkpoint(checkpoint_path(teacher_name, folder),
+                                                    device=gpt.resolve_device(device))
+        wanted["teacher"] = teacher_state.get("settings")  # a new teacher means a new student
     state = None
     if path.exists() and not fresh:
         try:
@@ -92,11 +100,13 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     torch.manual_seed(tc.seed)
     model = GPT(config)
     log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
-        f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}")
+        f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}"
+        + (f", imitating {teacher_name}" if teacher_name else ""))
     started = time.time()
-    gpt.train(model, tc.steps, log_every=1 if progress else 0, source=source_for(corpus_name),
+    gpt.train(model, tc.steps, log_every=tc.eval_every, source=source_for(corpus_name),
               config=tc, device=device, checkpoint=path, resume=state, progress=progress,
-              corpus_name=corpus_name, extra={"settings": wanted, "preset": name})
+              corpus_name=corpus_name, extra={"settings": wanted, "preset": name},
+              teacher=teacher)
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
         f"({time.time() - started:.0f}s)")
     return path
@@ -104,6 +114,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
 
 def load_trained(name, folder=None, device="cpu"):
     """The trained model of preset `name`, or a one-line error saying how to train it."""
+    gpt.preset(name)  # an unknown name is a ValueError that lists the presets
     model, _ = gpt.load_checkpoint(checkpoint_path(name, folder), device=device,
                                    hint=f"python train.py --preset {name}")
     return model
@@ -113,9 +124,9 @@ def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0],
                                      epilog="\n".join(__doc__.split("\n")[2:9]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", nargs="+", default=["big", "draft", "names"],
+    parser.add_argument("--preset", nargs="+", default=list(gpt.PRESETS),
                         metavar="NAME", help=f"what to train: {', '.join(gpt.PRESETS)} "
-                        f"(default: all three)")
+                        f"(default: all)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--checkpoints", default=str(CHECKPOINTS), help="checkpoint folder")
     parser.add_argument("--resume", action="store_true",

@@ -1,0 +1,185 @@
+"""
+benchmark.py: plain vs speculative decoding on the same held-out prompts, same machine, one run.
+
+    python benchmark.py                   # greedy, 8 prompts x 200 new tokens, a few minutes
+    python benchmark.py --ks 1,2,3 --drafts draft --setups torch/numpy
+    python benchmark.py -h
+
+A setup is target backend / draft backend: torch is gpt.GPT, numpy is numpy_gpt.NumpyGPT (the
+same weights, less overhead per call). Plain decoding always runs the setup's target backend.
+For each setup, draft and k it prints tokens/s of plain and speculative decoding and the
+speed-up (after checking that greedy speculative output equals plain output token for token),
+tokens per target pass and acceptance; then what the lesson's formula predicts from quantities
+measured separately, each a median over many calls:
+
+    alpha        greedy agreement of draft and target on held-out text (both argmaxes equal)
+    c            one draft step / one target step (one new token, 64 cached)
+    verify cost  one target pass over k+1 new tokens / one over 1 token
+    predicted    (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify cost)
+
+It also times the lesson's loop, which recomputes the whole context for every token, against
+KV-cached plain decoding (torch). Wall times are medians over --repeats runs of all prompts;
+each speed-up is a ratio of two medians from the same run.
+"""
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+import cli
+import gpt
+import speculative as sd
+import train
+
+
+@dataclass
+class BenchArgs:
+    prompts: int = 8            # held-out prompts, spread through the validation text
+    prompt_chars: int = 32
+    new_tokens: int = 200
+    ks: str = "1,2,3,4,5,6"     # draft lengths to try
+    drafts: str = "draft,distilled"  # presets, comma-separated
+    setups: str = "torch/numpy,torch/torch,numpy/numpy"  # target backend / draft backend
+    repeats: int = 5            # timings are medians over this many runs
+    recompute: bool = True      # also time the lesson's recompute-everything loop
+    checkpoints: str = ""
+    json: str = ""              # also write every figure here
+
+
+def held_out_prompts(n, chars):
+    """n prompts of `chars` characters, each the start of a speech in the validation text."""
+    text = gpt.decode(gpt.val_data)
+    starts = [text.find("\n\n", i * len(text) // n) + 2 for i in range(n)]
+    return [torch.tensor([gpt.encode(text[s:s + chars])]) for s in starts]
+
+
+def median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def step_time(model, n_tokens, context=64, repeats=300):
+    """Median seconds of one cached forward pass over n_tokens after `context` cached tokens."""
+    scorer = sd.CachedScorer(model)
+    tokens = torch.randint(0, model.c.vocab_size, (context + n_tokens,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    scorer.score([tokens], context + n_tokens)
+    times = []
+    for _ in range(repeats):
+        scorer.cache.rollback(context)
+        started = time.perf_counter()
+        scorer.forward([tokens[context:]])
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def recompute_generate(model, idx, max_new_tokens):
+    """The lesson's loop: no cache, the whole (cropped) context through the model per token."""
+    for _ in range(max_new_tokens):
+        logits, _ = model(idx[:, -model.c.block_size:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
+def bench(args, log=print):
+    folder = args.checkpoints or None
+    target = train.load_trained("big", folder)
+    drafts = {name: train.load_trained(name, folder) for name in args.drafts.split(",")}
+    prompts = held_out_prompts(args.prompts, args.prompt_chars)
+    ks = [int(k) for k in args.ks.split(",")]
+    n_new = args.new_tokens * len(prompts)
+    results = {"settings": asdict(args), "machine": machine(), "recompute": None,
+               "agreement": {}, "runs": []}
+
+    def timed(fn):
+        return median_time(lambda: [fn(p) for p in prompts], args.repeats)
+
+    if args.recompute:
+        slow = median_time(lambda: [recompute_generate(target, p, args.new_tokens)
+                                    for p in prompts], max(1, args.repeats // 2))
+        cached = timed(lambda p: sd.generate(target, p, args.new_tokens))
+        results["recompute"] = {"recompute_tokens_per_s": n_new / slow,
+                                "cached_tokens_per_s": n_new / cached, "speedup": slow / cached}
+        log(f"torch, {len(prompts)} prompts x {args.new_tokens} tokens: recompute-everything "
+            f"{n_new / slow:,.0f} tokens/s, KV-cached {n_new / cached:,.0f} tokens/s: "
+            f"{slow / cached:.1f}x")
+
+    for name, draft in drafts.items():
+        agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=256)
+        results["agreement"][name] = asdict(agreement)
+        log(f"draft {name!r} on held-out text: alpha {agreement.alpha:.3f}, "
+            f"greedy agreement {agreement.greedy_agreement:.3f}")
+
+    for setup in args.setups.split(","):
+        target_backend, draft_backend = setup.split("/")
+        big = sd.with_backend(target, target_backend)
+        plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
+        plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))
+        target_step = step_time(big, 1)
+        verify = {k: step_time(big, k + 1) / target_step for k in ks}
+        log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
+            f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
+        for name, draft in drafts.items():
+            small = sd.with_backend(draft, draft_backend)
+            c = step_time(small, 1) / target_step
+            a = results["agreement"][name]["greedy_agreement"]
+            log(f"  draft {name!r}: c {c:.3f}")
+            log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "
+                f"{'accepted':>9} {'verify':>7}")
+            for k in ks:
+                runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
+                        for p in prompts]
+                if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
+                    raise SystemExit(f"greedy speculative output differs from plain decoding "
+                                     f"({setup}, {name}, k={k}): a bug, please report it")
+                spec_s = timed(lambda p: sd.speculative_generate(big, small, p,
+                                                                 args.new_tokens, k=k))
+                stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+                for _, s in runs:
+                    stats.add(s)
+                predicted = sd.expected_speedup(a, k, c, verify[k])
+                results["runs"].append({
+                    "setup": setup, "draft": name, "k": k, "agreement": a, "c": c,
+                    "verify_cost": verify[k], "target_step_s": target_step,
+                    "plain_tokens_per_s": n_new / plain_s, "spec_tokens_per_s": n_new / spec_s,
+                    "speedup": plain_s / spec_s, "predicted_speedup": predicted,
+                    "tokens_per_pass": stats.tokens_per_pass,
+                    "expected_tokens_per_pass": sd.expected_tokens_per_pass(a, k),
+                    "acceptance_rate": stats.acceptance_rate})
+                log(f"  {k:>3} {n_new / spec_s:>9,.0f} {plain_s / spec_s:>8.2f}x "
+                    f"{predicted:>8.2f}x {stats.tokens_per_pass:>9.2f} "
+                    f"{stats.acceptance_rate:>9.1%} {verify[k]:>6.2f}x")
+    return results
+
+
+def machine():
+    return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
+
+
+def main(argv=None):
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
+    cli.add_fields(parser, BenchArgs, title="benchmark")
+    args = cli.take(BenchArgs, parser.parse_args(argv))
+    for setup in args.setups.split(","):
+        if len(setup.split("/")) != 2 or set(setup.split("/")) - {"torch", "numpy"}:
+            raise ValueError(f"a setup is TARGET/DRAFT, each torch or numpy, not {setup!r}")
+    print(f"machine: {machine()}")
+    results = bench(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    cli.run(main)

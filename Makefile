@@ -1,10 +1,11 @@
-# The two commands of the README: `make lesson` (everything, from nothing) and `make test`.
+# The README's two commands: `make lesson` (everything, from nothing) and `make test`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+N      ?= 1
 
-.PHONY: setup lesson train test test-all exercise benchmark clean
+.PHONY: setup lesson train exercise benchmark test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,19 +13,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)                 ## the virtual environment with everything installed
+setup: $(STAMP)      ## a virtual environment in .venv with everything installed
 
-lesson: setup                   ## corpora, the three models, a sample (cached after the first run)
+lesson: setup        ## corpora, models (cached), all five exercises, results/report.md
+	$(PY) -m exercises
+
+train: setup         ## only the models (python train.py -h for the flags)
 	$(PY) train.py
 
-train: setup
-	$(PY) train.py
+exercise: setup      ## one exercise: make exercise N=3
+	$(PY) -m exercises --only $(N)
 
-test: setup                     ## the test suite: offline, a few minutes on 2 cores
-	$(PY) -m pytest
-
-benchmark: setup                ## plain vs speculative decoding, tokens/s and speed-ups
+benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) benchmark.py
 
-clean:                          ## generated data, checkpoints and results (not the venv)
+test: setup          ## the test suite: offline, tiny models, about two minutes on 2 cores
+	$(PY) -m pytest
+
+clean:               ## generated corpora, checkpoints and results (keeps .venv)
 	rm -rf data/*.txt data/meta.json data/cache checkpoints results

@@ -68,6 +68,7 @@ def median_time(fn, repeats):
 
 def step_time(model, n_tokens, context=64, repeats=300):
     """Median seconds of one cached forward pass over n_tokens after `context` cached tokens."""
+    context = min(context, model.c.block_size - n_tokens)
     scorer = sd.CachedScorer(model)
     tokens = torch.randint(0, model.c.vocab_size, (context + n_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()

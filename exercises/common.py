@@ -1,0 +1,116 @@
+"""
+exercises/common.py: what every exercise shares: its flags, its models and where it writes.
+
+Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
+ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
+from the checkpoint cache of train.py and are trained when missing; --quick swaps in tiny models
+trained for a few dozen steps, so that the test suite can run every exercise in seconds.
+"""
+
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import gpt
+import train
+from gpt import Config, TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON_PROMPTS = ["ROMEO:\n", "JULIET:\n", "KING RICHARD III:\n", "First Citizen:\n",
+                  "MENENIUS:\n"]
+
+
+@dataclass
+class ExerciseArgs:
+    seed: int = 1337
+    quick: bool = False        # tiny models trained for seconds (what the tests run)
+    checkpoints: str = ""      # default: checkpoints/ (with --quick: checkpoints/quick/)
+    results: str = "results"   # where figures and numbers go
+
+
+# --quick: every preset keeps its role but shrinks; the big one stays bigger than the drafts.
+QUICK_CONFIG = {"big": dict(n_layer=2, n_head=2, n_embd=32, block_size=64),
+                "draft": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
+                "names": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
+                "distilled": dict(n_layer=1, n_head=2, n_embd=32, block_size=64)}
+QUICK_TRAIN = TrainConfig(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
+
+
+def checkpoint_folder(args):
+    folder = Path(args.checkpoints) if args.checkpoints else ROOT / "checkpoints"
+    return folder / "quick" if args.quick else folder
+
+
+def load_models(args, names, log=print):
+    """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
+    models = {}
+    for name in names:
+        config = Config(**QUICK_CONFIG[name]) if args.quick else None
+        tc = QUICK_TRAIN if args.quick else TrainConfig()
+        train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
+                             progress=not args.quick, log=log if not args.quick else _quiet)
+        models[name] = train.load_trained(name, checkpoint_folder(args))
+    return models
+
+
+def _quiet(*args):
+    pass
+
+
+def results_dir(args):
+    path = Path(args.results)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def save_json(args, name, data):
+    path = results_dir(args) / name
+    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    return path
+
+
+def figure(args, name, fig):
+    """Save a matplotlib figure as a PNG in the results folder and close it."""
+    path = results_dir(args) / name
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+def pyplot():
+    """matplotlib without a display (the exercises only write files)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def encode_prompt(text):
+    return torch.tensor([gpt.encode(text)])
+
+
+def machine():
+    """The machine and software a run happened on, for the report."""
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "torch": torch.__version__, "cpu_cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return info
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def shrink_if_quick(args, **limits):
+    """With --quick, cap these sizes (tiny models have a 64-character window; tests are short)."""
+    if args.quick:
+        for name, limit in limits.items():
+            setattr(args, name, min(getattr(args, name), limit))

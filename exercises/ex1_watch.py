@@ -1,0 +1,160 @@
+"""
+Exercise 1, watch it happen: a real speculative run of the trained pair, replayed round by round.
+
+    python -m exercises.ex1_watch                  # the lesson's draft, greedy, 60 characters
+    python -m exercises.ex1_watch --draft distilled --delay 0.5
+
+What to look at. Each round the draft (the junior writer) guesses k characters, one at a time,
+cheaply. The target (the senior editor) then reads the context and all k guesses in one pass and
+says, at every position, what it would have written itself. Guesses are kept from the left for
+as long as they match; at the first mismatch the editor's own character goes in, and the round
+ends. So every round writes between 1 and k+1 characters for one pass of the big model.
+
+Where the picture breaks: a human editor could fix one wrong word and keep the rest of the
+draft. Here everything after the first rejected guess is thrown away unread, because each later
+guess was written from a context that contained the rejected one. A junior who is often wrong
+early saves nothing: the round still costs k draft steps and one target pass, for one character.
+
+Writes results/ex1_watch.html (the text coloured by who wrote each character, and every round)
+and results/ex1_rounds.png (how many guesses each round kept).
+"""
+
+import html
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import gpt
+import speculative as sd
+from exercises import common
+
+
+@dataclass
+class Args(common.ExerciseArgs):
+    prompt: str = "ROMEO:\n"
+    max_new_tokens: int = 60
+    k: int = 4
+    draft: str = "draft"
+    delay: float = 0.0      # seconds to pause after each round, to watch it unfold
+
+
+def show(ch):
+    return {"\n": "\u23ce", " ": "\u00b7"}.get(ch, ch)
+
+
+def replay(prompt_ids, trace):
+    """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token."""
+    rounds, position = [], len(prompt_ids)
+    for proposed, n_accepted, token in trace:
+        verdicts = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
+                    + ["unread"] * (len(proposed) - n_accepted - 1))
+        rounds.append({"position": position, "guesses": gpt.decode(proposed),
+                       "verdicts": verdicts, "kept": n_accepted, "target": gpt.decode([token]),
+                       "kind": "bonus" if proposed and n_accepted == len(proposed)
+                       else "correction"})
+        position += n_accepted + 1
+    return rounds
+
+
+def colour(text, code, on):
+    return f"\033[{code}m{text}\033[0m" if on else text
+
+
+def print_round(i, r, text_so_far, on):
+    marks = {"kept": colour("kept", "32", on), "rejected": colour("REJECTED", "31", on),
+             "unread": colour("thrown away", "2", on)}
+    print(f"round {i + 1}: ...{''.join(show(c) for c in text_so_far[-24:])}")
+    for guess, verdict in zip(r["guesses"], r["verdicts"]):
+        print(f"    draft guessed {show(guess)!r:6}  target: {marks[verdict]}")
+    who = ("its bonus character (all guesses kept)" if r["kind"] == "bonus"
+           else "its own character instead" if r["guesses"]
+           else "the last character itself (nothing left to guess)")
+    print(f"    target writes {who}: {show(r['target'])!r}  "
+          f"-> {r['kept'] + 1} character(s) for one pass of the big model\n")
+
+
+def write_html(path, prompt, rounds, stats, draft_name):
+    spans, rows = [html.escape(prompt).replace("\n", "<br>")], []
+    for i, r in enumerate(rounds):
+        title = f"round {i + 1}"
+        for guess, verdict in zip(r["guesses"], r["verdicts"]):
+            if verdict == "kept":
+                spans.append(f'<span class="kept" title="{title}">{html.escape(guess)}</span>')
+        spans.append(f'<span class="{r["kind"]}" title="{title}">{html.escape(r["target"])}</span>')
+        cells = "".join(f'<td class="{v}">{html.escape(show(g))}</td>'
+                        for g, v in zip(r["guesses"], r["verdicts"]))
+        rows.append(f"<tr><td>{i + 1}</td>{cells}<td class='{r['kind']}'>"
+                    f"{html.escape(show(r['target']))}</td><td>{r['kept'] + 1}</td></tr>")
+    text = "".join(spans).replace("\n", "<br>")
+    path.write_text(f"""<!doctype html><meta charset="utf-8"><title>Speculative decoding, round by round</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} .text{{font-family:monospace;font-size:1.2em;line-height:1.8}}
+.kept{{background:#c8f7c5}} .correction{{background:#ffe08a}} .bonus{{background:#a8dcff}} .rejected{{background:#ffb3b3}} .unread{{color:#aaa;text-decoration:line-through}}
+td{{font-family:monospace;padding:2px 8px;text-align:center}}</style>
+<h1>Speculative decoding, round by round</h1>
+<p>Draft <b>{html.escape(draft_name)}</b> guesses; the big model checks. <span class="kept">kept guess</span>
+<span class="correction">target's own character after a rejection</span> <span class="bonus">bonus character (all guesses kept)</span>.
+{stats.new_tokens} characters from {stats.target_passes} passes of the big model ({stats.tokens_per_pass:.2f} per pass);
+{stats.accepted} of {stats.proposed} guesses kept ({stats.acceptance_rate:.0%}).</p>
+<p class="text">{text}</p>
+<h2>Every round</h2><p>Guesses after the first rejected one are thrown away unread.</p>
+<table><tr><th>round</th>{"".join(f"<th>guess {j + 1}</th>" for j in range(stats.k))}<th>target</th><th>written</th></tr>
+{"".join(rows)}</table>
+""")
+
+
+def run(args, log=print):
+    common.shrink_if_quick(args, max_new_tokens=30)
+    models = common.load_models(args, ["big", args.draft], log=log)
+    target, draft = models["big"], models[args.draft]
+    idx = common.encode_prompt(args.prompt)
+    out, stats = sd.speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k)
+    assert (out == sd.generate(target, idx, args.max_new_tokens)).all(), "greedy must match"
+    rounds = replay(idx[0].tolist(), stats.trace)
+    on = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    text = args.prompt
+    for i, r in enumerate(rounds):
+        if log is print:
+            print_round(i, r, text, on)
+            time.sleep(args.delay)
+        text += "".join(g for g, v in zip(r["guesses"], r["verdicts"]) if v == "kept") + r["target"]
+    assert text == gpt.decode(out[0])
+    folder = common.results_dir(args)
+    write_html(folder / "ex1_watch.html", args.prompt, rounds, stats, args.draft)
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
+           color=["#58b4f0" if r["kind"] == "bonus" else "#f5b942" for r in rounds])
+    ax.set(xlabel="round", ylabel="characters written", ylim=(0, args.k + 1.5),
+           title=f"{args.draft} draft, k = {args.k}: characters per pass of the big model "
+                 f"(blue: all guesses kept)")
+    common.figure(args, "ex1_rounds.png", fig)
+    numbers = {"prompt": args.prompt, "k": args.k, "draft": args.draft, "text": text,
+               "rounds": len(rounds), "new_tokens": stats.new_tokens,
+               "tokens_per_pass": stats.tokens_per_pass, "acceptance_rate": stats.acceptance_rate,
+               "identical_to_plain": True}
+    common.save_json(args, "ex1_watch.json", numbers)
+    log(f"{stats.new_tokens} characters in {len(rounds)} rounds: {stats.tokens_per_pass:.2f} per "
+        f"pass of the big model, {stats.acceptance_rate:.0%} of guesses kept; identical to the big "
+        f"model alone. Wrote {folder / 'ex1_watch.html'}")
+    markdown = (f"Prompt {args.prompt!r}, draft `{args.draft}`, k = {args.k}, greedy: "
+                f"{stats.new_tokens} characters in {len(rounds)} rounds, "
+                f"**{stats.tokens_per_pass:.2f} characters per pass** of the big model, "
+                f"{stats.acceptance_rate:.0%} of guesses kept, output identical to the big model "
+                f"alone. Round by round: `ex1_watch.html`; per round: ![](ex1_rounds.png)")
+    return {"numbers": numbers, "markdown": markdown}
+
+
+def main(argv=None):
+    import cli
+    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
+    cli.add_fields(parser, Args, title="exercise 1")
+    args = cli.take(Args, parser.parse_args(argv))
+    args.prompt = args.prompt.replace("\\n", "\n")
+    print(__doc__.split("\n\n", 2)[2].split("Writes")[0])
+    run(args)
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

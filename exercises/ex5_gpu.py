@@ -1,0 +1,202 @@
+"""
+Exercise 5, GPU timing: what "checking k tokens costs about the same as generating one" means.
+
+    python -m exercises.ex5_gpu               # on a GPU if torch sees one, else on the CPU
+    python -m exercises.ex5_gpu --device cpu
+
+Three measurements, each a median over repeats after a warm-up. On a GPU the clock is read with
+CUDA events after torch.cuda.synchronize(): kernels run asynchronously, and a wall clock around
+a launch times the launch, not the work.
+1. One forward pass of the big model over 1, 2, 4, 8, 16 new tokens (64 already cached). When a
+   step is memory-bound (weights streamed from memory once per pass) or overhead-bound, the
+   extra tokens ride along almost free; that is what speculation spends.
+2. Plain vs speculative decoding for k = 1..8 on the lesson's prompts (greedy, both models on
+   the device).
+3. The speed-up against batch size. Our decoder speculates one sequence at a time, so this is
+   the formula fed with passes timed at each batch size B: c_B = draft pass / target pass over
+   B x 1 tokens, verify_B = target pass over B x (k+1) / over B x 1. As B grows the device fills
+   up, a pass over B x (k+1) tokens costs up to k+1 times one over B x 1, and the gain fades:
+   a busy accelerator has no idle capacity left for checking guesses.
+
+With a GPU it first trains a bigger pair there (8 x 512 target, 2 x 256 draft; a few minutes,
+cached in checkpoints/gpu/) so that the target is worth speeding up; without one it measures the
+lesson's CPU models (big, distilled draft) and says so. Writes results/ex5_forward.png,
+results/ex5_k.png, results/ex5_batch.png and the raw timings in results/ex5_gpu.json.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+import gpt
+import speculative as sd
+import train
+from exercises import common
+from gpt import Config, TrainConfig
+
+
+@dataclass
+class Args(common.ExerciseArgs):
+    device: str = "auto"        # auto, cpu or cuda
+    max_new_tokens: int = 100
+    repeats: int = 30           # timing repeats per measurement (decoding: a third of it)
+
+
+GPU_MODELS = {"big": Config(n_layer=8, n_head=8, n_embd=512, block_size=256),
+              "draft": Config(n_layer=2, n_head=4, n_embd=256, block_size=256)}
+GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
+
+
+def timer(device):
+    """A function that returns the median seconds of fn() over `repeats` runs after warm-up."""
+    def measure(fn, repeats, warmup=3):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                started = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - started)
+        return statistics.median(times)
+    return measure
+
+
+def models_for(args, device, log):
+    if device == "cuda" and not args.quick:
+        folder = common.checkpoint_folder(args) / "gpu"
+        for name, config in GPU_MODELS.items():
+            train.ensure_trained(name, GPU_TRAIN, config, folder=folder, device="cuda", log=log)
+        return (train.load_trained("big", folder, "cuda"),
+                train.load_trained("draft", folder, "cuda"), "gpu pair (8 x 512 target, 2 x 256 draft)")
+    models = common.load_models(args, ["big", "distilled"], log=log)
+    return (models["big"].to(device), models["distilled"].to(device),
+            "lesson's big model and the distilled draft")
+
+
+@torch.no_grad()
+def pass_time(model, batch, tokens, measure, repeats, context=64):
+    """Median seconds of one pass over batch x tokens new tokens after `context` cached ones."""
+    device = next(model.parameters()).device
+    context = min(context, model.c.block_size - tokens)
+    idx = torch.randint(0, model.c.vocab_size, (batch, context + tokens), device=device)
+    cache = model.new_cache(batch)
+    model(idx[:, :context], cache=cache)
+
+    def step():
+        cache.rollback(context)
+        model(idx[:, context:], cache=cache)
+    return measure(step, repeats)
+
+
+def run(args, log=print):
+    common.shrink_if_quick(args, max_new_tokens=30, repeats=3)
+    device = gpt.resolve_device(args.device)
+    measure = timer(device)
+    target, draft, pair = models_for(args, device, log)
+    log(f"device: {device} ({common.machine()['gpu'] or 'no GPU: CPU timings'}); models: {pair}")
+    repeats = 3 if args.quick else args.repeats
+
+    # 1. One pass over 1..16 new tokens.
+    sizes = [1, 2, 4, 8, 16]
+    forward = {t: pass_time(target, 1, t, measure, repeats) for t in sizes}
+    log("target pass over t new tokens: " + ", ".join(
+        f"{t}: {s * 1e3:.2f} ms ({s / forward[1]:.2f}x)" for t, s in forward.items()))
+
+    # 2. Plain vs speculative, k = 1..8.
+    prompts = [common.encode_prompt(p).to(device) for p in common.LESSON_PROMPTS]
+    n = args.max_new_tokens
+    decode_repeats = max(1, repeats // 10)
+    plain = measure(lambda: [sd.generate(target, p, n) for p in prompts], decode_repeats, warmup=1)
+    agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
+    by_k = {}
+    for k in range(1, 9):
+        stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+        for p in prompts:
+            out, s = sd.speculative_generate(target, draft, p, n, k=k)
+            assert torch.equal(out, sd.generate(target, p, n)), "greedy output changed"
+            stats.add(s)
+        spec = measure(lambda: [sd.speculative_generate(target, draft, p, n, k=k) for p in prompts],
+                       decode_repeats, warmup=1)
+        by_k[k] = {"seconds": spec, "speedup": plain / spec, "tokens_per_pass": stats.tokens_per_pass}
+        log(f"k = {k}: speculative {plain / spec:.2f}x plain, {stats.tokens_per_pass:.2f} tokens "
+            f"per pass")
+
+    # 3. The speed-up against batch size, from passes timed at each batch size.
+    k = max(by_k, key=lambda j: by_k[j]["speedup"])
+    batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
+    by_batch = {}
+    for b in batches:
+        one = pass_time(target, b, 1, measure, repeats)
+        check = pass_time(target, b, k + 1, measure, repeats)
+        small = pass_time(draft, b, 1, measure, repeats)
+        c, verify = small / one, check / one
+        by_batch[b] = {"target_1": one, "target_k+1": check, "draft_1": small, "c": c,
+                       "verify_cost": verify,
+                       "predicted_speedup": sd.expected_speedup(agreement, k, c, verify)}
+        log(f"batch {b:3}: verify {verify:.2f}x a one-token pass, c {c:.2f}, predicted speed-up "
+            f"{by_batch[b]['predicted_speedup']:.2f}x (k = {k})")
+
+    plt = common.pyplot()
+    where = "GPU" if device == "cuda" else "CPU (no GPU found)"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(sizes, [forward[t] * 1e3 for t in sizes], "o-", label="measured")
+    ax.plot(sizes, [forward[1] * 1e3 * t for t in sizes], ":", label="if each token cost a pass")
+    ax.set(xlabel="new tokens in one pass", ylabel="ms", xscale="log", xticks=sizes,
+           xticklabels=sizes, title=f"One pass of the target over t tokens, {where}")
+    ax.legend()
+    common.figure(args, "ex5_forward.png", fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(list(by_k), [v["speedup"] for v in by_k.values()])
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set(xlabel="k", ylabel="speed-up over plain decoding", title=f"Speculative decoding, {where}")
+    common.figure(args, "ex5_k.png", fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(batches, [by_batch[b]["predicted_speedup"] for b in batches], "o-")
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set(xlabel="batch size", ylabel="predicted speed-up", xscale="log", xticks=batches,
+           xticklabels=batches, title=f"The gain fades as the device fills up (k = {k}), {where}")
+    common.figure(args, "ex5_batch.png", fig)
+
+    numbers = {"device": device, "gpu": common.machine()["gpu"], "models": pair,
+               "greedy_agreement": agreement, "forward_seconds": forward,
+               "plain_seconds": plain, "by_k": by_k, "best_k": k, "by_batch": by_batch}
+    common.save_json(args, "ex5_gpu.json", numbers)
+    rows = [[t, f"{s * 1e3:.2f} ms", f"{s / forward[1]:.2f}x"] for t, s in forward.items()]
+    markdown = (f"Measured on the {where} with the {pair}"
+                + ("" if device == "cuda" else
+                   "; no GPU was found, so these are CPU timings, where a tiny model's pass is "
+                   "bound by framework overhead rather than memory")
+                + ".\n\n" + common.markdown_table(["new tokens", "one pass", "vs one token"], rows)
+                + "\n\n" + common.markdown_table(
+                    ["k", "speed-up", "tokens/pass"],
+                    [[j, f"{v['speedup']:.2f}x", f"{v['tokens_per_pass']:.2f}"] for j, v in by_k.items()])
+                + f"\n\nAgainst batch size (k = {k}, predicted from passes timed at each size):\n\n"
+                + common.markdown_table(
+                    ["batch", "verify cost", "c", "predicted speed-up"],
+                    [[b, f"{v['verify_cost']:.2f}x", f"{v['c']:.2f}", f"{v['predicted_speedup']:.2f}x"]
+                     for b, v in by_batch.items()])
+                + "\n\n![](ex5_forward.png) ![](ex5_k.png) ![](ex5_batch.png)")
+    return {"numbers": numbers, "markdown": markdown}
+
+
+def main(argv=None):
+    import cli
+    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
+    cli.add_fields(parser, Args, title="exercise 5")
+    run(cli.take(Args, parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

@@ -1,0 +1,97 @@
+"""Every exercise end to end in quick mode (tiny models), and the main job's report."""
+
+import json
+
+import pytest
+
+from exercises import __main__ as lesson
+from exercises import common
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lesson")
+    args = lesson.Args(quick=True, checkpoints=str(folder / "checkpoints"),
+                       results=str(folder / "results"))
+    sections = lesson.lesson(args)
+    return folder / "results", sections
+
+
+def numbers(results, name):
+    return json.loads((results[0] / name).read_text())
+
+
+def test_every_figure_is_a_valid_png(results):
+    import matplotlib.image
+    names = ["ex1_rounds.png", "ex2_derive.png", "ex3_build.png", "ex4_break.png",
+             "ex5_forward.png", "ex5_k.png", "ex5_batch.png"]
+    for name in names:
+        data = (results[0] / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
+        image = matplotlib.image.imread(results[0] / name)
+        assert image.shape[0] > 100 and image.shape[1] > 100, name
+
+
+def test_report_has_every_section_and_the_machine(results):
+    report = (results[0] / "report.md").read_text()
+    for heading in ["## Models", "## The lesson's numbers and ours"] + [
+            f"## Exercise {n}" for n in range(1, 6)]:
+        assert heading in report
+    assert "Machine:" in report and "torch" in report
+
+
+def test_ex1_replays_the_run(results):
+    n = numbers(results, "ex1_watch.json")
+    assert n["text"].startswith("ROMEO:\n") and len(n["text"]) == len("ROMEO:\n") + n["new_tokens"]
+    assert 1 <= n["tokens_per_pass"] <= n["k"] + 1 and n["identical_to_plain"]
+    html = (results[0] / "ex1_watch.html").read_text()
+    assert html.count("<tr>") == n["rounds"] + 1
+
+
+def test_ex2_numbers_are_exact(results):
+    n = numbers(results, "ex2_derive.json")
+    assert n["exact"] == "2101/625" and n["by_sum"] == 3.3616
+    assert round(n["closed_form"], 12) == 3.3616
+    assert abs(n["simulated"] - 3.3616) < 5 * n["simulated_se"]
+    rows = {row[0]: row[1:] for row in n["table"]["rows"]}
+    assert rows[0.8][n["table"]["ks"].index(4)] == 3.362
+
+
+def test_ex3_is_identical_and_timed(results):
+    n = numbers(results, "ex3_build.json")
+    assert n["identical"] is True
+    assert 1 <= n["tokens_per_pass"] <= n["k"] + 1
+    assert all(s > 0 for s in n["seconds"].values()) and len(n["seconds"]) == 5
+    assert 0 < n["c_cached_numpy"] < 10 and n["verify_cost"] > 0
+
+
+def test_ex4_break_even(results):
+    n = numbers(results, "ex4_break.json")
+    assert round(n["break_even"]["0.2"]["bisection"], 4) == 0.4553
+    assert round(n["break_even"]["0.05"]["bisection"], 4) == 0.1668
+    assert n["break_even"]["0.2"]["grid_0.01"] == 0.46
+    assert n["break_even"]["0.05"]["grid_0.01"] == 0.17
+    for d in n["drafts"].values():
+        assert 0 <= d["greedy_agreement"] <= 1 and 0 <= d["alpha"] <= 1 and d["speedup"] > 0
+
+
+def test_ex5_timings(results):
+    n = numbers(results, "ex5_gpu.json")
+    assert n["device"] in ("cpu", "cuda")
+    assert set(n["forward_seconds"]) == {"1", "2", "4", "8", "16"}
+    assert all(v["speedup"] > 0 for v in n["by_k"].values()) and len(n["by_k"]) == 8
+    assert all(v["verify_cost"] > 0 for v in n["by_batch"].values())
+
+
+def test_exercise_bad_input_is_one_line(run_script):
+    result = run_script("-m", "exercises.ex2_derive", "--alpha", "1.5")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "error: --alpha must be in [0, 1), not 1.5"
+
+
+def test_exercise_help(run_script):
+    for n in ["ex1_watch", "ex2_derive", "ex3_build", "ex4_break", "ex5_gpu"]:
+        result = run_script("-m", f"exercises.{n}", "-h")
+        assert result.returncode == 0 and "--seed" in result.stdout and "--quick" in result.stdout

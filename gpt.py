@@ -121,17 +121,18 @@ class CausalSelfAttention(nn.Module):
         else:
             # Append the new keys and values, then attend over the whole cached prefix.
             start, end = cache.length, cache.length + T
-            cache.k[layer, :, :, start:end] = k
-            cache.v[layer, :, :, start:end] = v
-            k = cache.k[layer, :, :, :end]            # (B, nh, end, hs)
-            v = cache.v[layer, :, :, :end]            # (B, nh, end, hs)
+            cache.k[layer].narrow(2, start, T).copy_(k)
+            cache.v[layer].narrow(2, start, T).copy_(v)
+            k = cache.k[layer].narrow(2, 0, end)      # (B, nh, end, hs)
+            v = cache.v[layer].narrow(2, 0, end)      # (B, nh, end, hs)
             # New token i sits at position start+i and sees positions 0..start+i.
             mask, causal = (None if T == 1 else self.mask[start:end, :end]), False
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            dropout_p=dropout)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)       # (B, T, C)
-        return F.dropout(self.c_proj(y), dropout, self.training)
+        y = self.c_proj(y)
+        return F.dropout(y, dropout, self.training) if dropout else y
 
 
 class MLP(nn.Module):
@@ -144,7 +145,8 @@ class MLP(nn.Module):
 
     def forward(self, x):
         x = F.gelu(self.c_fc(x), approximate="tanh")  # (B, T, 4C), GPT-2's GELU
-        return F.dropout(self.c_proj(x), self.dropout, self.training)
+        x = self.c_proj(x)
+        return F.dropout(x, self.dropout, self.training) if self.dropout and self.training else x
 
 
 class Block(nn.Module):

@@ -35,7 +35,7 @@ class Args(common.ExerciseArgs):
     k: int = 4
     max_new_tokens: int = 100
     draft: str = "draft"
-    repeats: int = 3
+    repeats: int = 5
 
 
 @torch.no_grad()
@@ -119,8 +119,11 @@ def run(args, log=print):
         "speculative, KV caches (draft in NumPy)":
             lambda p: sd.speculative_generate(target, fast_draft, p, n, k=args.k),
     }
-    seconds = {name: median_seconds(lambda: [fn(p) for p in prompts], args.repeats)
-               for name, fn in versions.items()}
+    times = {name: [] for name in versions}
+    for _ in range(args.repeats):  # round robin, so that a drift in speed hits every version
+        for name, fn in versions.items():
+            times[name].append(median_seconds(lambda: [fn(p) for p in prompts], 1))
+    seconds = {name: statistics.median(t) for name, t in times.items()}
     tokens = len(prompts) * n
     base_lesson, base_cached = seconds["lesson: plain, recompute everything"], seconds["plain, KV cache"]
     rows = []

@@ -46,3 +46,39 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     assert (tmp_path / "draft.prev.pt").exists()
     resumed = run_script(*args[:4], "10", *args[5:], "--resume")
     assert "resuming at step 8 of 10" in resumed.stdout + resumed.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--prompt", "ROMEO: caf\u00e9"], ["unknown characters", "\u00e9"]),
+    (["--k", "0"], ["k (draft tokens per round) must be a whole number >= 1"]),
+    (["--temperature", "-0.5"], ["temperature must be a number >= 0"]),
+    (["--top_p", "1.5", "--temperature", "1"], ["top_p must be in (0, 1]"]),
+    (["--draft", "huge"], ["unknown preset 'huge'"]),
+    (["--target_backend", "jax"], ["torch or numpy"]),
+])
+def test_speculative_bad_input(run_script, tmp_path, args, words):
+    one_line_error(run_script("speculative.py", "--checkpoints", tmp_path, *args), *words)
+
+
+def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
+    one_line_error(run_script("speculative.py", "--checkpoints", tmp_path),
+                   f"no checkpoint at {tmp_path}/big.pt", "train it with: python train.py --preset big")
+
+
+def test_train_cuda_without_gpu(run_script):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    one_line_error(run_script("train.py", "--device", "cuda"), "no CUDA GPU", "--device cpu")
+
+
+def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
+    args = ["--preset", "big", "draft", "--steps", "5", "--checkpoints", tmp_path, "--quiet",
+            "--sample", "0", *TINY]
+    assert run_script("train.py", *args).returncode == 0
+    result = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+                        "--prompt", "ROMEO:\\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ROMEO:\n") and "\033[" not in result.stdout  # not a terminal
+    assert "identical to plain greedy decoding" in result.stdout
+    assert "tokens per pass" in result.stdout

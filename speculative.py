@@ -548,8 +548,13 @@ def main(argv=None):
     prompt = args.prompt.replace("\\n", "\n")
     idx = torch.tensor([gpt.encode(prompt)])
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
-                    top_p=args.top_p if args.top_p < 1 else None)
+                    top_p=None if args.top_p == 1.0 else args.top_p)
     check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
+    for name in (args.target, args.draft):
+        gpt.preset(name)  # an unknown name lists the presets
+    for backend in (args.target_backend, args.draft_backend):
+        if backend not in ("torch", "numpy"):
+            raise ValueError(f"a backend is torch or numpy, not {backend!r}")
     target, draft = load_pair(args)
     out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
                                       generator=torch.Generator().manual_seed(args.seed),

@@ -22,7 +22,6 @@ does nothing.
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import re

@@ -109,6 +109,14 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
+def parse_args(doc, args_class, argv=None):
+    """The flags of an exercise, from its Args dataclass; the docstring's first line is -h's."""
+    import cli
+    parser = cli.Parser(description=doc.strip().split("\n\n")[0])
+    cli.add_fields(parser, args_class, title="flags")
+    return cli.take(args_class, parser.parse_args(argv))
+
+
 def shrink_if_quick(args, **limits):
     """With --quick, cap these sizes (tiny models have a 64-character window; tests are short)."""
     if args.quick:

@@ -146,10 +146,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    import cli
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    cli.add_fields(parser, Args, title="exercise 1")
-    args = cli.take(Args, parser.parse_args(argv))
+    args = common.parse_args(__doc__, Args, argv)
     args.prompt = args.prompt.replace("\\n", "\n")
     print(__doc__.split("\n\n", 2)[2].split("Writes")[0])
     run(args)

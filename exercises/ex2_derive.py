@@ -101,11 +101,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    import cli
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    cli.add_fields(parser, Args, title="exercise 2")
-    args = cli.take(Args, parser.parse_args(argv))
-    run(args)
+    run(common.parse_args(__doc__, Args, argv))
 
 
 if __name__ == "__main__":

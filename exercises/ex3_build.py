@@ -21,12 +21,12 @@ Writes results/ex3_build.json and results/ex3_build.png.
 """
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
 import speculative as sd
+from benchmark import median_time, step_time
 from exercises import common
 
 
@@ -71,15 +71,6 @@ def speculative_recompute(target, draft, idx, max_new_tokens, k):
     return idx, passes
 
 
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=1)
     models = common.load_models(args, ["big", args.draft], log=log)
@@ -122,7 +113,7 @@ def run(args, log=print):
     times = {name: [] for name in versions}
     for _ in range(args.repeats):  # round robin, so that a drift in speed hits every version
         for name, fn in versions.items():
-            times[name].append(median_seconds(lambda: [fn(p) for p in prompts], 1))
+            times[name].append(median_time(lambda: [fn(p) for p in prompts], 1))
     seconds = {name: statistics.median(t) for name, t in times.items()}
     tokens = len(prompts) * n
     base_lesson, base_cached = seconds["lesson: plain, recompute everything"], seconds["plain, KV cache"]
@@ -135,11 +126,10 @@ def run(args, log=print):
     # Why about 1.0x. c: the draft's cost per token over the target's, each decoding alone the
     # same way; verify: one target pass over k+1 new tokens over a pass over one.
     def per_token(fn):
-        return median_seconds(lambda: [fn(p) for p in prompts], args.repeats) / tokens
+        return median_time(lambda: [fn(p) for p in prompts], args.repeats) / tokens
     c_lesson = per_token(lambda p: recompute_generate(draft, p, n)) / base_lesson * tokens
     c_cached = per_token(lambda p: sd.generate(draft, p, n)) / base_cached * tokens
     c_numpy = per_token(lambda p: sd.generate(fast_draft, p, n)) / base_cached * tokens
-    from benchmark import step_time
     verify = step_time(target, args.k + 1) / step_time(target, 1)
     agreement = sd.measure_agreement(target, draft, _val_data(), windows=64).greedy_agreement
     tpp = stats.tokens_per_pass
@@ -198,10 +188,7 @@ def _val_data():
 
 
 def main(argv=None):
-    import cli
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    cli.add_fields(parser, Args, title="exercise 3")
-    run(cli.take(Args, parser.parse_args(argv)))
+    run(common.parse_args(__doc__, Args, argv))
 
 
 if __name__ == "__main__":

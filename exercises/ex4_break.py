@@ -21,15 +21,13 @@ Writes results/ex4_break.png (speed-up against alpha, with the measured drafts) 
 results/ex4_break.json.
 """
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 import gpt
 import speculative as sd
-from benchmark import paired_times
+from benchmark import median_time, paired_times
 from exercises import common
 
 
@@ -48,15 +46,6 @@ def grid_break_even(k, c, step=0.01):
     return float("nan")
 
 
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=1)
     names = ["big", "draft", "names", "distilled"]
@@ -64,7 +53,7 @@ def run(args, log=print):
     target = models["big"]
     prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
     n = args.max_new_tokens
-    plain_s = median_seconds(lambda: [sd.generate(target, p, n) for p in prompts], args.repeats)
+    plain_s = median_time(lambda: [sd.generate(target, p, n) for p in prompts], args.repeats)
     drafts = {}
     for name in names[1:]:
         draft = models[name]
@@ -79,7 +68,7 @@ def run(args, log=print):
             lambda: [sd.generate(target, p, n) for p in prompts],
             lambda: [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts],
             args.repeats)
-        draft_s = median_seconds(lambda: [sd.generate(fast, p, n) for p in prompts], args.repeats)
+        draft_s = median_time(lambda: [sd.generate(fast, p, n) for p in prompts], args.repeats)
         drafts[name] = {"greedy_agreement": agreement.greedy_agreement, "alpha": agreement.alpha,
                         "tokens_per_pass": stats.tokens_per_pass,
                         "acceptance_rate": stats.acceptance_rate, "c": draft_s / plain_s,
@@ -140,10 +129,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    import cli
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    cli.add_fields(parser, Args, title="exercise 4")
-    run(cli.take(Args, parser.parse_args(argv)))
+    run(common.parse_args(__doc__, Args, argv))
 
 
 if __name__ == "__main__":

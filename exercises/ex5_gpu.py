@@ -191,10 +191,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    import cli
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    cli.add_fields(parser, Args, title="exercise 5")
-    run(cli.take(Args, parser.parse_args(argv)))
+    run(common.parse_args(__doc__, Args, argv))
 
 
 if __name__ == "__main__":

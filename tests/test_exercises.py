@@ -5,7 +5,6 @@ import json
 import pytest
 
 from exercises import __main__ as lesson
-from exercises import common
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

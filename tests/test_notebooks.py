@@ -1,6 +1,5 @@
 """The notebooks run top to bottom (quick models), and every inline check holds."""
 
-import os
 from pathlib import Path
 
 import nbformat

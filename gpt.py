@@ -354,7 +354,7 @@ def resolve_device(device="auto"):
     return device
 
 
-def train(model, steps=1500, log_every=100, source=None, *, config=None, device="auto",
+def train(model, steps=1500, log_every=100, source=None, *, config=None, device=None,
           checkpoint=None, resume=None, progress=False, on_eval=None, corpus_name=None,
           extra=None, teacher=None):
     """Train `model` in place with AdamW and return it.
@@ -362,6 +362,7 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     steps, log_every (0 prints nothing) and source (a 1-D LongTensor instead of the Shakespeare
     train split; its last tenth is held out for validation) are the lesson's arguments. The rest:
     config     a TrainConfig (its `steps` is replaced by `steps`)
+    device     "cpu", "cuda" or "auto"; None (the default) trains where the model already is
     checkpoint a path: saved (atomically) at every evaluation, at the end, and on Ctrl-C
     resume     a checkpoint dictionary from load_checkpoint to continue from
     progress   show a progress bar with the loss and the time left
@@ -372,7 +373,7 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     Ctrl-C finishes the current step, saves the checkpoint and raises KeyboardInterrupt.
     """
     tc = TrainConfig(**{**asdict(config or TrainConfig()), "steps": steps})
-    device = resolve_device(device)
+    device = model.lm_head.weight.device if device is None else resolve_device(device)
     if source is None:
         train_source, val_source = __getattr__("train_data"), __getattr__("val_data")
     else:

@@ -1,8 +1,8 @@
 """
 speculative.py: plain decoding and speculative decoding, side by side.
 
-A big model writes one token per forward pass, and each pass costs about the same whether it
-scores one token or five. Speculative decoding lets a cheap draft model guess k tokens, scores
+A big model writes one token per forward pass, and (on an accelerator, where a pass is bound
+by reading the weights) each pass costs about the same whether it scores one token or five. Speculative decoding lets a cheap draft model guess k tokens, scores
 them all in one pass of the big (target) model, keeps the guesses the target agrees with and
 replaces the first one it rejects with its own token: 1 to k+1 tokens per target pass, with
 exactly the target's output (greedy) or exactly the target's distribution (sampling).
@@ -50,10 +50,10 @@ class CachedScorer:
 
     score(seqs, first): seqs is a list of B token-id lists of equal length T; returns logits
     (B, T - first + 1, V), a NumPy array, whose row i is the model's prediction for position
-    first + i from the tokens before it. Only tokens not yet in the cache are fed; cached tokens that no longer match
-    (rejected draft tokens) are rolled back first. Sequences are plain lists because decoding
-    appends and trims one token at a time, which tensors do slowly.
-    This is the draft interface too: anything with `vocab_size` and `score(seqs, first)` (and,
+    first + i from the tokens before it. Only tokens not yet in the cache are fed; cached
+    tokens that no longer match (rejected draft tokens) are rolled back first. Sequences are
+    plain lists because decoding appends, trims and compares one token at a time, which tensors
+    do slowly. This is the draft interface too: anything with `vocab_size` and `score(seqs, first)` (and,
     optionally, `reset()`) can draft.
     """
 

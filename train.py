@@ -12,7 +12,7 @@ where it stopped; --resume continues a finished one to a new --steps; --fresh st
 Training is deterministic given --seed (on the same machine and device).
 """
 
-import argparse  # noqa: F401  (the formatter below)
+import argparse
 import sys
 import time
 from dataclasses import asdict, fields

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import corpus
 import gpt
+import speculative
 import train
 from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
 
@@ -92,7 +93,7 @@ def summary(sections):
                      f"{n[2]['simulated']:.4f} (simulated)", "agree"])
     if 3 in n:
         e = n[3]
-        formula = sd_tokens(e["greedy_agreement"], e["k"])
+        formula = speculative.expected_tokens_per_pass(e["greedy_agreement"], e["k"])
         rows.append(["tokens per pass, lesson's draft, k 4", "about 2",
                      f"{formula:.2f} (from alpha)", f"{e['tokens_per_pass']:.2f}",
                      "fewer: misses come in runs, the formula assumes independent guesses"
@@ -124,11 +125,6 @@ def summary(sections):
                      "", "likewise"])
     return common.markdown_table(["quantity", "lesson", "formula", "measured here", "why they differ"],
                                  rows)
-
-
-def sd_tokens(alpha, k):
-    import speculative
-    return speculative.expected_tokens_per_pass(alpha, k)
 
 
 def write_report(args, sections, seconds):

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+import gpt
 import speculative as sd
-from benchmark import median_time, step_time
+from benchmark import median_time, recompute_generate, step_time
 from exercises import common
 
 
@@ -36,15 +37,6 @@ class Args(common.ExerciseArgs):
     max_new_tokens: int = 100
     draft: str = "draft"
     repeats: int = 5
-
-
-@torch.no_grad()
-def recompute_generate(model, idx, max_new_tokens):
-    """The lesson's plain loop: the whole context through the model for every new token."""
-    for _ in range(max_new_tokens):
-        logits, _ = model(idx[:, -model.c.block_size:])                 # (1, T, V)
-        idx = torch.cat([idx, logits[:, -1:].argmax(-1)], dim=1)        # (1, T+1)
-    return idx
 
 
 @torch.no_grad()
@@ -131,7 +123,7 @@ def run(args, log=print):
     c_cached = per_token(lambda p: sd.generate(draft, p, n)) / base_cached * tokens
     c_numpy = per_token(lambda p: sd.generate(fast_draft, p, n)) / base_cached * tokens
     verify = step_time(target, args.k + 1) / step_time(target, 1)
-    agreement = sd.measure_agreement(target, draft, _val_data(), windows=64).greedy_agreement
+    agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
     tpp = stats.tokens_per_pass
     costs = {"lesson": args.k * c_lesson + 1, "cached": args.k * c_cached + verify,
              "numpy": args.k * c_numpy + verify}
@@ -180,11 +172,6 @@ def run(args, log=print):
                 + f"\n\n(speed-ups against the plain loop of the same kind)\n\n{explanation}"
                 + "\n\n![](ex3_build.png)")
     return {"numbers": numbers, "markdown": markdown}
-
-
-def _val_data():
-    import gpt
-    return gpt.val_data
 
 
 def main(argv=None):

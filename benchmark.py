@@ -24,8 +24,9 @@ drift in the machine's speed (shared machines drift) hits both alike.
 """
 
 import json
-import platform
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -33,22 +34,25 @@ import torch
 
 import cli
 import gpt
+import machine
 import speculative as sd
 import train
+from machine import median_time, paired_times
 
 
 @dataclass
 class BenchArgs:
     prompts: int = 8            # held-out prompts, spread through the validation text
-    prompt_chars: int = 32
-    new_tokens: int = 200
+    prompt_chars: int = 32      # characters per prompt
+    new_tokens: int = 200       # characters written per prompt
     ks: str = "1,2,3,4,5,6"     # draft lengths to try
     drafts: str = "draft,distilled"  # presets, comma-separated
     setups: str = "torch/numpy,torch/torch,numpy/numpy"  # target backend / draft backend
     repeats: int = 7            # timings are medians over this many runs
     recompute: bool = True      # also time the lesson's recompute-everything loop
-    checkpoints: str = ""
+    checkpoints: str = ""       # checkpoint folder (default: checkpoints/)
     json: str = ""              # also write every figure here
+    threads: bool = False       # instead: time 1, 2 and all torch threads, quiet and busy
 
 
 def held_out_prompts(n, chars):
@@ -58,36 +62,20 @@ def held_out_prompts(n, chars):
     return [torch.tensor([gpt.encode(text[s:s + chars])]) for s in starts]
 
 
-def median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
-def paired_times(plain, speculative, repeats):
-    """Time the two alternately, so that a drift in the machine's speed hits both alike:
-    (median plain seconds, median speculative seconds, median of the per-pair ratios)."""
-    pairs = [(median_time(plain, 1), median_time(speculative, 1)) for _ in range(repeats)]
-    return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
-            statistics.median(a / b for a, b in pairs))
-
-
-def step_time(model, n_tokens, context=64, repeats=300):
+def step_time(model, n_tokens, context=64, repeats=300, threads=machine.DECODE_THREADS):
     """Median seconds of one cached forward pass over n_tokens after `context` cached tokens."""
     context = min(context, model.c.block_size - n_tokens)
     scorer = sd.CachedScorer(model)
     tokens = torch.randint(0, model.c.vocab_size, (context + n_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()
-    scorer.score([tokens], context + n_tokens)
     times = []
-    for _ in range(repeats):
-        scorer.cache.rollback(context)
-        started = time.perf_counter()
-        scorer.forward([tokens[context:]])
-        times.append(time.perf_counter() - started)
+    with machine.threads(threads):
+        scorer.score([tokens], context + n_tokens)
+        for _ in range(repeats):
+            scorer.cache.rollback(context)
+            started = time.perf_counter()
+            scorer.forward([tokens[context:]])
+            times.append(time.perf_counter() - started)
     return statistics.median(times)
 
 
@@ -107,26 +95,29 @@ def bench(args, log=print):
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
-    results = {"settings": asdict(args), "machine": machine(), "recompute": None,
+    results = {"settings": asdict(args), "machine": machine.describe(), "recompute": None,
                "agreement": {}, "runs": []}
 
     def timed(fn):
         return median_time(lambda: [fn(p) for p in prompts], args.repeats)
 
     if args.recompute:
-        slow = median_time(lambda: [recompute_generate(target, p, args.new_tokens)
-                                    for p in prompts], max(1, args.repeats // 2))
-        cached = timed(lambda p: sd.generate(target, p, args.new_tokens))
-        fast = sd.with_backend(target, "numpy")
-        cached_numpy = timed(lambda p: sd.generate(fast, p, args.new_tokens))
-        results["recompute"] = {"recompute_tokens_per_s": n_new / slow,
-                                "cached_tokens_per_s": n_new / cached, "speedup": slow / cached,
-                                "cached_numpy_tokens_per_s": n_new / cached_numpy,
-                                "speedup_numpy": slow / cached_numpy}
-        log(f"{len(prompts)} prompts x {args.new_tokens} tokens: the lesson's recompute-everything "
-            f"loop {n_new / slow:,.0f} tokens/s; KV-cached plain decoding {n_new / cached:,.0f} "
-            f"tokens/s in torch ({slow / cached:.1f}x), {n_new / cached_numpy:,.0f} with the NumPy "
-            f"forward ({slow / cached_numpy:.1f}x)")
+        with machine.Busy() as busy:
+            slow = median_time(lambda: [recompute_generate(target, p, args.new_tokens)
+                                        for p in prompts], max(1, args.repeats // 2))
+            cached = timed(lambda p: sd.generate(target, p, args.new_tokens))
+            fast = sd.with_backend(target, "numpy")
+            cached_numpy = timed(lambda p: sd.generate(fast, p, args.new_tokens))
+            results["recompute"] = {"recompute_tokens_per_s": n_new / slow,
+                                    "cached_tokens_per_s": n_new / cached, "speedup": slow / cached,
+                                    "cached_numpy_tokens_per_s": n_new / cached_numpy,
+                                    "speedup_numpy": slow / cached_numpy}
+            log(f"{len(prompts)} prompts x {args.new_tokens} tokens: the lesson's recompute-everything "
+                f"loop {n_new / slow:,.0f} tokens/s; KV-cached plain decoding {n_new / cached:,.0f} "
+                f"tokens/s in torch ({slow / cached:.1f}x), {n_new / cached_numpy:,.0f} with the NumPy "
+                f"forward ({slow / cached_numpy:.1f}x)")
+        if busy.note():
+            log(busy.note())
 
     for name, draft in drafts.items():
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=256)
@@ -136,52 +127,140 @@ def bench(args, log=print):
 
     for setup in args.setups.split(","):
         target_backend, draft_backend = setup.split("/")
-        big = sd.with_backend(target, target_backend)
-        plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
-        plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
-        target_step = step_time(big, 1)
-        verify = {k: step_time(big, k + 1) / target_step for k in ks}
-        log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
-            f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
-        for name, draft in drafts.items():
-            small = sd.with_backend(draft, draft_backend)
-            c = step_time(small, 1) / target_step
-            a = results["agreement"][name]["greedy_agreement"]
-            log(f"  draft {name!r}: c {c:.3f}")
-            log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "
-                f"{'accepted':>9} {'verify':>7}")
-            for k in ks:
-                runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
-                        for p in prompts]
-                if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
-                    raise SystemExit(f"greedy speculative output differs from plain decoding "
-                                     f"({setup}, {name}, k={k}): a bug, please report it")
-                plain_s, spec_s, speedup = paired_times(
-                    lambda: [sd.generate(big, p, args.new_tokens) for p in prompts],
-                    lambda: [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
-                             for p in prompts], args.repeats)
-                stats = sd.Stats(k=k, accepted_per_position=[0] * k)
-                for _, s in runs:
-                    stats.add(s)
-                predicted = sd.expected_speedup(a, k, c, verify[k])
-                results["runs"].append({
-                    "setup": setup, "draft": name, "k": k, "agreement": a, "c": c,
-                    "verify_cost": verify[k], "target_step_s": target_step,
-                    "plain_tokens_per_s": n_new / plain_s, "spec_tokens_per_s": n_new / spec_s,
-                    "speedup": speedup, "predicted_speedup": predicted,
-                    "tokens_per_pass": stats.tokens_per_pass,
-                    "expected_tokens_per_pass": sd.expected_tokens_per_pass(a, k),
-                    "acceptance_rate": stats.acceptance_rate})
-                log(f"  {k:>3} {n_new / spec_s:>9,.0f} {speedup:>8.2f}x "
-                    f"{predicted:>8.2f}x {stats.tokens_per_pass:>9.2f} "
-                    f"{stats.acceptance_rate:>9.1%} {verify[k]:>6.2f}x")
+        spreads = []
+        with machine.Busy() as busy:
+            big = sd.with_backend(target, target_backend)
+            plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
+            plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
+            target_step = step_time(big, 1)
+            verify = {k: step_time(big, k + 1) / target_step for k in ks}
+            log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
+                f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
+            for name, draft in drafts.items():
+                small = sd.with_backend(draft, draft_backend)
+                c = step_time(small, 1) / target_step
+                a = results["agreement"][name]["greedy_agreement"]
+                log(f"  draft {name!r}: c {c:.3f}")
+                log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "
+                    f"{'accepted':>9} {'verify':>7}")
+                for k in ks:
+                    runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
+                            for p in prompts]
+                    if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
+                        raise SystemExit(f"greedy speculative output differs from plain decoding "
+                                         f"({setup}, {name}, k={k}): a bug, please report it")
+                    plain_s, spec_s, speedup, ratios = paired_times(
+                        lambda: [sd.generate(big, p, args.new_tokens) for p in prompts],
+                        lambda: [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
+                                 for p in prompts], args.repeats)
+                    spreads.append(machine.spread(ratios))
+                    stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+                    for _, s in runs:
+                        stats.add(s)
+                    predicted = sd.expected_speedup(a, k, c, verify[k])
+                    results["runs"].append({
+                        "setup": setup, "draft": name, "k": k, "agreement": a, "c": c,
+                        "verify_cost": verify[k], "target_step_s": target_step,
+                        "plain_tokens_per_s": n_new / plain_s, "spec_tokens_per_s": n_new / spec_s,
+                        "speedup": speedup, "predicted_speedup": predicted,
+                        "tokens_per_pass": stats.tokens_per_pass,
+                        "expected_tokens_per_pass": sd.expected_tokens_per_pass(a, k),
+                        "acceptance_rate": stats.acceptance_rate})
+                    log(f"  {k:>3} {n_new / spec_s:>9,.0f} {speedup:>8.2f}x "
+                        f"{predicted:>8.2f}x {stats.tokens_per_pass:>9.2f} "
+                        f"{stats.acceptance_rate:>9.1%} {verify[k]:>6.2f}x")
+        note = busy.note(spreads)
+        results.setdefault("busy", {})[setup] = {"other_cores": busy.other_cores,
+                                                 "ratio_spread": max(spreads, default=0.0),
+                                                 "note": note}
+        if note:
+            log("  " + note)
     return results
 
 
-def machine():
-    return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
-            "python": platform.python_version(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
+# ----------------------------------------------------------------------------------------------
+# python benchmark.py --threads: how many torch threads, on a quiet and on a busy machine
+
+
+SPINNER = "while True: pass"                         # keeps one core busy
+TORCH_LOAD = ("import torch\nx = torch.randn(256, 256)\n"  # another torch program, on its own
+              "while True: x @ x")                   # default threads (all cores)
+CONDITIONS = {"quiet": None, "one core busy": SPINNER, "another torch program": TORCH_LOAD}
+
+
+def train_step_time(model, threads, repeats=10, batch_size=20):
+    """Median seconds of one training step (forward, backward, AdamW) on a random batch."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, model.c.vocab_size, (batch_size, model.c.block_size))
+    times = []
+    with machine.threads(threads):
+        for _ in range(repeats + 1):
+            started = time.perf_counter()
+            _, loss = model(x, x)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times[1:])  # the first step warms up
+
+
+def plain_decoding_time(model, threads, n=200):
+    prompt = torch.tensor([gpt.encode("ROMEO:\n")])
+    with machine.threads(threads):
+        sd.generate(model, prompt, 8)
+        started = time.perf_counter()
+        sd.generate(model, prompt, n, threads=None)
+        return time.perf_counter() - started
+
+
+def recompute_time(model, threads, n=100):
+    prompt = torch.tensor([gpt.encode("ROMEO:\n")])
+    with machine.threads(threads):
+        started = time.perf_counter()
+        recompute_generate(model, prompt, n)
+        return time.perf_counter() - started
+
+
+def thread_table(log=print):
+    """Each workload at 1, 2 and all torch threads, quiet and beside two kinds of busy program.
+
+    The models are untrained (timing does not depend on the weights), so this needs no
+    checkpoints. Every figure is a median of repeated runs, in milliseconds."""
+    torch.manual_seed(0)
+    big, draft = gpt.GPT(gpt.preset("big")).eval(), gpt.GPT(gpt.preset("draft")).eval()
+    workloads = {
+        "decoding step, big model (1 token)": lambda t: step_time(big, 1, repeats=200, threads=t),
+        "verification pass, big model (5 tokens)":
+            lambda t: step_time(big, 5, repeats=200, threads=t),
+        "decoding step, lesson's draft": lambda t: step_time(draft, 1, repeats=200, threads=t),
+        "plain decoding, 200 characters": lambda t: plain_decoding_time(big, t),
+        "lesson's loop (no cache), 100 characters": lambda t: recompute_time(big, t),
+        "training step, big model (20 x 128)": lambda t: train_step_time(big.train(), t),
+    }
+    counts = sorted({1, 2, machine.cpu_cores()})
+    table = {}
+    for condition, program in CONDITIONS.items():
+        other = subprocess.Popen([sys.executable, "-c", program]) if program else None
+        try:
+            time.sleep(1 if other else 0)  # let it start
+            with machine.Busy() as busy:
+                for name, fn in workloads.items():
+                    for n in counts:
+                        table[condition, name, n] = fn(n) * 1e3
+            log(f"{condition}: other programs used {busy.other_cores:.1f} of "
+                f"{machine.cpu_cores()} cores")
+        finally:
+            if other:
+                other.kill()
+                other.wait()
+    log(f"\nmilliseconds (median), {machine.cpu_cores()} cores, torch {torch.__version__}:\n")
+    log("| workload | torch threads | " + " | ".join(CONDITIONS) + " |")
+    log("|---|---|" + "---|" * len(CONDITIONS))
+    for name in workloads:
+        for n in counts:
+            log(f"| {name} | {n} | " + " | ".join(f"{table[c, name, n]:.2f}" for c in CONDITIONS)
+                + " |")
+    return {f"{c} / {name} / {n} threads": ms for (c, name, n), ms in table.items()}
 
 
 def main(argv=None):
@@ -191,8 +270,8 @@ def main(argv=None):
     for setup in args.setups.split(","):
         if len(setup.split("/")) != 2 or set(setup.split("/")) - {"torch", "numpy"}:
             raise ValueError(f"a setup is TARGET/DRAFT, each torch or numpy, not {setup!r}")
-    print(f"machine: {machine()}")
-    results = bench(args)
+    print(f"machine: {machine.describe()}")
+    results = thread_table() if args.threads else bench(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

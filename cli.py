@@ -1,16 +1,23 @@
 """
 cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
 
-Every flag of train.py, speculative.py and the exercises comes from a dataclass field, so each
-default is written once, next to the code that uses it, and `-h` lists them all.
+Every flag of train.py, speculative.py, benchmark.py and the exercises comes from a dataclass
+field, so each default is written once, next to the code that uses it; its help text is the
+comment at the end of the field's line, so `-h` explains every flag from that one place. (tyro,
+on the package index, builds command lines from dataclasses the same way; these two dozen lines
+spare the project a dependency and its own flag syntax.)
 A user's mistake (an unknown character, a missing checkpoint, a bad k) ends the program with one
 line saying what to do; set SPECDEC_DEBUG=1 to see the traceback instead.
 """
 
 import argparse
+import inspect
+import io
 import os
+import re
 import sys
-from dataclasses import MISSING, fields
+import tokenize
+from dataclasses import MISSING, fields, is_dataclass
 
 from corpus import CorpusError
 from gpt import CheckpointError
@@ -23,10 +30,28 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} -h)\n")
 
 
+def field_comments(cls):
+    """{field name: the comment at the end of its line} for dataclass `cls` and its bases."""
+    comments = {}
+    for klass in reversed(cls.__mro__):  # a subclass's comment wins over its base's
+        if not is_dataclass(klass):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            field_line = re.match(r"\s+(\w+)\s*:", tok.line)
+            if tok.type == tokenize.COMMENT and field_line:
+                comments[field_line.group(1)] = tok.string.lstrip("#").strip()
+    return comments
+
+
 def add_fields(parser, cls, help=None, override_defaults=None, title=None):
-    """Add a --name flag for every field of dataclass `cls`; help: {name: text}."""
+    """Add a --name flag for every field of dataclass `cls`, explained by its comment."""
     group = parser.add_argument_group(title or cls.__name__)
-    help, override_defaults = help or {}, override_defaults or {}
+    help = {**field_comments(cls), **(help or {})}
+    override_defaults = override_defaults or {}
     for f in fields(cls):
         default = override_defaults.get(f.name, f.default if f.default is not MISSING else None)
         kind = type(f.default) if f.default not in (MISSING, None) else str
@@ -35,8 +60,10 @@ def add_fields(parser, cls, help=None, override_defaults=None, title=None):
             group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction,
                                default=default, help=text)
         else:
+            shown = "" if "default" in text or default is None else \
+                " (default: %(default)r)" if kind is str else " (default: %(default)s)"
             group.add_argument(f"--{f.name}", type=kind, default=default, metavar=kind.__name__.upper(),
-                               help=f"{text} (default: %(default)s)".strip())
+                               help=f"{text}{shown}".strip())
     return group
 
 

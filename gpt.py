@@ -32,6 +32,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 import corpus
+import machine
 
 # ----------------------------------------------------------------------------------------------
 # Configuration
@@ -40,12 +41,12 @@ import corpus
 @dataclass
 class Config:
     """The model's shape. Config() is the lesson's big model (4 x 128, about 0.8M parameters)."""
-    block_size: int = 128   # the context window: the most tokens the model sees at once
-    vocab_size: int = 0     # 0 means "the corpus' vocabulary" (63 characters for Shakespeare)
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
+    block_size: int = 128   # context window in characters: the most the model sees at once
+    vocab_size: int = 0     # 0: the corpus' vocabulary (63 characters for Shakespeare)
+    n_layer: int = 4        # transformer blocks
+    n_head: int = 4         # attention heads (n_embd must be a multiple)
+    n_embd: int = 128       # width: channels of every token's vector
+    dropout: float = 0.0    # dropout probability while training
 
     def __post_init__(self):
         if self.vocab_size == 0:
@@ -312,16 +313,17 @@ def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=No
 @dataclass
 class TrainConfig:
     """How to train. The defaults take Config() to a validation loss of about 1.6 in minutes."""
-    steps: int = 1500
-    batch_size: int = 20       # 20 x 128 characters a step: the best loss within 4 minutes
+    steps: int = 1500          # optimizer steps
+    batch_size: int = 20       # sequences per step (20 x 128 characters: best loss in 4 min)
     lr: float = 4e-3           # peak learning rate, after a linear warm-up
-    min_lr: float = 4e-4       # cosine decay ends here
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
+    min_lr: float = 4e-4       # cosine decay ends at this learning rate
+    warmup_steps: int = 50     # linear warm-up steps
+    weight_decay: float = 0.1  # AdamW weight decay (matrices only)
+    grad_clip: float = 1.0     # clip the gradient norm to this
     eval_every: int = 250      # validation loss every this many steps (and at the end)
-    eval_batches: int = 16
-    seed: int = 1337
+    eval_batches: int = 16     # batches per validation
+    seed: int = 1337           # seed for initialisation and batches
+    threads: int = 0           # torch threads; 0: all cores, or 1 if the machine is busy
 
 
 def learning_rate(step, tc):
@@ -371,6 +373,9 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     teacher    a trained model to imitate: the loss becomes the cross-entropy against the
                teacher's next-token distributions (distillation) instead of the next characters
     Ctrl-C finishes the current step, saves the checkpoint and raises KeyboardInterrupt.
+    Losses repeat to the last digit for the same seed, device and torch thread count (sums are
+    split differently across threads); the thread count is recorded in the checkpoint, and a
+    resumed run keeps it, so that resuming gives exactly the model of an uninterrupted run.
     """
     tc = TrainConfig(**{**asdict(config or TrainConfig()), "steps": steps})
     device = model.lm_head.weight.device if device is None else resolve_device(device)
@@ -390,18 +395,21 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
                                   lr=tc.lr, betas=(0.9, 0.99))
     generator = torch.Generator().manual_seed(tc.seed)
     step, val_loss = 0, float("nan")
+    threads = tc.threads
     if resume is not None:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         generator.set_state(resume["rng"])
         step, val_loss = resume["step"], resume["val_loss"]
+        threads = threads or resume.get("threads", 0)
+    threads = threads or machine.training_threads()
     block = model.c.block_size
 
     def save():
         if checkpoint:
             save_checkpoint(checkpoint, model, step=step, val_loss=val_loss, train_config=tc,
                             optimizer=optimizer, generator=generator, corpus_name=corpus_name,
-                            extra=extra)
+                            extra={**(extra or {}), "threads": threads})
 
     bar = None
     if progress:
@@ -410,40 +418,41 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     say = bar.write if bar else print
     started = time.time()
     stop = _StopOnInterrupt()
-    try:
-        while step < tc.steps and not stop.asked:
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, tc)
-            x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
-                             generator=generator, device=device)
-            if teacher is None:
-                _, loss = model(x, y)
-            else:  # distillation: learn the teacher's whole next-token distribution
-                with torch.no_grad():
-                    soft_targets = torch.softmax(teacher(x)[0], -1)             # (B, T, V)
-                logits, _ = model(x)                                            # (B, T, V)
-                loss = F.cross_entropy(logits.flatten(0, 1), soft_targets.flatten(0, 1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-            optimizer.step()
-            step += 1
+    with machine.threads(threads):  # one setting for the whole run (see the docstring)
+        try:
+            while step < tc.steps and not stop.asked:
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, tc)
+                x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
+                                 generator=generator, device=device)
+                if teacher is None:
+                    _, loss = model(x, y)
+                else:  # distillation: learn the teacher's whole next-token distribution
+                    with torch.no_grad():
+                        soft_targets = torch.softmax(teacher(x)[0], -1)             # (B, T, V)
+                    logits, _ = model(x)                                            # (B, T, V)
+                    loss = F.cross_entropy(logits.flatten(0, 1), soft_targets.flatten(0, 1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+                optimizer.step()
+                step += 1
+                if bar:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_loss:.3f}", refresh=False)
+                if step % tc.eval_every == 0 or step == tc.steps:
+                    val_loss = estimate_loss(model, val_source, tc, device)
+                    if on_eval:
+                        on_eval(step, val_loss)
+                    save()
+                if log_every and (step % log_every == 0 or step == tc.steps):
+                    val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"  # none measured yet
+                    say(f"step {step:5d} | loss {loss.item():.4f} | val {val} | "
+                        f"{time.time() - started:.0f}s")
+        finally:
+            stop.restore()
             if bar:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_loss:.3f}", refresh=False)
-            if step % tc.eval_every == 0 or step == tc.steps:
-                val_loss = estimate_loss(model, val_source, tc, device)
-                if on_eval:
-                    on_eval(step, val_loss)
-                save()
-            if log_every and (step % log_every == 0 or step == tc.steps):
-                val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"  # none measured yet
-                say(f"step {step:5d} | loss {loss.item():.4f} | val {val} | "
-                    f"{time.time() - started:.0f}s")
-    finally:
-        stop.restore()
-        if bar:
-            bar.close()
+                bar.close()
     if stop.asked:
         save()
         raise KeyboardInterrupt(f"stopped at step {step}")

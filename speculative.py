@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+import machine
+
 # ----------------------------------------------------------------------------------------------
 # Scoring a growing sequence with a KV cache, under the window rule
 
@@ -289,11 +291,12 @@ def _sync(model):
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None,
-             generator=None, stats=None):
+             generator=None, stats=None, threads=machine.DECODE_THREADS):
     """Plain decoding with a KV cache: one forward pass per new token. Returns idx (B, T+new).
 
     Temperature 0 is greedy (argmax); otherwise tokens are sampled from warp(...). Pass a Stats
-    to `stats` to have it counted.
+    to `stats` to have it counted. `threads`: torch threads while decoding (restored after;
+    None keeps the current setting): one, because a step is too small to share (machine.py).
     """
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     stats = stats if stats is not None else Stats()
@@ -301,16 +304,17 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
     rng = TorchUniform(generator)
     seqs = idx.tolist()                                      # B lists of token ids
     started = time.perf_counter()
-    for _ in range(max_new_tokens):
-        logits = scorer.score(seqs, len(seqs[0]))[:, -1]     # (B, V)
-        if temperature == 0:
-            tokens = logits.argmax(-1).tolist()
-        else:
-            tokens = [sample(p, rng) for p in warp(logits, temperature, top_k, top_p)]
-        for seq, token in zip(seqs, tokens):
-            seq.append(token)
-        stats.target_passes += 1
-    _sync(model)
+    with machine.threads(threads):
+        for _ in range(max_new_tokens):
+            logits = scorer.score(seqs, len(seqs[0]))[:, -1]     # (B, V)
+            if temperature == 0:
+                tokens = logits.argmax(-1).tolist()
+            else:
+                tokens = [sample(p, rng) for p in warp(logits, temperature, top_k, top_p)]
+            for seq, token in zip(seqs, tokens):
+                seq.append(token)
+            stats.target_passes += 1
+        _sync(model)
     stats.new_tokens += max_new_tokens
     stats.target_time += time.perf_counter() - started
     return torch.tensor(seqs, dtype=torch.long, device=idx.device)
@@ -318,12 +322,13 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature=0.0,
-                         top_k=None, top_p=None, generator=None):
+                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS):
     """Speculative decoding. Returns (idx (B, T+new), Stats).
 
     At temperature 0 the tokens equal generate(target, ...) exactly; with sampling each output
     has exactly the distribution generate(target, ...) samples from. Rows of a batch are decoded
-    one after another (each accepts a different number of tokens per round).
+    one after another (each accepts a different number of tokens per round). `threads` as in
+    generate().
     """
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
     if vocab_size_of(target) != vocab_size_of(draft):
@@ -332,11 +337,12 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
                          f"same vocabulary")
     stats = Stats(k=k, accepted_per_position=[0] * k)
     rows = []
-    for row in idx.tolist():
-        out, row_stats = _speculative_row(target, draft, row, max_new_tokens, k, temperature,
-                                          top_k, top_p, generator)
-        rows.append(out)
-        stats.add(row_stats)
+    with machine.threads(threads):
+        for row in idx.tolist():
+            out, row_stats = _speculative_row(target, draft, row, max_new_tokens, k, temperature,
+                                              top_k, top_p, generator)
+            rows.append(out)
+            stats.add(row_stats)
     return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
@@ -486,16 +492,16 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
 @dataclass
 class DecodeArgs:
     prompt: str = "ROMEO:\n"    # \n in the prompt means a newline
-    max_new_tokens: int = 200
+    max_new_tokens: int = 200   # characters to write
     k: int = 4                  # draft tokens per round
-    temperature: float = 0.0    # 0 is greedy
-    top_k: int = 0              # 0: off
-    top_p: float = 1.0          # 1: off
-    seed: int = 0
+    temperature: float = 0.0    # sampling temperature (0: greedy)
+    top_k: int = 0              # sample from the top_k most likely tokens only (0: off)
+    top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)
+    seed: int = 0               # seed of the sampling generator
     target: str = "big"         # a preset trained by train.py
     draft: str = "draft"        # a preset trained by train.py: draft, distilled or names
     target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
-    draft_backend: str = "numpy"
+    draft_backend: str = "numpy"  # torch, or numpy (the default: a cheaper draft step)
     compare: bool = True        # also time plain decoding on the same prompt
     checkpoints: str = ""       # checkpoint folder (default: checkpoints/)
 
@@ -575,20 +581,23 @@ def main(argv=None):
     print(f"time in the draft {stats.draft_time * 1e3:.0f} ms, in the target "
           f"{stats.target_time * 1e3:.0f} ms")
     if args.compare:
-        times = {"plain": [], "speculative": []}
-        for _ in range(3):
-            started = time.perf_counter()
-            plain = generate(target, idx, args.max_new_tokens,
-                             generator=torch.Generator().manual_seed(args.seed), **sampling)
-            times["plain"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
-                                 generator=torch.Generator().manual_seed(args.seed), **sampling)
-            times["speculative"].append(time.perf_counter() - started)
-        plain_s, spec_s = (sorted(t)[1] for t in times.values())
+        def plain_run():
+            return generate(target, idx, args.max_new_tokens,
+                            generator=torch.Generator().manual_seed(args.seed), **sampling)
+
+        def speculative_run():
+            return speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
+                                        generator=torch.Generator().manual_seed(args.seed),
+                                        **sampling)
+        plain = plain_run()
+        with machine.Busy() as busy:  # plain and speculative alternately: drift hits both
+            plain_s, spec_s, ratio, ratios = machine.paired_times(plain_run, speculative_run, 5)
         print(f"plain decoding {plain_s * 1e3:.0f} ms, speculative {spec_s * 1e3:.0f} ms "
-              f"(medians of 3; target in {args.target_backend}, draft in "
-              f"{args.draft_backend}): {plain_s / spec_s:.2f}x")
+              f"(medians of 5, alternating; target in {args.target_backend}, draft in "
+              f"{args.draft_backend}): {ratio:.2f}x")
+        note = busy.note([machine.spread(ratios)])
+        if note:
+            print(note)
         if args.temperature == 0:
             same = torch.equal(plain, out)
             print("identical to plain greedy decoding" if same else

@@ -13,6 +13,7 @@ Training is deterministic given --seed (on the same machine and device).
 """
 
 import argparse
+import shlex
 import sys
 import time
 from dataclasses import asdict, fields
@@ -27,17 +28,6 @@ from gpt import GPT, Config, TrainConfig
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
-HELP = {
-    "block_size": "context window in characters", "vocab_size": "0: the corpus' vocabulary",
-    "n_layer": "transformer blocks", "n_head": "attention heads", "n_embd": "width",
-    "dropout": "dropout probability", "steps": "optimizer steps",
-    "batch_size": "sequences per step", "lr": "peak learning rate", "min_lr": "final learning rate",
-    "warmup_steps": "linear warm-up steps", "weight_decay": "AdamW weight decay",
-    "grad_clip": "gradient norm clip", "eval_every": "validation every N steps",
-    "eval_batches": "batches per validation", "seed": "seed for initialisation and batches",
-}
-
-
 def checkpoint_path(name, folder=None):
     return Path(folder or CHECKPOINTS) / f"{name}.pt"
 
@@ -49,7 +39,9 @@ def source_for(corpus_name):
 def settings(config, tc, corpus_name):
     """What makes two trainings the same: model shape, training settings, and the data itself."""
     data_sha = gpt._data()["meta"][corpus_name]["sha256"]
-    return {"config": asdict(config), "train": asdict(tc),
+    # Not the thread count: it changes the last digits of the losses, not what is trained.
+    training = {k: v for k, v in asdict(tc).items() if k != "threads"}
+    return {"config": asdict(config), "train": training,
             "corpus": corpus_name, "data_sha256": data_sha}
 
 
@@ -112,11 +104,19 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     return path
 
 
+def train_command(name, folder=None):
+    """The command that trains preset `name` into `folder` (for error messages)."""
+    command = f"python train.py --preset {name}"
+    if folder and Path(folder).resolve() != CHECKPOINTS:
+        command += f" --checkpoints {shlex.quote(str(folder))}"
+    return command
+
+
 def load_trained(name, folder=None, device="cpu"):
     """The trained model of preset `name`, or a one-line error saying how to train it."""
     gpt.preset(name)  # an unknown name is a ValueError that lists the presets
     model, _ = gpt.load_checkpoint(checkpoint_path(name, folder), device=device,
-                                   hint=f"python train.py --preset {name}")
+                                   hint=train_command(name, folder))
     return model
 
 
@@ -127,7 +127,8 @@ def main(argv=None):
     parser.add_argument("--preset", nargs="+", default=list(gpt.PRESETS),
                         metavar="NAME", help=f"what to train: {', '.join(gpt.PRESETS)} "
                         f"(default: all)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="where to train (auto: a CUDA GPU if torch sees one)")
     parser.add_argument("--checkpoints", default=str(CHECKPOINTS), help="checkpoint folder")
     parser.add_argument("--resume", action="store_true",
                         help="continue the saved model to --steps, even a finished one")
@@ -135,9 +136,9 @@ def main(argv=None):
     parser.add_argument("--sample", type=int, default=300, metavar="N",
                         help="characters of sample text from the big model at the end (0: none)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    cli.add_fields(parser, Config, HELP, override_defaults={f.name: None for f in fields(Config)},
+    cli.add_fields(parser, Config, override_defaults={f.name: None for f in fields(Config)},
                    title="model shape (default: the preset's)")
-    cli.add_fields(parser, TrainConfig, HELP, title="training")
+    cli.add_fields(parser, TrainConfig, title="training")
     args = parser.parse_args(argv)
     unknown = [p for p in args.preset if p not in gpt.PRESETS]
     if unknown:

@@ -20,16 +20,18 @@ import train
 from gpt import Config, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
+               "distilled": "the distilled draft (1 x 128)"}
 LESSON_PROMPTS = ["ROMEO:\n", "JULIET:\n", "KING RICHARD III:\n", "First Citizen:\n",
                   "MENENIUS:\n"]
 
 
 @dataclass
 class ExerciseArgs:
-    seed: int = 1337
+    seed: int = 1337           # seed for everything random in the exercise
     quick: bool = False        # tiny models trained for seconds (what the tests run)
-    checkpoints: str = ""      # default: checkpoints/ (with --quick: checkpoints/quick/)
-    results: str = "results"   # where figures and numbers go
+    checkpoints: str = ""      # checkpoint folder (default: checkpoints/, --quick: its quick/)
+    results: str = "results"   # where figures, numbers and report.md go
 
 
 # --quick: every preset keeps its role but shrinks; the big one stays bigger than the drafts.
@@ -92,15 +94,6 @@ def pyplot():
 
 def encode_prompt(text):
     return torch.tensor([gpt.encode(text)])
-
-
-def machine():
-    """The machine and software a run happened on, for the report."""
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "cpu_cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-    return info
 
 
 def markdown_table(header, rows):

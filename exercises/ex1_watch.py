@@ -11,7 +11,7 @@ as long as they match; at the first mismatch the editor's own character goes in,
 ends. So every round writes between 1 and k+1 characters for one pass of the big model.
 
 Where the picture breaks: a human editor could fix one wrong word and keep the rest of the
-draft. Here everything after the first rejected guess is thrown away unread, because each later
+draft. Here everything after the first rejected guess is thrown away, because each later
 guess was written from a context that contained the rejected one. A junior who is often wrong
 early saves nothing: the round still costs k draft steps and one target pass, for one character.
 
@@ -27,16 +27,16 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from exercises import common
+from exercises import common, report
 
 
 @dataclass
 class Args(common.ExerciseArgs):
-    prompt: str = "ROMEO:\n"
-    max_new_tokens: int = 60
-    k: int = 4
-    draft: str = "draft"
-    delay: float = 0.0      # seconds to pause after each round, to watch it unfold
+    prompt: str = "ROMEO:\n"   # where the text starts (\n in it means a newline)
+    max_new_tokens: int = 60   # characters to write
+    k: int = 4                 # draft tokens per round
+    draft: str = "draft"       # the draft preset: draft, distilled or names
+    delay: float = 0.0         # seconds to pause after each round, to watch it unfold
 
 
 def show(ch):
@@ -48,7 +48,7 @@ def replay(prompt_ids, trace):
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
         verdicts = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-                    + ["unread"] * (len(proposed) - n_accepted - 1))
+                    + ["thrown-away"] * (len(proposed) - n_accepted - 1))
         rounds.append({"position": position, "guesses": gpt.decode(proposed),
                        "verdicts": verdicts, "kept": n_accepted, "target": gpt.decode([token]),
                        "kind": "bonus" if proposed and n_accepted == len(proposed)
@@ -63,7 +63,7 @@ def colour(text, code, on):
 
 def print_round(i, r, text_so_far, on):
     marks = {"kept": colour("kept", "32", on), "rejected": colour("REJECTED", "31", on),
-             "unread": colour("thrown away", "2", on)}
+             "thrown-away": colour("thrown away", "2", on)}
     print(f"round {i + 1}: ...{''.join(show(c) for c in text_so_far[-24:])}")
     for guess, verdict in zip(r["guesses"], r["verdicts"]):
         print(f"    draft guessed {show(guess)!r:6}  target: {marks[verdict]}")
@@ -89,7 +89,7 @@ def write_html(path, prompt, rounds, stats, draft_name):
     text = "".join(spans).replace("\n", "<br>")
     path.write_text(f"""<!doctype html><meta charset="utf-8"><title>Speculative decoding, round by round</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} .text{{font-family:monospace;font-size:1.2em;line-height:1.8}}
-.kept{{background:#c8f7c5}} .correction{{background:#ffe08a}} .bonus{{background:#a8dcff}} .rejected{{background:#ffb3b3}} .unread{{color:#aaa;text-decoration:line-through}}
+.kept{{background:#c8f7c5}} .correction{{background:#ffe08a}} .bonus{{background:#a8dcff}} .rejected{{background:#ffb3b3}} .thrown-away{{color:#aaa;text-decoration:line-through}}
 td{{font-family:monospace;padding:2px 8px;text-align:center}}</style>
 <h1>Speculative decoding, round by round</h1>
 <p>Draft <b>{html.escape(draft_name)}</b> guesses; the big model checks. <span class="kept">kept guess</span>
@@ -97,7 +97,7 @@ td{{font-family:monospace;padding:2px 8px;text-align:center}}</style>
 {stats.new_tokens} characters from {stats.target_passes} passes of the big model ({stats.tokens_per_pass:.2f} per pass);
 {stats.accepted} of {stats.proposed} guesses kept ({stats.acceptance_rate:.0%}).</p>
 <p class="text">{text}</p>
-<h2>Every round</h2><p>Guesses after the first rejected one are thrown away unread.</p>
+<h2>Every round</h2><p>Guesses after the first rejected one are thrown away.</p>
 <table><tr><th>round</th>{"".join(f"<th>guess {j + 1}</th>" for j in range(stats.k))}<th>target</th><th>written</th></tr>
 {"".join(rows)}</table>
 """)
@@ -126,8 +126,8 @@ def run(args, log=print):
     ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
            color=["#58b4f0" if r["kind"] == "bonus" else "#f5b942" for r in rounds])
     ax.set(xlabel="round", ylabel="characters written", ylim=(0, args.k + 1.5),
-           title=f"{args.draft} draft, k = {args.k}: characters per pass of the big model "
-                 f"(blue: all guesses kept)")
+           title=f"{common.DRAFT_NAMES.get(args.draft, args.draft)}, k = {args.k}: characters "
+                 f"per pass of the big model (blue: all guesses kept)")
     common.figure(args, "ex1_rounds.png", fig)
     numbers = {"prompt": args.prompt, "k": args.k, "draft": args.draft, "text": text,
                "rounds": len(rounds), "new_tokens": stats.new_tokens,
@@ -149,7 +149,7 @@ def main(argv=None):
     args = common.parse_args(__doc__, Args, argv)
     args.prompt = args.prompt.replace("\\n", "\n")
     print(__doc__.split("\n\n", 2)[2].split("Writes")[0])
-    run(args)
+    report.record(args, 1, run(args))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,13 @@ from fractions import Fraction
 import numpy as np
 
 import speculative as sd
-from exercises import common
+from exercises import common, report
 
 
 @dataclass
 class Args(common.ExerciseArgs):
-    alpha: float = 0.8
-    k: int = 4
+    alpha: float = 0.8      # probability that a draft token is accepted, in [0, 1)
+    k: int = 4              # draft tokens per round
     rounds: int = 200_000   # simulated rounds
 
 
@@ -101,7 +101,8 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    run(common.parse_args(__doc__, Args, argv))
+    args = common.parse_args(__doc__, Args, argv)
+    report.record(args, 2, run(args))
 
 
 if __name__ == "__main__":

@@ -27,15 +27,16 @@ import numpy as np
 
 import gpt
 import speculative as sd
-from benchmark import median_time, paired_times
-from exercises import common
+import machine
+from machine import median_time, paired_times
+from exercises import common, report
 
 
 @dataclass
 class Args(common.ExerciseArgs):
-    k: int = 4
-    max_new_tokens: int = 100
-    repeats: int = 5
+    k: int = 4                 # draft tokens per round
+    max_new_tokens: int = 100  # characters per prompt
+    repeats: int = 5           # timing repeats (medians)
 
 
 def grid_break_even(k, c, step=0.01):
@@ -53,8 +54,9 @@ def run(args, log=print):
     target = models["big"]
     prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
     n = args.max_new_tokens
+    drafts, spreads = {}, []
+    busy = machine.Busy().start()  # stopped after the timings below
     plain_s = median_time(lambda: [sd.generate(target, p, n) for p in prompts], args.repeats)
-    drafts = {}
     for name in names[1:]:
         draft = models[name]
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
@@ -64,10 +66,11 @@ def run(args, log=print):
         stats = sd.Stats(k=args.k, accepted_per_position=[0] * args.k)
         for _, s in runs:
             stats.add(s)
-        _, _, speedup = paired_times(  # plain and speculative alternately: drift hits both
+        _, _, speedup, ratios = paired_times(  # plain and speculative alternately: drift hits both
             lambda: [sd.generate(target, p, n) for p in prompts],
             lambda: [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts],
             args.repeats)
+        spreads.append(machine.spread(ratios))
         draft_s = median_time(lambda: [sd.generate(fast, p, n) for p in prompts], args.repeats)
         drafts[name] = {"greedy_agreement": agreement.greedy_agreement, "alpha": agreement.alpha,
                         "tokens_per_pass": stats.tokens_per_pass,
@@ -78,6 +81,10 @@ def run(args, log=print):
             f"held-out characters, alpha {d['alpha']:.2f}; {d['tokens_per_pass']:.2f} "
             f"characters per pass, {d['acceptance_rate']:.0%} kept, c {d['c']:.3f}, "
             f"speed-up {d['speedup']:.2f}x")
+    busy.stop()
+    note = busy.note(spreads)
+    if note:
+        log(note)
 
     break_even = {}
     for c in (0.2, 0.05):
@@ -93,23 +100,30 @@ def run(args, log=print):
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     grid = np.linspace(0, 0.99, 200)
-    for c, style in ((0.05, "-"), (0.2, "--"), (0.5, ":")):
-        for k, colour in ((2, "#1f77b4"), (4, "#d62728"), (8, "#2ca02c")):
-            ax.plot(grid, [sd.expected_speedup(a, k, c) for a in grid], style, color=colour,
-                    label=f"k = {k}, c = {c}")
+    # One curve per cost: each measured draft's own c, and the lesson's two (c = 0.2 and 0.05).
+    curves = [(d["c"], f"{name} draft's c = {d['c']:.2f}", "-") for name, d in drafts.items()]
+    curves += [(0.2, "lesson's c = 0.2", "--"), (0.05, "lesson's c = 0.05", ":")]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for (c, label, style), colour in zip(curves, colours):
+        ax.plot(grid, [sd.expected_speedup(a, args.k, c) for a in grid], style, color=colour,
+                label=f"formula, k = {args.k}, {label}")
+    for (name, d), colour in zip(drafts.items(), colours):
+        ax.scatter(d["greedy_agreement"], d["speedup"], s=60, zorder=3, color=colour,
+                   edgecolor="black")
+        ax.annotate(f"{name}: measured", (d["greedy_agreement"], d["speedup"]),
+                    textcoords="offset points", xytext=(6, -12), fontsize=8)
     ax.axhline(1, color="black", lw=0.8)
-    for name, d in drafts.items():
-        ax.scatter(d["greedy_agreement"], d["speedup"], s=60, zorder=3, edgecolor="black")
-        ax.annotate(f"{name} (c = {d['c']:.2f}, k = {args.k})",
-                    (d["greedy_agreement"], d["speedup"]), textcoords="offset points",
-                    xytext=(6, -12), fontsize=8)
-    for c in (0.2, 0.05):
-        ax.axvline(break_even[str(c)]["bisection"], color="grey", lw=0.6)
+    for c, colour in ((0.2, colours[len(drafts)]), (0.05, colours[len(drafts) + 1])):
+        alpha = break_even[str(c)]["bisection"]
+        ax.axvline(alpha, color=colour, lw=0.8)
+        ax.annotate(f"break-even\nc = {c}: {alpha:.3f}", (alpha, 3.6), xytext=(3, 0),
+                    textcoords="offset points", fontsize=8, color=colour)
     ax.set(xlabel="alpha (greedy agreement with the big model)", ylabel="speed-up over plain",
-           ylim=(0, 4), title="When speculation pays: formula (lines), measured drafts (dots)")
-    ax.legend(fontsize=7, ncol=3, loc="upper left")
+           ylim=(0, 4), title=f"When speculation pays (k = {args.k}): formula (lines), measured "
+                              f"drafts (dots)")
+    ax.legend(fontsize=7, loc="upper left")
     common.figure(args, "ex4_break.png", fig)
-    numbers = {"k": args.k, "drafts": drafts, "break_even": break_even}
+    numbers = {"k": args.k, "drafts": drafts, "break_even": break_even, "busy": note}
     common.save_json(args, "ex4_break.json", numbers)
     rows = [[name, f"{d['greedy_agreement']:.1%}", f"{d['alpha']:.3f}", f"{d['tokens_per_pass']:.2f}",
              f"{d['acceptance_rate']:.0%}", f"{d['c']:.3f}", f"{d['speedup']:.2f}x"]
@@ -118,7 +132,8 @@ def run(args, log=print):
                                        "characters/pass", "guesses kept", "c", "speed-up"], rows)
                 + f"\n\n(greedy, k = {args.k}, {len(prompts)} lesson prompts x {n} characters, big model "
                   f"in torch, drafts in NumPy; the lesson saw 37% agreement for its Shakespeare "
-                  f"draft and 3% for the names one)\n\n"
+                  f"draft and 3% for the names one)"
+                + (f" **{note}**" if note else "") + "\n\n"
                 + f"Break-even alpha for k = {args.k}: **{break_even['0.2']['bisection']:.4f}** at "
                   f"c = 0.2 and **{break_even['0.05']['bisection']:.4f}** at c = 0.05 (bisection). "
                   f"A 0.01 grid prints {break_even['0.2']['grid_0.01']:.2f} and "
@@ -129,7 +144,8 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    run(common.parse_args(__doc__, Args, argv))
+    args = common.parse_args(__doc__, Args, argv)
+    report.record(args, 4, run(args))
 
 
 if __name__ == "__main__":

@@ -31,17 +31,18 @@ from dataclasses import dataclass
 import torch
 
 import gpt
+import machine
 import speculative as sd
 import train
-from exercises import common
+from exercises import common, report
 from gpt import Config, TrainConfig
 
 
 @dataclass
 class Args(common.ExerciseArgs):
     device: str = "auto"        # auto, cpu or cuda
-    max_new_tokens: int = 100
-    repeats: int = 30           # timing repeats per measurement (decoding: a third of it)
+    max_new_tokens: int = 100   # characters per prompt when decoding
+    repeats: int = 30           # timing repeats per measurement (decoding: a tenth of it)
 
 
 GPU_MODELS = {"big": Config(n_layer=8, n_head=8, n_embd=512, block_size=256),
@@ -51,24 +52,26 @@ GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_
 
 def timer(device):
     """A function that returns the median seconds of fn() over `repeats` runs after warm-up."""
-    def measure(fn, repeats, warmup=3):
-        for _ in range(warmup):
+    def seconds(fn):
+        if device != "cuda":
+            started = time.perf_counter()
             fn()
-        times = []
-        for _ in range(repeats):
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                start.record()
+            return time.perf_counter() - started
+        # Kernels run asynchronously: wait for earlier work, time with events on the GPU's own
+        # clock, and wait for this work before reading them.
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def measure(fn, repeats, warmup=3):
+        with machine.threads():  # on the CPU: one torch thread (see machine.py)
+            for _ in range(warmup):
                 fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                started = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - started)
-        return statistics.median(times)
+            return statistics.median(seconds(fn) for _ in range(repeats))
     return measure
 
 
@@ -104,48 +107,53 @@ def run(args, log=print):
     device = gpt.resolve_device(args.device)
     measure = timer(device)
     target, draft, pair = models_for(args, device, log)
-    log(f"device: {device} ({common.machine()['gpu'] or 'no GPU: CPU timings'}); models: {pair}")
+    gpu = machine.describe()["gpu"]
+    log(f"device: {device} ({gpu or 'no GPU: CPU timings'}); models: {pair}")
     repeats = 3 if args.quick else args.repeats
 
-    # 1. One pass over 1..16 new tokens.
-    sizes = [1, 2, 4, 8, 16]
-    forward = {t: pass_time(target, 1, t, measure, repeats) for t in sizes}
-    log("target pass over t new tokens: " + ", ".join(
-        f"{t}: {s * 1e3:.2f} ms ({s / forward[1]:.2f}x)" for t, s in forward.items()))
+    with machine.Busy() as busy:  # timings on a crowded machine get a note
+        # 1. One pass over 1..16 new tokens.
+        sizes = [1, 2, 4, 8, 16]
+        forward = {t: pass_time(target, 1, t, measure, repeats) for t in sizes}
+        log("target pass over t new tokens: " + ", ".join(
+            f"{t}: {s * 1e3:.2f} ms ({s / forward[1]:.2f}x)" for t, s in forward.items()))
 
-    # 2. Plain vs speculative, k = 1..8.
-    prompts = [common.encode_prompt(p).to(device) for p in common.LESSON_PROMPTS]
-    n = args.max_new_tokens
-    decode_repeats = max(1, repeats // 10)
-    plain = measure(lambda: [sd.generate(target, p, n) for p in prompts], decode_repeats, warmup=1)
-    agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
-    by_k = {}
-    for k in range(1, 9):
-        stats = sd.Stats(k=k, accepted_per_position=[0] * k)
-        for p in prompts:
-            out, s = sd.speculative_generate(target, draft, p, n, k=k)
-            assert torch.equal(out, sd.generate(target, p, n)), "greedy output changed"
-            stats.add(s)
-        spec = measure(lambda: [sd.speculative_generate(target, draft, p, n, k=k) for p in prompts],
-                       decode_repeats, warmup=1)
-        by_k[k] = {"seconds": spec, "speedup": plain / spec, "tokens_per_pass": stats.tokens_per_pass}
-        log(f"k = {k}: speculative {plain / spec:.2f}x plain, {stats.tokens_per_pass:.2f} tokens "
-            f"per pass")
+        # 2. Plain vs speculative, k = 1..8.
+        prompts = [common.encode_prompt(p).to(device) for p in common.LESSON_PROMPTS]
+        n = args.max_new_tokens
+        decode_repeats = max(1, repeats // 10)
+        plain = measure(lambda: [sd.generate(target, p, n) for p in prompts], decode_repeats, warmup=1)
+        agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
+        by_k = {}
+        for k in range(1, 9):
+            stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+            for p in prompts:
+                out, s = sd.speculative_generate(target, draft, p, n, k=k)
+                assert torch.equal(out, sd.generate(target, p, n)), "greedy output changed"
+                stats.add(s)
+            spec = measure(lambda: [sd.speculative_generate(target, draft, p, n, k=k) for p in prompts],
+                           decode_repeats, warmup=1)
+            by_k[k] = {"seconds": spec, "speedup": plain / spec, "tokens_per_pass": stats.tokens_per_pass}
+            log(f"k = {k}: speculative {plain / spec:.2f}x plain, {stats.tokens_per_pass:.2f} tokens "
+                f"per pass")
 
-    # 3. The speed-up against batch size, from passes timed at each batch size.
-    k = max(by_k, key=lambda j: by_k[j]["speedup"])
-    batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
-    by_batch = {}
-    for b in batches:
-        one = pass_time(target, b, 1, measure, repeats)
-        check = pass_time(target, b, k + 1, measure, repeats)
-        small = pass_time(draft, b, 1, measure, repeats)
-        c, verify = small / one, check / one
-        by_batch[b] = {"target_1": one, "target_k+1": check, "draft_1": small, "c": c,
-                       "verify_cost": verify,
-                       "predicted_speedup": sd.expected_speedup(agreement, k, c, verify)}
-        log(f"batch {b:3}: verify {verify:.2f}x a one-token pass, c {c:.2f}, predicted speed-up "
-            f"{by_batch[b]['predicted_speedup']:.2f}x (k = {k})")
+        # 3. The speed-up against batch size, from passes timed at each batch size.
+        k = max(by_k, key=lambda j: by_k[j]["speedup"])
+        batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
+        by_batch = {}
+        for b in batches:
+            one = pass_time(target, b, 1, measure, repeats)
+            check = pass_time(target, b, k + 1, measure, repeats)
+            small = pass_time(draft, b, 1, measure, repeats)
+            c, verify = small / one, check / one
+            by_batch[b] = {"target_1": one, "target_k+1": check, "draft_1": small, "c": c,
+                           "verify_cost": verify,
+                           "predicted_speedup": sd.expected_speedup(agreement, k, c, verify)}
+            log(f"batch {b:3}: verify {verify:.2f}x a one-token pass, c {c:.2f}, predicted speed-up "
+                f"{by_batch[b]['predicted_speedup']:.2f}x (k = {k})")
+    note = busy.note()
+    if note:
+        log(note)
 
     plt = common.pyplot()
     where = "GPU" if device == "cuda" else "CPU (no GPU found)"
@@ -168,16 +176,16 @@ def run(args, log=print):
            xticklabels=batches, title=f"The gain fades as the device fills up (k = {k}), {where}")
     common.figure(args, "ex5_batch.png", fig)
 
-    numbers = {"device": device, "gpu": common.machine()["gpu"], "models": pair,
+    numbers = {"device": device, "gpu": gpu, "models": pair, "busy": note,
                "greedy_agreement": agreement, "forward_seconds": forward,
                "plain_seconds": plain, "by_k": by_k, "best_k": k, "by_batch": by_batch}
     common.save_json(args, "ex5_gpu.json", numbers)
     rows = [[t, f"{s * 1e3:.2f} ms", f"{s / forward[1]:.2f}x"] for t, s in forward.items()]
-    markdown = (f"Measured on the {where} with the {pair}"
-                + ("" if device == "cuda" else
-                   "; no GPU was found, so these are CPU timings, where a tiny model's pass is "
-                   "bound by framework overhead rather than memory")
-                + ".\n\n" + common.markdown_table(["new tokens", "one pass", "vs one token"], rows)
+    markdown = ((f"Measured on the GPU ({gpu}) with the {pair}." if device == "cuda" else
+                 f"Measured on the CPU with the {pair}: no GPU was found, so a tiny model's pass "
+                 f"here is bound by framework overhead rather than by memory.")
+                + (f" **{note}**" if note else "")
+                + "\n\n" + common.markdown_table(["new tokens", "one pass", "vs one token"], rows)
                 + "\n\n" + common.markdown_table(
                     ["k", "speed-up", "tokens/pass"],
                     [[j, f"{v['speedup']:.2f}x", f"{v['tokens_per_pass']:.2f}"] for j, v in by_k.items()])
@@ -191,7 +199,8 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    run(common.parse_args(__doc__, Args, argv))
+    args = common.parse_args(__doc__, Args, argv)
+    report.record(args, 5, run(args))
 
 
 if __name__ == "__main__":

@@ -61,8 +61,68 @@ def test_speculative_bad_input(run_script, tmp_path, args, words):
 
 
 def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
+    # The hint must train into the folder that was asked for, or the same error comes back.
     one_line_error(run_script("speculative.py", "--checkpoints", tmp_path),
-                   f"no checkpoint at {tmp_path}/big.pt", "train it with: python train.py --preset big")
+                   f"no checkpoint at {tmp_path}/big.pt",
+                   f"train it with: python train.py --preset big --checkpoints {tmp_path}")
+
+
+def test_missing_checkpoint_hint_omits_the_default_folder():
+    import train
+    assert train.train_command("big") == "python train.py --preset big"
+    assert train.train_command("big", train.CHECKPOINTS) == "python train.py --preset big"
+    assert train.train_command("draft", "my models") == \
+        "python train.py --preset draft --checkpoints 'my models'"
+
+
+class Captured(Exception):
+    """Raised instead of parsing, carrying the parser a command built."""
+
+
+def parser_of(main, monkeypatch):
+    import cli
+
+    def capture(self, *args, **kwargs):
+        raise Captured(self)
+    monkeypatch.setattr(cli.Parser, "parse_args", capture)
+    with pytest.raises(Captured) as caught:
+        main([])
+    return caught.value.args[0]
+
+
+def commands():
+    import benchmark
+    import speculative
+    import train
+    from exercises import __main__ as lesson, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+    return {"train.py": train.main, "speculative.py": speculative.main,
+            "benchmark.py": benchmark.main, "python -m exercises": lesson.main,
+            **{f"exercises.{m.__name__.split('.')[-1]}": m.main
+               for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu)}}
+
+
+@pytest.mark.parametrize("name", list(commands()))
+def test_every_flag_has_help(name, monkeypatch):
+    parser = parser_of(commands()[name], monkeypatch)
+    flags = [action for action in parser._actions if action.option_strings != ["-h", "--help"]]
+    assert len(flags) >= 3
+    for action in flags:
+        text = (action.help or "").replace("(default: %(default)s)", "").strip()
+        assert len(text) >= 8, f"{name} {action.option_strings[-1]} has no help text"
+
+
+def test_help_comes_from_the_field_comment():
+    import cli
+    from dataclasses import dataclass
+
+    @dataclass
+    class Flags:
+        width: int = 3         # how wide, in characters
+        label: str = "a # b"   # a '#' inside a string is not a comment
+        bare: int = 1
+    comments = cli.field_comments(Flags)
+    assert comments == {"width": "how wide, in characters",
+                        "label": "a '#' inside a string is not a comment"}
 
 
 def test_train_cuda_without_gpu(run_script):

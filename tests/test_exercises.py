@@ -94,3 +94,25 @@ def test_exercise_help(run_script):
     for n in ["ex1_watch", "ex2_derive", "ex3_build", "ex4_break", "ex5_gpu"]:
         result = run_script("-m", f"exercises.{n}", "-h")
         assert result.returncode == 0 and "--seed" in result.stdout and "--quick" in result.stdout
+
+
+def test_running_one_exercise_keeps_the_other_sections(tmp_path):
+    """`make exercise N=2` and `python -m exercises.ex2_derive` update exercise 2's section of
+    report.md and keep every other section as it was (the bug: rewriting the report with the
+    exercise that just ran, or leaving the report stale)."""
+    from exercises import ex2_derive, report
+    results = tmp_path / "results"
+    args = ex2_derive.Args(quick=True, results=str(results), checkpoints=str(tmp_path / "c"))
+    report.record(args, 5, {"numbers": {}, "markdown": "exercise five's own text"}, log=None)
+    ex2_derive.main(["--quick", "--results", str(results), "--checkpoints", str(tmp_path / "c")])
+    text = (results / "report.md").read_text()
+    assert "exercise five's own text" in text and "## Exercise 5: GPU timing" in text
+    assert "## Exercise 2: derive" in text and "3.3616" in text
+    first_date = report.load_sections(args)[2]["date"]
+    ex2_derive.main(["--quick", "--alpha", "0.5", "--results", str(results),
+                     "--checkpoints", str(tmp_path / "c")])
+    text = (results / "report.md").read_text()
+    assert "exercise five's own text" in text, "running exercise 2 dropped exercise 5"
+    assert "alpha = 0.5" in text and "alpha = 0.8" not in text, "exercise 2's section is stale"
+    assert report.load_sections(args)[2]["date"] >= first_date
+    assert text.count("## Exercise 2") == 1

@@ -10,7 +10,9 @@ import gpt
 from gpt import GPT, TrainConfig
 from conftest import tiny_config
 
-QUICK = TrainConfig(batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5)
+# threads=1: the last digits of a loss depend on the thread count, and "all cores unless the
+# machine is busy" could pick differently for two runs that must be equal.
+QUICK = TrainConfig(batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5, threads=1)
 
 
 def fresh_model(seed=0):
@@ -39,6 +41,22 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path):
     resumed = gpt.train(fresh_model(seed=99), steps=20, log_every=0, config=QUICK, resume=state)
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_training_uses_the_thread_count_it_is_given_and_resume_keeps_it(tmp_path):
+    from dataclasses import replace
+    seen = []
+    path = tmp_path / "m.pt"
+    before = torch.get_num_threads()
+    gpt.train(fresh_model(), steps=10, log_every=0, config=replace(QUICK, threads=2),
+              checkpoint=path, on_eval=lambda step, loss: seen.append(torch.get_num_threads()))
+    assert seen == [2] and torch.get_num_threads() == before
+    _, state = gpt.load_checkpoint(path)
+    assert state["threads"] == 2
+    # threads=0 means "choose", but a resumed run must keep the count it started with.
+    gpt.train(fresh_model(), steps=20, log_every=0, config=replace(QUICK, threads=0),
+              resume=state, on_eval=lambda step, loss: seen.append(torch.get_num_threads()))
+    assert seen == [2, 2] and torch.get_num_threads() == before
 
 
 def test_checkpoint_round_trip(tmp_path):

@@ -1,0 +1,140 @@
+"""
+exercises/report.py: results/report.md, one section per exercise, each from its latest run.
+
+Every exercise, whether run alone (`python -m exercises.ex3_build`, `make exercise N=3`) or by
+the main job, saves its section to results/sections/exN.json with the date it ran; the report is
+then rebuilt from every saved section. So running one exercise updates its own section (and the
+summary rows that come from it) and keeps the others as they were, each with its own date.
+"""
+
+import json
+from datetime import datetime, timezone
+
+import gpt
+import machine
+import speculative
+import train
+from exercises import common
+
+TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing"}
+
+
+def sections_dir(args):
+    path = common.results_dir(args) / "sections"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def record(args, n, section, log=print):
+    """Save exercise n's section ({"numbers", "markdown"}) and rebuild report.md."""
+    saved = {"exercise": n, "title": TITLES[n], "quick": args.quick,
+             "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+             "machine": machine.describe(), **section}
+    path = sections_dir(args) / f"ex{n}.json"
+    path.write_text(json.dumps(saved, indent=2, default=float) + "\n")
+    report = write(args)
+    if log:
+        log(f"updated the exercise {n} section of {report}")
+    return report
+
+
+def load_sections(args):
+    """{n: saved section} for every exercise that has run into this results folder."""
+    sections = {}
+    for n in TITLES:
+        path = sections_dir(args) / f"ex{n}.json"
+        if path.exists():
+            sections[n] = json.loads(path.read_text())
+    return sections
+
+
+def write(args):
+    sections = load_sections(args)
+    about = machine.describe()
+    lines = [
+        "# Speculative decoding: the lesson, measured",
+        "",
+        "Each exercise's section comes from its latest run (date in its heading); `python -m "
+        "exercises` reruns them all, `make exercise N=3` one. Greedy decoding unless said "
+        "otherwise; what the lesson is, and its own figures: `docs/LESSON.md`.",
+        "",
+        f"Machine: {about['platform']}, {about['cpu_cores']} CPU cores, "
+        f"{about['decode_threads']} torch thread for decoding and timing, GPU: "
+        f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.",
+        "",
+        "## Models", "", trained_models(args), "",
+        "## The lesson's numbers and ours", "", summary(sections), "",
+    ]
+    for n, section in sections.items():
+        quick = " (quick mode: tiny models, the numbers only check the plumbing)" \
+            if section["quick"] else ""
+        lines += [f"## Exercise {n}: {section['title']}", "",
+                  f"*Run {section['date']}{quick}.*", "", section["markdown"], ""]
+    path = common.results_dir(args) / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def trained_models(args):
+    rows = []
+    for name in gpt.PRESETS:
+        path = train.checkpoint_path(name, common.checkpoint_folder(args))
+        if not path.exists():
+            rows.append([name, "not trained yet", "", "", ""])
+            continue
+        _, state = gpt.load_checkpoint(path)
+        c = state["config"]
+        rows.append([name, f"{c['n_layer']} x {c['n_embd']}", state["corpus"], state["step"],
+                     f"{state['val_loss']:.3f}"])
+    return common.markdown_table(["preset", "layers x width", "trained on", "steps",
+                                  "validation loss"], rows)
+
+
+def summary(sections):
+    """The lesson's numbers, the formulas' and ours, side by side."""
+    rows = []
+    n = {k: v["numbers"] for k, v in sections.items()}
+    if 2 in n:
+        alpha, k = n[2]["alpha"], n[2]["k"]
+        rows.append([f"tokens per pass, alpha {alpha}, k {k}",
+                     "3.36" if (alpha, k) == (0.8, 4) else "", f"{n[2]['closed_form']:.4f}",
+                     f"{n[2]['simulated']:.4f} (simulated)", "agree"])
+    if 3 in n:
+        e = n[3]
+        formula = speculative.expected_tokens_per_pass(e["greedy_agreement"], e["k"])
+        rows.append(["tokens per pass, lesson's draft, k 4", "about 2",
+                     f"{formula:.2f} (from alpha)", f"{e['tokens_per_pass']:.2f}",
+                     "fewer: misses come in runs, the formula assumes independent guesses"
+                     if e["tokens_per_pass"] < formula else ""])
+        rows.append(["proposals accepted", "about a quarter", "", f"{e['acceptance_rate']:.0%}",
+                     ""])
+        rows.append(["speed-up, lesson's loop (no cache)", "about 1.0x",
+                     f"{e['predicted_speedup']['lesson']:.2f}x",
+                     f"{e['measured_speedup']['lesson']:.2f}x",
+                     f"each round pays {e['k']} draft steps of c = {e['c_recompute']:.2f}: "
+                     f"{e['k'] * e['c_recompute'] + 1:.2f} target steps for "
+                     f"{e['tokens_per_pass']:.2f} characters"])
+        rows.append(["speed-up, KV caches, draft in NumPy", "",
+                     f"{e['predicted_speedup']['numpy']:.2f}x",
+                     f"{e['measured_speedup']['numpy']:.2f}x",
+                     f"c = {e['c_cached_numpy']:.2f}, but checking {e['k'] + 1} tokens costs "
+                     f"{e['verify_cost']:.2f} one-token passes on this CPU"])
+    if 4 in n:
+        d = n[4]["drafts"]
+        rows.append(["next-character agreement, Shakespeare draft", "37%", "",
+                     f"{d['draft']['greedy_agreement']:.0%}",
+                     "the lesson's figure comes from its own draft and corpus"])
+        rows.append(["next-character agreement, names draft", "3%", "",
+                     f"{d['names']['greedy_agreement']:.0%}", ""])
+        rows.append(["speed-up, distilled draft (NumPy), k 4", "", "",
+                     f"{d['distilled']['speedup']:.2f}x",
+                     f"it agrees on {d['distilled']['greedy_agreement']:.0%}"])
+        b = n[4]["break_even"]
+        rows.append(["break-even alpha, k 4, c 0.2", "about 0.45 (grid: 0.46)",
+                     f"{b['0.2']['bisection']:.4f}", "", "a grid search rounds up to its grid"])
+        rows.append(["break-even alpha, k 4, c 0.05", "0.17 (grid)",
+                     f"{b['0.05']['bisection']:.4f}", "", "likewise"])
+    if not rows:
+        return "(no exercise has run yet)"
+    return common.markdown_table(["quantity", "lesson", "formula", "measured here",
+                                  "why they differ"], rows)

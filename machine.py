@@ -1,0 +1,185 @@
+"""
+machine.py: the machine we run on: how many threads torch gets, whether other programs are busy,
+and the timers every benchmark and exercise shares.
+
+Why threads matter. A decoding step of these models is a few hundred microseconds of small
+matrix products, far too little to share between threads. torch's default uses every core;
+when another program occupies one of them, a thread of ours waits for its descheduled partner
+at every operation, and on a 2-core machine plain decoding became 5-60x slower than with one
+thread (the table in the README: `python benchmark.py --threads`). So decoding and the timings
+run on DECODE_THREADS torch threads, set on entry and restored on exit (`threads()`); training,
+whose steps are large enough to share, uses every core unless the machine is busy when it
+starts (`training_threads()`, or TrainConfig.threads to choose).
+
+Why "busy". A timing is only as good as the machine was quiet while it ran. `Busy` records how
+much CPU time other programs took while we timed (from /proc/stat on Linux, the load average
+elsewhere), and the timed commands print its note next to their figures instead of presenting
+a speed-up measured on a crowded machine as if it were real.
+"""
+
+import contextlib
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+DECODE_THREADS = 1   # torch threads for decoding and timing (see the module docstring)
+BUSY_CORES = 0.5     # other programs using more than this many cores make a timing suspect
+SPREAD = 0.25        # repeated timings spread wider than this (max - min over median): suspect
+
+
+@contextlib.contextmanager
+def threads(n=DECODE_THREADS):
+    """Run the block with n torch threads (None or 0: leave as is); restore the count after."""
+    before = torch.get_num_threads()
+    if n and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def training_threads():
+    """Torch threads for training: every core on a quiet machine, one on a busy one.
+
+    A training step (batch 20 x 128 through the big model) is large enough to share: on 2
+    quiet cores two threads take 99 ms a step against 179 ms for one. But beside a program that
+    keeps one core busy two threads take 291 ms and one 175 ms, and beside another torch
+    program 338 and 249 ms (`python benchmark.py --threads`). So look before choosing."""
+    cores = cpu_cores()
+    if cores == 1:
+        return 1
+    with Busy() as busy:
+        time.sleep(0.2)
+    return 1 if busy.other_cores > BUSY_CORES else cores
+
+
+def cpu_cores():
+    """Cores this process may run on (fewer than os.cpu_count() under a CPU limit)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def describe():
+    """The machine and software a run happened on, for reports and JSON files."""
+    return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_cores": cpu_cores(), "decode_threads": DECODE_THREADS,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+# ----------------------------------------------------------------------------------------------
+# Is the machine busy?
+
+
+def _cpu_seconds_all():
+    """Seconds of CPU time all programs used so far (busy time summed over cores), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal ...: everything but idle and iowait is busy;
+    # steal is time another virtual machine took from ours, which slows us down just the same.
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds():
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Busy:
+    """Measures how busy other programs kept the machine during a `with` block.
+
+        with machine.Busy() as busy:         # or busy = Busy().start() ... busy.stop()
+            ...timings...
+        print(busy.note(spreads=[...]))      # "" when the machine was quiet
+    """
+
+    def start(self):
+        self.started, self.all0, self.own0 = time.perf_counter(), _cpu_seconds_all(), \
+            _own_cpu_seconds()
+        return self
+
+    def stop(self):
+        wall = max(time.perf_counter() - self.started, 1e-9)
+        all1 = _cpu_seconds_all()
+        if self.all0 is not None and all1 is not None:
+            others = (all1 - self.all0) - (_own_cpu_seconds() - self.own0)
+            self.other_cores = max(0.0, others / wall)
+        elif hasattr(os, "getloadavg"):  # no /proc/stat: the load average, less our own thread
+            self.other_cores = max(0.0, os.getloadavg()[0] - 1)
+        else:
+            self.other_cores = 0.0
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def note(self, spreads=()):
+        """One line saying why the figures may mislead, or "" if nothing suggests so.
+
+        spreads: relative spreads of repeated timings (see spread()); a wide one means the
+        machine's speed changed while we timed, whatever the cause."""
+        reasons = []
+        if self.other_cores > BUSY_CORES:
+            reasons.append(f"other programs used {self.other_cores:.1f} of {cpu_cores()} cores "
+                           f"while timing")
+        worst = max(spreads, default=0.0)
+        if worst > SPREAD:
+            reasons.append(f"repeated timings differed by up to {worst:.0%}")
+        if not reasons:
+            return ""
+        return ("note: the machine was busy (" + "; ".join(reasons) + "): the times and "
+                "speed-ups above may be off; rerun them on a quiet machine")
+
+
+def spread(values):
+    """(max - min) / median of repeated timings or ratios: 0 for a perfectly steady machine."""
+    values = list(values)
+    if len(values) < 2:
+        return 0.0
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+# ----------------------------------------------------------------------------------------------
+# Timers: the one place that reads the clock for the benchmark, the CLI and the exercises
+
+
+def median_time(fn, repeats):
+    """Median seconds of fn() over `repeats` calls, on DECODE_THREADS torch threads."""
+    return statistics.median(times_of(fn, repeats))
+
+
+def times_of(fn, repeats):
+    """Seconds of each of `repeats` calls of fn(), on DECODE_THREADS torch threads."""
+    times = []
+    with threads():
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def paired_times(plain, speculative, repeats):
+    """Time the two alternately, so that a drift in the machine's speed hits both alike.
+
+    Returns (median plain seconds, median speculative seconds, median of the per-pair ratios,
+    the ratios themselves)."""
+    pairs = [(times_of(plain, 1)[0], times_of(speculative, 1)[0]) for _ in range(repeats)]
+    ratios = [a / b for a, b in pairs]
+    return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
+            statistics.median(ratios), ratios)

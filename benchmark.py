@@ -112,10 +112,10 @@ def bench(args, log=print):
                                     "cached_tokens_per_s": n_new / cached, "speedup": slow / cached,
                                     "cached_numpy_tokens_per_s": n_new / cached_numpy,
                                     "speedup_numpy": slow / cached_numpy}
-            log(f"{len(prompts)} prompts x {args.new_tokens} tokens: the lesson's recompute-everything "
-                f"loop {n_new / slow:,.0f} tokens/s; KV-cached plain decoding {n_new / cached:,.0f} "
-                f"tokens/s in torch ({slow / cached:.1f}x), {n_new / cached_numpy:,.0f} with the NumPy "
-                f"forward ({slow / cached_numpy:.1f}x)")
+            log(f"{len(prompts)} prompts x {args.new_tokens} tokens: the lesson's "
+                f"recompute-everything loop {n_new / slow:,.0f} tokens/s; KV-cached plain "
+                f"decoding {n_new / cached:,.0f} tokens/s in torch ({slow / cached:.1f}x), "
+                f"{n_new / cached_numpy:,.0f} with the NumPy forward ({slow / cached_numpy:.1f}x)")
         if busy.note():
             log(busy.note())
 

@@ -62,8 +62,8 @@ def add_fields(parser, cls, help=None, override_defaults=None, title=None):
         else:
             shown = "" if "default" in text or default is None else \
                 " (default: %(default)r)" if kind is str else " (default: %(default)s)"
-            group.add_argument(f"--{f.name}", type=kind, default=default, metavar=kind.__name__.upper(),
-                               help=f"{text}{shown}".strip())
+            group.add_argument(f"--{f.name}", type=kind, default=default,
+                               metavar=kind.__name__.upper(), help=f"{text}{shown}".strip())
     return group
 
 

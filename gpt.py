@@ -446,7 +446,8 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
                         on_eval(step, val_loss)
                     save()
                 if log_every and (step % log_every == 0 or step == tc.steps):
-                    val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"  # none measured yet
+                    # no validation loss before the first evaluation
+                    val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"
                     say(f"step {step:5d} | loss {loss.item():.4f} | val {val} | "
                         f"{time.time() - started:.0f}s")
         finally:

@@ -126,8 +126,8 @@ def run(args, log=print):
     ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
            color=["#58b4f0" if r["kind"] == "bonus" else "#f5b942" for r in rounds])
     ax.set(xlabel="round", ylabel="characters written", ylim=(0, args.k + 1.5),
-           title=f"{common.DRAFT_NAMES.get(args.draft, args.draft)}, k = {args.k}: characters "
-                 f"per pass of the big model (blue: all guesses kept)")
+           title=f"{common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()}, k = {args.k}: "
+                 f"characters per pass of the big model (blue: all guesses kept)")
     common.figure(args, "ex1_rounds.png", fig)
     numbers = {"prompt": args.prompt, "k": args.k, "draft": args.draft, "text": text,
                "rounds": len(rounds), "new_tokens": stats.new_tokens,

@@ -101,7 +101,8 @@ def run(args, log=print):
     fig, ax = plt.subplots(figsize=(8, 5))
     grid = np.linspace(0, 0.99, 200)
     # One curve per cost: each measured draft's own c, and the lesson's two (c = 0.2 and 0.05).
-    curves = [(d["c"], f"{name} draft's c = {d['c']:.2f}", "-") for name, d in drafts.items()]
+    curves = [(d["c"], f"c = {d['c']:.2f} as measured for {common.DRAFT_NAMES[name]}", "-")
+              for name, d in drafts.items()]
     curves += [(0.2, "lesson's c = 0.2", "--"), (0.05, "lesson's c = 0.05", ":")]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for (c, label, style), colour in zip(curves, colours):
@@ -110,7 +111,7 @@ def run(args, log=print):
     for (name, d), colour in zip(drafts.items(), colours):
         ax.scatter(d["greedy_agreement"], d["speedup"], s=60, zorder=3, color=colour,
                    edgecolor="black")
-        ax.annotate(f"{name}: measured", (d["greedy_agreement"], d["speedup"]),
+        ax.annotate(f"{name}, measured", (d["greedy_agreement"], d["speedup"]),
                     textcoords="offset points", xytext=(6, -12), fontsize=8)
     ax.axhline(1, color="black", lw=0.8)
     for c, colour in ((0.2, colours[len(drafts)]), (0.05, colours[len(drafts) + 1])):
@@ -121,7 +122,7 @@ def run(args, log=print):
     ax.set(xlabel="alpha (greedy agreement with the big model)", ylabel="speed-up over plain",
            ylim=(0, 4), title=f"When speculation pays (k = {args.k}): formula (lines), measured "
                               f"drafts (dots)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     common.figure(args, "ex4_break.png", fig)
     numbers = {"k": args.k, "drafts": drafts, "break_even": break_even, "busy": note}
     common.save_json(args, "ex4_break.json", numbers)
@@ -139,7 +140,10 @@ def run(args, log=print):
                   f"A 0.01 grid prints {break_even['0.2']['grid_0.01']:.2f} and "
                   f"{break_even['0.05']['grid_0.01']:.2f}: it returns the first grid point past the "
                   f"crossing, so it rounds up; the lesson's 'about 0.45' is the crossing itself, "
-                  f"truncated.\n\n![](ex4_break.png)")
+                  f"truncated. In the figure each measured draft sits below the curve of its own "
+                  f"c: the lesson's formula counts the check of {args.k + 1} tokens as one target "
+                  f"step, and on a CPU it costs more (exercise 3 measures it).\n\n"
+                  f"![](ex4_break.png)")
     return {"numbers": numbers, "markdown": markdown}
 
 

@@ -35,18 +35,13 @@ import numpy as np
 import torch
 
 import machine
+# The NumPy half: the window rule, the sampling distribution and the acceptance rule live once,
+# in numpy_speculative.py (torch-free, so that exercise 3 can be built and graded without torch).
+from numpy_speculative import (accept_probability, greedy_verdict, residual, sample, verify,
+                               warp, window_start)
 
 # ----------------------------------------------------------------------------------------------
 # Scoring a growing sequence with a KV cache, under the window rule
-
-
-def window_start(n, block_size):
-    """First position of the context from which token n is predicted (see the module docstring)."""
-    if n <= block_size:
-        return 0
-    keep = max(1, block_size // 2)
-    stride = block_size + 1 - keep            # how far the window moves at each jump
-    return -(-(n - block_size) // stride) * stride  # ceil((n - block_size) / stride) * stride
 
 
 class CachedScorer:
@@ -126,34 +121,7 @@ def vocab_size_of(model):
 
 
 # ----------------------------------------------------------------------------------------------
-# From logits to the distribution we sample from
-
-
-def warp(logits, temperature=1.0, top_k=None, top_p=None):
-    """Logits (..., V) -> probabilities (..., V) after temperature, top-k and top-p, in that order.
-
-    Temperature 0 is greedy: a one-hot at the argmax (ties go to the lowest id).
-    """
-    logits = np.asarray(logits, dtype=np.float64)
-    V = logits.shape[-1]
-    if temperature == 0:
-        return np.eye(V)[logits.argmax(-1)]
-    logits = logits / temperature
-    if top_k is not None and top_k < V:
-        kth = np.sort(logits, -1)[..., -top_k, None]             # the k-th largest logit
-        logits = np.where(logits < kth, -np.inf, logits)
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    if top_p is not None and top_p < 1.0:
-        # Keep the smallest set of most likely tokens whose probability reaches top_p.
-        order = np.argsort(-probs, -1, kind="stable")
-        sorted_probs = np.take_along_axis(probs, order, -1)
-        drop_sorted = (np.cumsum(sorted_probs, -1) - sorted_probs) >= top_p
-        drop = np.empty_like(drop_sorted)
-        np.put_along_axis(drop, order, drop_sorted, -1)
-        probs = np.where(drop, 0.0, probs)
-        probs /= probs.sum(-1, keepdims=True)
-    return probs
+# Arguments and randomness (warp, sample and verify come from numpy_speculative.py)
 
 
 def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
@@ -184,55 +152,9 @@ class TorchUniform:
         return torch.rand((), generator=self.generator, dtype=torch.float64).item()
 
 
-# ----------------------------------------------------------------------------------------------
-# The acceptance rule, in NumPy (Leviathan et al. 2023, Algorithm 1)
-
-
-def accept_probability(target_prob, draft_prob):
-    """min(1, target/draft) for the proposed token; a token the draft gave 0 is accepted if the
-    target gives it anything (the ratio is infinite), rejected if the target gives it 0 too."""
-    if draft_prob <= 0:
-        return 1.0 if target_prob > 0 else 0.0
-    return min(1.0, target_prob / draft_prob)
-
-
-def residual(target_probs, draft_probs):
-    """norm(max(0, target - draft)): where the correction after a rejection is drawn from.
-    It is all zero only when target == draft, and then no rejection can happen; we fall back to
-    the target so that rounding can never leave us with nothing to draw from."""
-    leftover = np.maximum(target_probs - draft_probs, 0.0)
-    total = leftover.sum()
-    return leftover / total if total > 0 else target_probs / target_probs.sum()
-
-
-def sample(probs, rng):
-    """One token from probs (V,) by inverse transform sampling with one rng.random()."""
-    cdf = np.cumsum(probs)
-    return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(probs) - 1)
-
-
 def propose(draft_probs, rng):
     """How the draft picks its guess: a sample from its own (warped) distribution."""
     return sample(draft_probs, rng)
-
-
-def verify(target_probs, draft_probs, draft_tokens, rng):
-    """One round of speculative sampling.
-
-    target_probs (k+1, V): the target's distributions for the k draft positions and one more;
-    draft_probs (k, V): the draft's distributions that proposed draft_tokens (k,);
-    rng: anything with .random() -> uniform [0, 1) (numpy.random.Generator, TorchUniform).
-    Returns (n_accepted, next_token): how many draft tokens are kept, and the token the target
-    adds after them (the correction of the first rejected one, or a bonus token if all passed).
-    """
-    for i, token in enumerate(draft_tokens):
-        # 1. Keep draft token i with probability min(1, target/draft).
-        if rng.random() < accept_probability(target_probs[i, token], draft_probs[i, token]):
-            continue
-        # 2. Rejected: the target writes its own token, from what the draft under-proposed.
-        return i, sample(residual(target_probs[i], draft_probs[i]), rng)
-    # 3. All k kept: the target's distribution after them gives one more token for free.
-    return len(draft_tokens), sample(target_probs[len(draft_tokens)], rng)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -379,10 +301,7 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
         # 3. Keep the proposals the target agrees with, and add the target's own next token.
         if temperature == 0:
             choices = target_logits.argmax(-1).tolist()                    # (k_round+1,)
-            n_accepted = 0
-            while n_accepted < k_round and draft_tokens[n_accepted] == choices[n_accepted]:
-                n_accepted += 1
-            next_token = choices[n_accepted]
+            n_accepted, next_token = greedy_verdict(draft_tokens, choices)
         else:
             target_probs = warp(target_logits, temperature, top_k, top_p)   # (k_round+1, V)
             draft_array = np.array(draft_probs).reshape(k_round, target_probs.shape[1])
@@ -440,12 +359,24 @@ def measure_agreement(target, draft, data, *, windows=64, window=None, temperatu
         else:                    # any other draft: through its scorer, window by window
             model = as_scorer(model)
             logits.append(np.stack([model.score([row], 1)[0] for row in x.tolist()]))
-    target_logits, draft_logits = logits
-    target_probs = warp(target_logits, temperature, top_k, top_p)
-    draft_probs = warp(draft_logits, temperature, top_k, top_p)
-    alpha = float(np.minimum(target_probs, draft_probs).sum(-1).mean())
-    agree = float((target_logits.argmax(-1) == draft_logits.argmax(-1)).mean())
+    alpha, agree = agreement_of(*logits, temperature=temperature, top_k=top_k, top_p=top_p)
     return Agreement(alpha=alpha, greedy_agreement=agree, positions=x.numel())
+
+
+def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, top_p=None):
+    """(alpha, greedy agreement) from both models' logits (..., V) at the same positions.
+
+    alpha: the mean over positions of sum_x min(target(x), draft(x)), both distributions
+    warped (temperature, top-k, top-p) as decoding would; greedy agreement: the fraction of
+    positions where both models' most likely tokens are the same. Two Python floats.
+    """
+    # BEGIN SOLUTION
+    target_probs = warp(target_logits, temperature, top_k, top_p)         # (..., V)
+    draft_probs = warp(draft_logits, temperature, top_k, top_p)           # (..., V)
+    alpha = float(np.minimum(target_probs, draft_probs).sum(-1).mean())
+    agree = float((np.argmax(target_logits, -1) == np.argmax(draft_logits, -1)).mean())
+    return alpha, agree
+    # END SOLUTION
 
 
 def alpha(target, draft, data, **kwargs):
@@ -460,19 +391,25 @@ def alpha(target, draft, data, **kwargs):
 def expected_tokens_per_pass(alpha, k):
     """1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha): tokens per target pass when
     each draft token is accepted with probability alpha, independently."""
+    # BEGIN SOLUTION
     if alpha == 1:
         return k + 1.0
     return (1 - alpha ** (k + 1)) / (1 - alpha)
+    # END SOLUTION
 
 
 def expected_speedup(alpha, k, c, verify_cost=1.0):
     """Wall-clock speed-up over plain decoding: tokens per pass over the cost of a round, k draft
     steps at c each plus one verification pass (verify_cost target steps; 1 in the lesson)."""
+    # BEGIN SOLUTION
     return expected_tokens_per_pass(alpha, k) / (k * c + verify_cost)
+    # END SOLUTION
 
 
 def break_even_alpha(k, c, verify_cost=1.0):
-    """The alpha above which speculation beats plain decoding (nan if none below 1 does)."""
+    """The alpha above which speculation beats plain decoding (nan if none below 1 does):
+    where expected_speedup(alpha, k, c, verify_cost) crosses 1, to 1e-9 or better."""
+    # BEGIN SOLUTION
     if expected_speedup(1.0, k, c, verify_cost) <= 1:
         return math.nan
     low, high = 0.0, 1.0  # expected_speedup grows with alpha: bisect
@@ -480,6 +417,7 @@ def break_even_alpha(k, c, verify_cost=1.0):
         mid = (low + high) / 2
         low, high = (mid, high) if expected_speedup(mid, k, c, verify_cost) < 1 else (low, mid)
     return (low + high) / 2
+    # END SOLUTION
 
 
 def best_k(alpha, c, verify_cost=1.0, k_max=32):

@@ -75,6 +75,8 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
         if same and state["step"] >= tc.steps and not resume:
             log(f"{path}: already trained ({state['step']} steps, validation loss "
                 f"{state['val_loss']:.3f}); skipping")
+            if not path.with_suffix(".npz").exists():  # trained before .npz exports existed
+                gpt.export_npz(gpt.load_checkpoint(path)[0], path.with_suffix(".npz"))
             return path
         if resume or (same and state["step"] < tc.steps):
             if resume and not same:

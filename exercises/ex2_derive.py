@@ -41,11 +41,16 @@ def by_sum(alpha, k):
 
 
 def simulate(alpha, k, rounds, rng):
-    """Tokens per pass of `rounds` simulated rounds: (mean, standard error)."""
+    """Simulate `rounds` rounds of the accept/reject process: each of k draft tokens is accepted
+    with probability alpha (draw uniforms with rng.random), a round stops at the first
+    rejection and always adds the target's own token. Returns the tokens per pass as
+    (mean, standard error of the mean), two floats."""
+    # BEGIN SOLUTION
     accepted = rng.random((rounds, k)) < alpha                    # (rounds, k)
     kept = np.cumprod(accepted, axis=1).sum(axis=1)               # leading accepts per round
     tokens = kept + 1                                             # plus the target's own token
-    return tokens.mean(), tokens.std(ddof=1) / np.sqrt(rounds)
+    return float(tokens.mean()), float(tokens.std(ddof=1) / np.sqrt(rounds))
+    # END SOLUTION
 
 
 def run(args, log=print):

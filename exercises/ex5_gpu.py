@@ -51,20 +51,26 @@ GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_
 
 
 def timer(device):
-    """A function that returns the median seconds of fn() over `repeats` runs after warm-up."""
+    """A function measure(fn, repeats, warmup=3) -> the median seconds of one call of fn().
+
+    Call fn `warmup` times untimed first (the first calls pay for allocation, caches and, on a
+    GPU, kernel selection), then time `repeats` calls. On a GPU kernels run asynchronously: a
+    clock read right after fn() returns times the launch, not the work. So wait for the device
+    (torch.cuda.synchronize()) before starting the clock and again before reading it, or time
+    with torch.cuda.Event(enable_timing=True) pairs on the GPU's own clock.
+    """
+    # BEGIN SOLUTION
     def seconds(fn):
         if device != "cuda":
             started = time.perf_counter()
             fn()
             return time.perf_counter() - started
-        # Kernels run asynchronously: wait for earlier work, time with events on the GPU's own
-        # clock, and wait for this work before reading them.
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
+        torch.cuda.synchronize()          # earlier work must not land in this measurement
         start.record()
         fn()
         end.record()
-        torch.cuda.synchronize()
+        torch.cuda.synchronize()          # wait for fn's kernels before reading the events
         return start.elapsed_time(end) / 1e3
 
     def measure(fn, repeats, warmup=3):
@@ -73,6 +79,7 @@ def timer(device):
                 fn()
             return statistics.median(seconds(fn) for _ in range(repeats))
     return measure
+    # END SOLUTION
 
 
 def models_for(args, device, log):

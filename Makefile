@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-N      ?= 1
+N      ?=
 
-.PHONY: setup lesson train exercise benchmark test clean
+.PHONY: setup lesson train exercise check benchmark test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,10 @@ train: setup         ## only the models (python train.py -h for the flags)
 	$(PY) train.py
 
 exercise: setup      ## one exercise: make exercise N=3
-	$(PY) -m exercises --only $(N)
+	$(PY) -m exercises --only $(or $(N),1)
+
+check: setup         ## the assignments' checks: make check N=3 (all exercises without N)
+	$(PY) -m classroom check $(or $(N),all)
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) benchmark.py

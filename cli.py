@@ -74,7 +74,7 @@ def take(cls, args, **changes):
     return cls(**{**values, **changes})
 
 
-USER_ERRORS = (ValueError, CheckpointError, CorpusError)
+USER_ERRORS = (ValueError, CheckpointError, CorpusError, NotImplementedError)
 
 
 def run(main, argv=None):

@@ -514,17 +514,17 @@ def save_checkpoint(path, model, *, step, val_loss, train_config=None, optimizer
     export_npz(model, path.with_suffix(".npz"))
 
 
-def export_npz(model, path):
+def export_npz(model, path, characters=None):
     """The weights as plain NumPy arrays (GPT-2 names, torch's layouts) plus the config and the
-    vocabulary as JSON, for numpy_speculative.load: no pickle, no torch needed to read them.
-    Written atomically, like the checkpoint."""
+    vocabulary (`characters`, default: the corpus') as JSON, for numpy_speculative.load: no
+    pickle, no torch needed to read them. Written atomically, like the checkpoint."""
     import json
 
     import numpy as np
     path = Path(path)
     arrays = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
     arrays["meta.config"] = np.array(json.dumps(asdict(model.c)))
-    arrays["meta.vocab"] = np.array(json.dumps(vocab()))
+    arrays["meta.vocab"] = np.array(json.dumps(characters if characters is not None else vocab()))
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)

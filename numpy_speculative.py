@@ -165,6 +165,7 @@ def forward(model, tokens, cache=None):
     if start + T > model.block_size:
         raise ValueError(f"{start + T} tokens do not fit the window of {model.block_size}")
     p = model.params
+    # Compute logits (T, V) for the tokens at positions start .. start + T - 1.
     # BEGIN SOLUTION
     x = p["transformer.wte.weight"][tokens] + p["transformer.wpe.weight"][start:start + T]  # (T, C)
     for i in range(model.n_layer):
@@ -391,8 +392,8 @@ def speculative_sample(target, draft, prompt, max_new_tokens, k, rng, *, tempera
             draft_probs.append(probs)                                       # (V,)
             seq.append(sample(probs, rng))
         target_probs = warp(score(target, target_cache, seq, n), temperature, top_k)
-        kept, added = verify(target_probs, np.array(draft_probs).reshape(k_round, -1),
-                             seq[n:], rng)                                  # 2-3. check
+        draft_probs = np.array(draft_probs).reshape(k_round, target_probs.shape[1])
+        kept, added = verify(target_probs, draft_probs, seq[n:], rng)       # 2-3. check
         del seq[n + kept:]
         for cache in (target_cache, draft_cache):
             cache.forget_from(n + kept)

@@ -1,0 +1,1 @@
+"""classroom: the five exercises as gradable assignments (see classroom/TEACHERS.md)."""

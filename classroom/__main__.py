@@ -1,0 +1,133 @@
+"""
+python -m classroom: the five exercises as assignments.
+
+Student, in the repository a teacher generated:
+    python -m classroom check 3          # the checks of exercise 3 (or: make check N=3)
+    python -m classroom check            # every exercise
+    python -m classroom check --part 3b  # one part
+
+Teacher, in this repository (see classroom/TEACHERS.md):
+    python -m classroom build ../speculative-class      # the student repository
+    python -m classroom grade SUBMISSION --out results.json
+    python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
+    python -m classroom gradescope --out autograder.zip
+"""
+
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+from classroom import parts, runner
+from classroom.submissions import ROOT, SubmissionError, scratch_dir, workspace
+
+
+def parser():
+    import cli
+    p = cli.Parser(prog="python -m classroom", description=__doc__.split("\n\n")[0].strip())
+    sub = p.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
+    c = sub.add_parser("check", help="run the public checks on this repository")
+    c.add_argument("exercise", nargs="?", default="all", help="1 to 5, or all (default)")
+    c.add_argument("--part", help="one part, e.g. 3b")
+    c.add_argument("--strict", action="store_true",
+                   help="exit 1 unless every selected check passes (one graded step)")
+    c.add_argument("--report-only", action="store_true",
+                   help="exit 0 whenever the report was made (CI of a student repository)")
+    b = sub.add_parser("build", help="write the student repository and prove it both ways")
+    b.add_argument("dest", help="a new folder")
+    g = sub.add_parser("grade", help="grade one submission (folder, git repository or zip)")
+    g.add_argument("submission", help="the student's folder, bare git repository or zip")
+    g.add_argument("--out", default="results.json", help="Gradescope's results.json")
+    a = sub.add_parser("grade-all", help="grade every submission in a folder into one CSV")
+    a.add_argument("folder", help="one folder or zip per student")
+    a.add_argument("--csv", default="grades.csv", help="one row per student")
+    z = sub.add_parser("gradescope", help="write Gradescope's autograder zip")
+    z.add_argument("--out", default="autograder.zip", help="the zip to write")
+    return p
+
+
+def exercise_number(text):
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) not in parts.EXERCISES:
+        raise ValueError(f"no exercise {text!r}; choose 1 to 5 or all")
+    return int(text)
+
+
+def check(args):
+    selected = runner.select(exercise_number(args.exercise), args.part)
+    results = runner.run_checks(ROOT, selected, [runner.PUBLIC_SEED])
+    print(runner.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+    if args.report_only:
+        return 0
+    if args.strict:
+        return 0 if all(r.status == "pass" for r in results) else 1
+    return 0
+
+
+def grade_one(submission):
+    """All checks, public and hidden seeds, on a submission: (results, missing files)."""
+    with scratch_dir() as scratch:
+        root, missing = workspace(submission, scratch)
+        results = runner.run_checks(root, runner.select(hidden=True),
+                                    [runner.PUBLIC_SEED, runner.hidden_seed()], missing=missing)
+    return results, missing
+
+
+def grade(args):
+    results, missing = grade_one(args.submission)
+    print(runner.table(results))
+    Path(args.out).write_text(json.dumps(runner.gradescope_json(results), indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def grade_all(args):
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder of submissions")
+    submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
+    rows = []
+    for submission in submissions:
+        student = submission.stem
+        try:
+            results, _ = grade_one(submission)
+        except SubmissionError as e:
+            print(f"{student}: {e}")
+            rows.append({"student": student, "total": 0, "note": str(e)})
+            continue
+        row = {"student": student, "total": sum(r.score for r in results), "note": ""}
+        for part in parts.PARTS:
+            row[part.id] = sum(r.score for r in results if r.check.part == part.id)
+        rows.append(row)
+        print(f"{student}: {row['total']} points")
+    columns = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
+    with open(args.csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, restval=0)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {args.csv} ({len(rows)} students)")
+    return 0
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if args.command == "check":
+        return check(args)
+    if args.command == "build":
+        from classroom import build
+        build.build(args.dest)
+        return 0
+    if args.command == "grade":
+        return grade(args)
+    if args.command == "grade-all":
+        return grade_all(args)
+    from classroom import build
+    print(f"wrote {build.gradescope_zip(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    import cli
+    sys.exit(cli.run(main))

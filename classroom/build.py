@@ -1,0 +1,249 @@
+"""
+classroom/build.py: the student repository and the Gradescope autograder, made from this one.
+
+build(dest) copies the project, replaces every solution region with a NotImplementedError
+(regions.py), removes the hidden checks, the project's own tests and the teachers' notes,
+clears notebook outputs, and writes a student README, a CI script and a GitHub Classroom
+workflow with one step per graded part. Then it proves itself both ways and refuses to finish
+otherwise: every check passes on the reference, and every check that carries points fails on
+the student version.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import zipfile
+from pathlib import Path
+
+from classroom import checks, parts, regions, runner
+from classroom.submissions import ROOT, project_files
+
+TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/")
+
+
+class BuildError(ValueError):
+    """The student version is not what it must be; the message names the check."""
+
+
+def student_text(relative, text):
+    if relative in parts.STUDENT_FILES:
+        return regions.student_version(text, parts.message)
+    if relative == "classroom/checks.py":
+        return regions.without_hidden(text)
+    if relative.endswith(".ipynb"):
+        notebook = json.loads(text)
+        for cell in notebook["cells"]:
+            if cell["cell_type"] == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+        return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    return text
+
+
+def write_student_repository(dest, root=ROOT):
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise BuildError(f"{dest} exists and is not empty; choose a new folder")
+    for f in project_files(root):
+        relative = f.relative_to(root).as_posix()
+        if relative.startswith(TEACHERS_ONLY):
+            continue
+        target = dest / ("ABOUT.md" if relative == "README.md" else relative)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if relative == ".ci/run":
+            continue
+        target.write_text(student_text(relative, f.read_text()))
+        shutil.copymode(f, target)
+    (dest / "README.md").write_text(student_readme())
+    ci = dest / ".ci" / "run"
+    ci.parent.mkdir(exist_ok=True)
+    ci.write_text(STUDENT_CI)
+    ci.chmod(ci.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    workflow = dest / ".github" / "workflows" / "classroom.yml"
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text(classroom_workflow())
+    return dest
+
+
+def prove(dest, root=ROOT, log=print):
+    """Every check passes on the reference; every check with points fails on the student copy."""
+    log("proving the reference: every check must pass (public and hidden seeds)")
+    results = runner.run_checks(root, checks.all_checks(hidden=True),
+                                [runner.PUBLIC_SEED, runner.hidden_seed()])
+    failing = [r for r in results if r.status != "pass"]
+    if failing:
+        raise BuildError("the reference fails " + "; ".join(
+            f"{r.check.name}: {' / '.join(r.lines())}" for r in failing))
+    log("proving the student version: every check with points must fail, as not started")
+    stripped = runner.run_checks(dest, checks.all_checks(hidden=False), [runner.PUBLIC_SEED])
+    passing = [r.check.name for r in stripped if r.status == "pass" and r.check.points]
+    if passing:
+        raise BuildError(f"these checks pass on the student version, so they would give points "
+                         f"for nothing: {', '.join(passing)}")
+    # Failing is not enough: a check that crashes fails whatever the student writes.
+    broken = [f"{r.check.name} ({r.status}: {' / '.join(r.lines())})" for r in stripped
+              if r.status != "not started" and r.check.points]
+    if broken:
+        raise BuildError("these checks fail on the student version for another reason than the "
+                         "missing exercise: " + "; ".join(broken))
+    return results, stripped
+
+
+def build(dest, root=ROOT, log=print):
+    dest = write_student_repository(dest, root)
+    try:
+        prove(dest, root, log)
+    except BuildError:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    if shutil.which("git"):
+        for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                        ["git", "-c", "user.name=classroom", "-c", "user.email=classroom@localhost",
+                         "commit", "-qm", "The assignments"]):
+            subprocess.run(command, cwd=dest, check=True, capture_output=True)
+    log(f"wrote the student repository to {dest}")
+    return dest
+
+
+def points_table():
+    rows = ["| part | what you write | file | points | about |", "|---|---|---|---|---|"]
+    for p in parts.PARTS:
+        functions = ", ".join(f"`{f}`" for f in p.functions)
+        rows.append(f"| {p.id} | {p.title}: {functions} | `{p.file}` | {p.points} | "
+                    f"{p.minutes} min |")
+    for exercise, (title, points) in parts.BY_HAND.items():
+        rows.append(f"| {exercise} (by hand) | {title} | your report | {points} | |")
+    return "\n".join(rows)
+
+
+def student_readme():
+    return f"""# Speculative decoding: the assignments
+
+Five exercises on speculative decoding with tiny character-level GPTs. The library around them
+is complete; the functions you write raise `NotImplementedError("Exercise N, part ...")` until
+you do. What the lesson is, and its figures: `docs/LESSON.md`; the whole project: `ABOUT.md`.
+
+## Set up (once)
+
+```
+make setup                      # a virtual environment in .venv with everything installed
+```
+
+## Check your work
+
+```
+make check N=3                  # or: .venv/bin/python -m classroom check 3
+make check                      # every exercise
+.venv/bin/python -m classroom check --part 3b
+```
+
+Each check prints a line with its points; a failing one says what was expected, what happened
+and a hint. A part you have not started says "not started" and scores 0. The checks run on
+small random models, in seconds, offline. Your teacher grades with the same checks on other
+random models and seeds, so make the properties hold, not the printed numbers.
+
+## What to write
+
+{points_table()}
+
+Exercise 3 is built with NumPy alone: `numpy_speculative.py` may not import torch or the
+project's own decoding (the checks block both). Read each function's docstring first; the
+functions around yours are complete and show the conventions (shapes, names, the window rule).
+When your exercise 2-5 functions pass, `python -m exercises.ex2_derive` (and the others) run the
+lesson's experiments with your code; `make lesson` trains the models (minutes) and runs them all.
+
+## By hand
+
+1. Explain, in your own words (half a page): what speculative decoding does in one round, the
+   junior writer and senior editor picture, and the two places where the picture breaks.
+5. If you have a GPU: run `python -m exercises.ex5_gpu` and explain its three figures. Without
+   one, explain what would change on a GPU and why.
+
+## Hand in
+
+Commit and push (GitHub Classroom grades every push), or upload the repository as a zip where
+your teacher says.
+"""
+
+
+STUDENT_CI = """#!/usr/bin/env bash
+# CI of the assignments: set up, then run every check. Until the exercises are done the checks
+# fail, and that is expected; this run makes sure the grader itself works and reports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make setup
+.venv/bin/python -m classroom check --report-only
+"""
+
+
+def classroom_workflow():
+    steps, runners_ = [], []
+    for p in parts.PARTS:
+        ident = f"part-{p.id}"
+        runners_.append(ident)
+        steps.append(f"""    - name: {p.id} {p.title}
+      id: {ident}
+      uses: classroom-resources/autograding-command-grader@v1
+      with:
+        test-name: "{p.id} {p.title}"
+        command: .venv/bin/python -m classroom check --part {p.id} --strict
+        timeout: 10
+        max-score: {p.points}""")
+    results = "\n".join(f"        {r.upper()}_RESULTS: \"${{{{steps.{r}.outputs.result}}}}\""
+                        for r in runners_)
+    return f"""# GitHub Classroom: one graded step per part; a step scores its points when every check
+# of the part passes. Generated by `python -m classroom build`.
+name: Autograding Tests
+on: [push, workflow_dispatch, repository_dispatch]
+permissions:
+  checks: write
+  actions: read
+  contents: read
+jobs:
+  run-autograding-tests:
+    runs-on: ubuntu-latest
+    if: github.actor != 'github-classroom[bot]'
+    steps:
+    - name: Checkout code
+      uses: actions/checkout@v4
+    - name: Set up
+      run: make setup
+{chr(10).join(steps)}
+    - name: Autograding Reporter
+      uses: classroom-resources/autograding-grading-reporter@v1
+      env:
+{results}
+      with:
+        runners: {",".join(runners_)}
+"""
+
+
+def gradescope_zip(out, root=ROOT):
+    """Gradescope's autograder: setup.sh, run_autograder and this repository in source/."""
+    seed = runner.hidden_seed()
+    out = Path(out)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        def script(name, body):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o755 << 16  # executable
+            z.writestr(info, body)
+        script("setup.sh", """#!/usr/bin/env bash
+# Gradescope runs this once when it builds the autograder image.
+set -euo pipefail
+apt-get update && apt-get install -y python3 python3-venv python3-pip make git
+cd /autograder/source
+python3 -m venv .venv
+.venv/bin/pip install --quiet -e .
+""")
+        script("run_autograder", f"""#!/usr/bin/env bash
+# Gradescope runs this for every submission.
+set -euo pipefail
+cd /autograder/source
+CLASSROOM_SEED={seed} .venv/bin/python -m classroom grade /autograder/submission \\
+    --out /autograder/results/results.json
+""")
+        for f in project_files(root):
+            z.write(f, "source/" + f.relative_to(root).as_posix())
+    os.chmod(out, 0o644)
+    return out

@@ -1,0 +1,684 @@
+"""
+classroom/checks.py: the checks of every part, each a function that passes or raises Fail.
+
+A check tests a property or compares with an independent reference (the torch model through
+fixtures.py, exact arithmetic, an enumeration of every random draw), never with the reference
+solution, which the student repository does not have. Each one says, when it fails, what was
+expected, what happened and where to look. Points belong to checks; a part's checks add up to
+its points (parts.py). Checks marked torch_free run with torch and the project's own decoding
+unimportable (exercise 3 is built with NumPy alone).
+
+Hidden checks (the teacher's only) sit between the HIDDEN markers: `build` removes them.
+"""
+
+import importlib
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from classroom import fixtures
+
+LETTERS = fixtures.VOCAB
+
+
+class Fail(Exception):
+    """A failed check: what was expected, what happened, and a hint."""
+
+    def __init__(self, expected, got, hint=""):
+        super().__init__(expected)
+        self.expected, self.got, self.hint = expected, got, hint
+
+
+@dataclass
+class Check:
+    name: str
+    part: str
+    points: int
+    function: object
+    torch_free: bool = False
+    hidden: bool = False
+
+
+CHECKS = {}
+
+
+def check(part, points, *, torch_free=False, hidden=False):
+    def register(function):
+        CHECKS[function.__name__] = Check(function.__name__, part, points, function, torch_free,
+                                          hidden)
+        return function
+    return register
+
+
+class Context:
+    """What a check gets: its seed, its fixtures, and the student's modules."""
+
+    def __init__(self, seed, fixture_dir):
+        self.seed, self.fixture_dir = seed, Path(fixture_dir)
+        self.rng = np.random.default_rng(seed)
+        self.cases = fixtures.load(fixture_dir)
+
+    def student(self, module):
+        return importlib.import_module(module)
+
+    def model(self, name):
+        return self.student("numpy_speculative").load(self.fixture_dir / f"{name}.npz")
+
+
+def text(tokens):
+    return "".join(LETTERS[t] if isinstance(t, (int, np.integer)) and 0 <= t < len(LETTERS)
+                   else f"<{t!r}>" for t in tokens)
+
+
+def pair_of_ints(value, what):
+    if not (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, (int, np.integer)) for v in value)):
+        raise Fail(f"{what} returns a pair of whole numbers (kept, token)", repr(value),
+                   "return kept, token")
+    return int(value[0]), int(value[1])
+
+
+def a_float(value, what):
+    if isinstance(value, (np.ndarray,)) and value.shape == ():
+        value = value.item()
+    if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
+        raise Fail(f"{what} returns a number", f"{type(value).__name__}: {value!r}")
+    if math.isnan(value):
+        raise Fail(f"{what} returns a number", "nan", "look for 0/0 or an empty mean")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: explain (the auto-graded part)
+
+
+def verdict_oracle(draft_tokens, choices):
+    kept = 0
+    while kept < len(draft_tokens) and draft_tokens[kept] == choices[kept]:
+        kept += 1
+    return kept, choices[kept]
+
+
+def random_round(rng, k=None):
+    k = k or int(rng.integers(1, 9))
+    choices = rng.integers(0, 3, k + 1).tolist()
+    draft_tokens = rng.integers(0, 3, k).tolist()
+    agree = int(rng.integers(0, k + 1))            # long agreements happen: copy a prefix
+    draft_tokens[:agree] = choices[:agree]
+    return draft_tokens, choices
+
+
+def explain_round(draft_tokens, choices, got, want):
+    shown = f"draft guessed {text(draft_tokens)!r}, the big model chose {text(choices)!r}"
+    if got[0] > want[0]:
+        i = want[0]
+        return (shown, f"draft token {i + 1} was kept although the big model chose "
+                       f"{LETTERS[choices[i]]!r} there: compare with the big model's choice at "
+                       f"the same position")
+    if got[0] < want[0]:
+        i = got[0]
+        return (shown, f"draft token {i + 1} ({LETTERS[draft_tokens[i]]!r}) equals the big "
+                       f"model's choice there, so it is kept: keep guesses while they match")
+    return (shown, f"after {want[0]} kept guesses the big model adds its own choice at the same "
+                   f"position ({LETTERS[want[1]]!r}): the correction, or the bonus when all "
+                   f"were kept")
+
+
+@check("1a", 2, torch_free=True)
+def verdict_on_random_rounds(ctx):
+    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
+    for _ in range(300):
+        draft_tokens, choices = random_round(ctx.rng)
+        want = verdict_oracle(draft_tokens, choices)
+        got = pair_of_ints(greedy_verdict(list(draft_tokens), list(choices)), "greedy_verdict")
+        if got != want:
+            shown, hint = explain_round(draft_tokens, choices, got, want)
+            raise Fail(f"(kept, token) = ({want[0]}, {LETTERS[want[1]]!r}) when {shown}",
+                       f"({got[0]}, {text([got[1]])!r})", hint)
+
+
+@check("1a", 1, torch_free=True)
+def verdict_at_the_edges(ctx):
+    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
+    for draft_tokens, choices, name in (([1, 2, 0], [1, 2, 0, 2], "every guess kept: the bonus"),
+                                        ([1, 2, 0], [2, 2, 0, 1], "the first guess rejected"),
+                                        ([], [1], "no guesses (the last token of a run)"),
+                                        ([0], [0, 1], "one guess, kept")):
+        want = verdict_oracle(draft_tokens, choices)
+        got = pair_of_ints(greedy_verdict(list(draft_tokens), list(choices)), "greedy_verdict")
+        if got != want:
+            shown, hint = explain_round(draft_tokens, choices, got, want)
+            raise Fail(f"{name}: ({want[0]}, {LETTERS[want[1]]!r}) when {shown}",
+                       f"({got[0]}, {text([got[1]])!r})", hint)
+
+
+@check("1b", 2, torch_free=True)
+def replay_writes_the_text(ctx):
+    replay = ctx.student("numpy_speculative").replay
+    for _ in range(50):
+        prompt = ctx.rng.integers(0, 3, 3).tolist()
+        rounds = [random_round(ctx.rng) for _ in range(int(ctx.rng.integers(1, 6)))]
+        want = list(prompt)
+        for draft_tokens, choices in rounds:
+            kept, token = verdict_oracle(draft_tokens, choices)
+            want += draft_tokens[:kept] + [token]
+        got = replay(list(prompt), [(list(d), list(c)) for d, c in rounds])
+        if list(got) != want:
+            raise Fail(f"{text(want)!r} from prompt {text(prompt)!r} and {len(rounds)} rounds",
+                       repr(text(got)) if isinstance(got, (list, tuple)) else repr(got),
+                       "each round adds its kept guesses, then the big model's own token")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: derive
+
+
+def tokens_per_pass(alpha, k):
+    return sum(alpha ** i for i in range(k + 1))
+
+
+@check("2a", 2)
+def tokens_per_pass_is_the_sum(ctx):
+    f = ctx.student("speculative").expected_tokens_per_pass
+    for alpha, k in [(0.8, 4), (0.0, 3), (0.5, 1)] + [
+            (float(ctx.rng.random()), int(ctx.rng.integers(1, 13))) for _ in range(200)]:
+        got, want = a_float(f(alpha, k), "expected_tokens_per_pass"), tokens_per_pass(alpha, k)
+        if not abs(got - want) <= 1e-9 * want:
+            raise Fail(f"1 + alpha + ... + alpha^k = {want:.6f} for alpha {alpha:.4f}, k {k}",
+                       f"{got:.6f}", "a round always writes the target's token (alpha^0), plus "
+                       "draft token i with probability alpha^i")
+
+
+@check("2a", 1)
+def tokens_per_pass_limits(ctx):
+    f = ctx.student("speculative").expected_tokens_per_pass
+    for k in (1, 4, 9):
+        got = a_float(f(1.0, k), "expected_tokens_per_pass")
+        if abs(got - (k + 1)) > 1e-9:
+            raise Fail(f"k + 1 = {k + 1} tokens when every guess is kept (alpha = 1)", f"{got}",
+                       "the closed form divides 0 by 0 at alpha = 1: treat it apart")
+        if abs(a_float(f(1 - 1e-9, k), "expected_tokens_per_pass") - (k + 1)) > 1e-5:
+            raise Fail(f"close to {k + 1} for alpha just below 1", f"{f(1 - 1e-9, k)}")
+    grid = np.linspace(0, 0.99, 50)
+    for k in (1, 4):
+        values = [a_float(f(float(a), k), "expected_tokens_per_pass") for a in grid]
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise Fail("tokens per pass grows with alpha", "it does not", "")
+    if not all(f(0.7, k + 1) > f(0.7, k) for k in range(1, 8)):
+        raise Fail("tokens per pass grows with k", "it does not", "")
+
+
+@check("2b", 2)
+def speedup_is_tokens_over_cost(ctx):
+    f = ctx.student("speculative").expected_speedup
+    for _ in range(200):
+        alpha, k = float(ctx.rng.random()), int(ctx.rng.integers(1, 11))
+        c, verify_cost = float(ctx.rng.uniform(0, 0.6)), float(ctx.rng.choice([1.0, 1.5, 2.0]))
+        want = tokens_per_pass(alpha, k) / (k * c + verify_cost)
+        got = a_float(f(alpha, k, c, verify_cost), "expected_speedup")
+        if abs(got - want) > 1e-9 * want:
+            raise Fail(f"{want:.6f} for alpha {alpha:.3f}, k {k}, c {c:.3f}, verify cost "
+                       f"{verify_cost}", f"{got:.6f}", "a round costs k draft steps of c "
+                       "each plus one verification pass of verify_cost target steps")
+        if verify_cost == 1.0 and abs(a_float(f(alpha, k, c), "expected_speedup") - want) > 1e-9:
+            raise Fail("verify_cost defaults to 1 (the lesson's formula)", "another default")
+
+
+@check("2c", 2)
+def simulation_agrees_with_the_formula(ctx):
+    simulate = ctx.student("exercises.ex2_derive").simulate
+    for _ in range(4):
+        alpha, k, rounds = float(ctx.rng.uniform(0.1, 0.95)), int(ctx.rng.integers(1, 9)), 20_000
+        result = simulate(alpha, k, rounds, np.random.default_rng(int(ctx.rng.integers(1e9))))
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("simulate returns (mean, standard error)", repr(result))
+        mean, se = (a_float(v, "simulate") for v in result)
+        want = tokens_per_pass(alpha, k)
+        sd = math.sqrt(sum((2 * i + 1) * alpha ** i for i in range(k + 1)) - want ** 2)
+        if not abs(se - sd / math.sqrt(rounds)) < 0.15 * sd / math.sqrt(rounds):
+            raise Fail(f"standard error about {sd / math.sqrt(rounds):.4f} (the spread of tokens "
+                       f"per round over the square root of {rounds:,} rounds)", f"{se:.4f}",
+                       "std(tokens) / sqrt(rounds)")
+        if abs(mean - want) > 5 * sd / math.sqrt(rounds):
+            raise Fail(f"a mean within 5 standard errors of {want:.4f} (alpha {alpha:.3f}, "
+                       f"k {k})", f"{mean:.4f}", "a round stops at the first rejection; it "
+                       "always writes one token of the target's own")
+
+
+@check("2c", 1)
+def simulation_draws_from_the_given_rng(ctx):
+    simulate = ctx.student("exercises.ex2_derive").simulate
+    same = [simulate(0.6, 4, 2000, np.random.default_rng(7))[0] for _ in range(2)]
+    other = [simulate(0.6, 4, 2000, np.random.default_rng(s))[0] for s in (8, 9, 10)]
+    if same[0] != same[1] or len(set(map(float, other + same[:1]))) < 3:
+        raise Fail("the same rng seed gives the same result, other seeds other results",
+                   f"seed 7 twice: {same}; seeds 8-10: {other}",
+                   "draw every random number from the rng argument; never reseed")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: build, with NumPy alone
+
+
+def logits_close(got, want, what):
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        raise Fail(f"{what}: logits of shape {want.shape} (new tokens, vocabulary)",
+                   f"shape {got.shape}", "one row per new token, one column per vocabulary entry")
+    if not np.isfinite(got).all():
+        raise Fail(f"{what}: finite logits", "nan or inf", "look for a division by zero or a "
+                   "mask applied after the softmax")
+    error = float(np.abs(got - want).max())
+    if error > 1e-5:
+        row = int(np.abs(got - want).max(-1).argmax())
+        raise Fail(f"{what}: the torch model's logits within 1e-5", f"off by {error:.2g} (first "
+                   f"at new token {row})", "positions start at cache.length; attention may look "
+                   "at earlier tokens only; LayerNorm uses the variance, not the std")
+
+
+@check("3a", 4, torch_free=True)
+def forward_matches_torch(ctx):
+    ns = ctx.student("numpy_speculative")
+    expected = np.load(ctx.fixture_dir / "logits.npz")
+    tokens = expected["tokens"].tolist()
+    for name in ("target", "draft"):
+        logits_close(ns.forward(ctx.model(name), tokens), expected[name],
+                     f"the {name} model over {len(tokens)} tokens")
+
+
+@check("3a", 2, torch_free=True)
+def forward_continues_its_cache(ctx):
+    ns = ctx.student("numpy_speculative")
+    expected = np.load(ctx.fixture_dir / "logits.npz")
+    tokens, model = expected["tokens"].tolist(), ctx.model("target")
+    cache = ns.Cache(model)
+    pieces = [ns.forward(model, tokens[a:b], cache) for a, b in ((0, 5), (5, 6), (6, 11))]
+    logits_close(np.concatenate(pieces), expected["target"][:11],
+                 "tokens fed through one cache in three pieces (5, 1 and 5 tokens)")
+    cache.forget_from(6)
+    logits_close(ns.forward(model, tokens[6:], cache), expected["target"][6:],
+                 "after forget_from(6), the rest fed again")
+
+
+def check_greedy(ctx, draft_name, passes_for=None):
+    ns = ctx.student("numpy_speculative")
+    target, draft = ctx.model("target"), ctx.model(draft_name)
+    for case in ctx.cases["greedy"]:
+        prompt, n, k = case["prompt"], case["n"], case["k"]
+        result = ns.speculative_greedy(target, draft, list(prompt), n, k)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("speculative_greedy returns (tokens, target passes)", repr(result)[:80])
+        tokens, passes = list(result[0]), result[1]
+        want = case["expected"]
+        if tokens != want:
+            i = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
+                     min(len(tokens), len(want)))
+            where = (f"from token {i}" if i < min(len(tokens), len(want)) else
+                     f"in length ({len(tokens)} tokens, not {len(want)})")
+            hint = ("the output must not depend on the draft: compare guess i with the big "
+                    "model's choice at position i (not i + 1), forget rejected tokens in both "
+                    "caches, and score with score() so both decoders use the same windows")
+            if i >= 2 * fixtures.BLOCK - 4:
+                hint = ("it goes wrong past the window: let score() pick every context, for "
+                        "drafting and for verifying alike, as generate() does")
+            raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
+                       f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
+                       f"differs {where}: {text(tokens[len(prompt):])!r}", hint)
+        if passes_for is not None and passes != passes_for(n, k):
+            raise Fail(f"{passes_for(n, k)} passes of the big model for {n} tokens with k = {k} "
+                       f"and the {draft_name} draft", f"{passes}",
+                       "count one pass per verification; when all k guesses are kept the big "
+                       "model adds a bonus token, so a round writes k + 1")
+
+
+@check("3b", 3, torch_free=True)
+def greedy_is_the_big_models_output(ctx):
+    check_greedy(ctx, "draft")
+
+
+@check("3b", 2, torch_free=True)
+def greedy_with_a_perfect_draft(ctx):
+    # The big model drafts for itself: every guess is kept, every round writes k + 1 tokens.
+    check_greedy(ctx, "target", passes_for=lambda n, k: -(-n // (k + 1)))
+
+
+@check("3b", 1, torch_free=True)
+def greedy_with_a_draft_that_never_agrees(ctx):
+    check_greedy(ctx, "hopeless", passes_for=lambda n, k: n)
+
+
+class GridUniforms:
+    """An rng whose random() returns preset numbers, to enumerate every outcome of a round."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        if not self.values:
+            raise Fail("verify draws one uniform to test each guess and one to sample the "
+                       "token it adds", "more draws than that", "use rng.random() only")
+        return self.values.pop(0)
+
+
+def verify_pairs(rng):
+    """Target/draft distribution pairs (k = 1 and 2) where the usual mistakes show."""
+    V = 4
+    peaked = np.array([0.7, 0.1, 0.1, 0.1])
+    pairs = [(np.stack([peaked, np.full(V, 0.25)]), np.roll(peaked, 1)[None]),
+             (np.stack([np.array([0.5, 0.5, 0, 0]), peaked]), np.array([[0, 0.2, 0.3, 0.5]])),
+             (np.stack([peaked, peaked]), peaked[None])]
+    for _ in range(2):
+        target, draft = rng.dirichlet(np.ones(V), 2), rng.dirichlet(np.ones(V) * 0.5, 1)
+        pairs.append((target, draft))
+    return pairs
+
+
+@check("3c", 3, torch_free=True)
+def verify_keeps_the_target_distribution_exactly(ctx):
+    """Every (draft token, u1, u2) on a grid: the first token's distribution must be the
+    target's, and after a kept guess the bonus token's must be the target's next one."""
+    verify = ctx.student("numpy_speculative").verify
+    grid = (np.arange(100) + 0.5) / 100
+    for target_probs, draft_probs in verify_pairs(ctx.rng):
+        V = target_probs.shape[1]
+        first, bonus, kept_mass = np.zeros(V), np.zeros(V), 0.0
+        for x in range(V):
+            if draft_probs[0, x] == 0:
+                continue
+            for u1 in grid:
+                for u2 in grid:
+                    weight = draft_probs[0, x] / len(grid) ** 2
+                    kept, token = pair_of_ints(verify(target_probs, draft_probs, [x],
+                                                      GridUniforms([u1, u2])), "verify")
+                    if kept == 1:
+                        first[x] += weight
+                        bonus[token] += weight
+                        kept_mass += weight
+                    else:
+                        first[token] += weight
+        error = float(np.abs(first - target_probs[0]).max())
+        if error > 0.03:
+            raise Fail(f"first token distributed as the target's {np.round(target_probs[0], 3)}"
+                       f" (draft's: {np.round(draft_probs[0], 3)})", f"{np.round(first, 3)}",
+                       "keep a guess with probability min(1, target/draft); after a rejection "
+                       "draw from max(0, target - draft), renormalised (not from the target)")
+        if kept_mass > 0.05:
+            bonus /= kept_mass
+            if np.abs(bonus - target_probs[1]).max() > 0.05:
+                raise Fail(f"after a kept guess, the bonus token distributed as the target's "
+                           f"next {np.round(target_probs[1], 3)}", f"{np.round(bonus, 3)}",
+                           "when every guess is kept, sample one more token from the target's "
+                           "distribution at the next position")
+
+
+def chi_square_fails(counts, probs, threshold_z=4.75):
+    """True when counts are too unlikely under probs (about p < 1e-6), by Pearson's
+    chi-square with the Wilson-Hilferty approximation of its quantile."""
+    counts, probs = np.asarray(counts, float).ravel(), np.asarray(probs, float).ravel()
+    n = counts.sum()
+    if (counts[probs == 0] > 0).any():
+        return True
+    expected = probs * n
+    big = expected >= 5
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(expected[big], expected[~big].sum())
+    keep = expected > 0
+    statistic = float((((observed - expected) ** 2)[keep] / expected[keep]).sum())
+    df = max(1, int(keep.sum()) - 1)
+    quantile = df * (1 - 2 / (9 * df) + threshold_z * math.sqrt(2 / (9 * df))) ** 3
+    return statistic > quantile
+
+
+def sampled_pairs(ctx, runs, **options):
+    ns = ctx.student("numpy_speculative")
+    target, draft = ctx.model("target"), ctx.model("draft")
+    prompt = ctx.cases["sampling"]["prompt"]
+    rng = np.random.default_rng(ctx.seed + 17)
+    counts = np.zeros((len(LETTERS), len(LETTERS)))
+    for _ in range(runs):
+        out = list(ns.speculative_sample(target, draft, list(prompt), 3, 2, rng, **options))
+        if len(out) != len(prompt) + 3:
+            raise Fail(f"{len(prompt) + 3} tokens (prompt + 3 new)", f"{len(out)}",
+                       "stop when max_new_tokens are written; a round adds kept guesses plus "
+                       "one token")
+        counts[out[len(prompt)], out[len(prompt) + 1]] += 1
+    return counts
+
+
+@check("3c", 2, torch_free=True)
+def sampling_has_the_target_distribution(ctx):
+    for name, options in (("plain", {"temperature": 1.0}),
+                          ("top_k", {"temperature": 0.8, "top_k": 3})):
+        probs = np.array(ctx.cases["sampling"][name])
+        counts = sampled_pairs(ctx, 3000, **options)
+        if chi_square_fails(counts, probs):
+            worst = np.unravel_index(np.abs(counts / counts.sum() - probs).argmax(), probs.shape)
+            raise Fail(f"the first two tokens distributed as the big model samples them "
+                       f"({', '.join(f'{k}={v}' for k, v in options.items())})",
+                       f"{int(counts.sum())} runs: {text(worst)!r} came "
+                       f"{counts[worst] / counts.sum():.3f} of the time, the big model "
+                       f"gives it {probs[worst]:.3f}",
+                       "the draft must sample its guesses from the same warped distribution "
+                       "that verify() is given (not its argmax, not an unfiltered one)")
+
+
+@check("3c", 1, torch_free=True)
+def sampling_draws_from_the_given_rng(ctx):
+    ns = ctx.student("numpy_speculative")
+    target, draft = ctx.model("target"), ctx.model("draft")
+    prompt = ctx.cases["sampling"]["prompt"]
+
+    def run(seed):
+        return list(ns.speculative_sample(target, draft, list(prompt), 12, 3,
+                                          np.random.default_rng(seed)))
+    outputs = {tuple(run(seed)) for seed in range(8)}
+    if run(3) != run(3) or len(outputs) < 4:
+        raise Fail("the same rng seed gives the same text, other seeds other texts",
+                   f"{len(outputs)} different texts from 8 seeds",
+                   "draw every random number from the rng argument; never reseed")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4: break
+
+
+@check("4a", 2)
+def agreement_from_logits(ctx):
+    sd = ctx.student("speculative")
+    from numpy_speculative import warp  # provided code, the same for everyone
+    for temperature, top_k in ((1.0, None), (0.7, None), (1.0, 3)):
+        target = ctx.rng.normal(size=(4, 9, 8)) * 2
+        draft = target + ctx.rng.normal(size=target.shape) * 1.5
+        result = sd.agreement_of(target, draft, temperature=temperature, top_k=top_k)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("agreement_of returns (alpha, greedy agreement)", repr(result)[:80])
+        alpha, agree = (a_float(v, "agreement_of") for v in result)
+        want_alpha = float(np.minimum(warp(target, temperature, top_k),
+                                      warp(draft, temperature, top_k)).sum(-1).mean())
+        want_agree = float((target.argmax(-1) == draft.argmax(-1)).mean())
+        if abs(alpha - want_alpha) > 1e-6:
+            raise Fail(f"alpha = mean over positions of sum_x min(target(x), draft(x)) = "
+                       f"{want_alpha:.6f} (temperature {temperature}, top_k {top_k})",
+                       f"{alpha:.6f}", "both distributions warped as decoding would; the sum "
+                       "runs over the vocabulary, the mean over every position")
+        if abs(agree - want_agree) > 1e-12:
+            raise Fail(f"greedy agreement {want_agree:.4f}", f"{agree:.4f}",
+                       "the fraction of positions where both argmaxes are the same")
+
+
+@check("4a", 1)
+def agreement_at_temperature_zero(ctx):
+    sd = ctx.student("speculative")
+    target = ctx.rng.normal(size=(3, 7, 8))
+    draft = target + ctx.rng.normal(size=target.shape)
+    alpha, agree = (a_float(v, "agreement_of") for v in
+                    sd.agreement_of(target, draft, temperature=0.0))
+    if abs(alpha - agree) > 1e-12:
+        raise Fail("at temperature 0 alpha equals the greedy agreement (both distributions are "
+                   "one-hot)", f"alpha {alpha:.4f}, agreement {agree:.4f}",
+                   "warp the logits with the temperature before comparing distributions")
+
+
+def speedup(alpha, k, c, verify_cost=1.0):
+    return tokens_per_pass(alpha, k) / (k * c + verify_cost)
+
+
+@check("4b", 2)
+def break_even_gives_speedup_one(ctx):
+    f = ctx.student("speculative").break_even_alpha
+    for _ in range(60):
+        k, c = int(ctx.rng.integers(1, 9)), float(ctx.rng.uniform(0.01, 0.5))
+        verify_cost = float(ctx.rng.choice([1.0, 1.3]))
+        if speedup(1.0, k, c, verify_cost) <= 1:
+            continue
+        alpha = a_float(f(k, c, verify_cost), "break_even_alpha")
+        if not (0 <= alpha < 1) or abs(speedup(alpha, k, c, verify_cost) - 1) > 1e-6:
+            raise Fail(f"an alpha where the speed-up is exactly 1 (k {k}, c {c:.3f}, verify "
+                       f"cost {verify_cost})", f"{alpha!r}, whose speed-up is "
+                       f"{speedup(alpha, k, c, verify_cost) if 0 <= alpha < 1 else 'undefined'}",
+                       "the speed-up grows with alpha: bisect between 0 and 1 until the "
+                       "interval is tiny (a 0.01 grid is not precise enough)")
+
+
+@check("4b", 1)
+def break_even_lesson_values_and_hopeless_costs(ctx):
+    f = ctx.student("speculative").break_even_alpha
+    for c, want in ((0.2, 0.4553), (0.05, 0.1668)):
+        got = a_float(f(4, c), "break_even_alpha")
+        if round(got, 4) != want:
+            raise Fail(f"{want} for k 4, c {c}", f"{got:.6f}", "")
+    got = f(4, 1.5)
+    if not (isinstance(got, float) and math.isnan(got)):
+        raise Fail("nan when no alpha helps (k 4, c 1.5: a round costs 7 steps, it writes at "
+                   "most 5 tokens)", repr(got), "return math.nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5: GPU timing (on the CPU, with a simulated GPU)
+
+
+class Counted:
+    """A function to time: the first `slow` calls sleep `slow_s`, the others `fast_s`."""
+
+    def __init__(self, fast_s, slow=0, slow_s=0.0):
+        self.calls, self.fast_s, self.slow, self.slow_s = 0, fast_s, slow, slow_s
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.slow_s if self.calls <= self.slow else self.fast_s)
+
+
+@check("5a", 2)
+def timer_warms_up_and_takes_the_median(ctx):
+    timer = ctx.student("exercises.ex5_gpu").timer
+    measure = timer("cpu")
+    fn = Counted(0.002, slow=3, slow_s=0.15)
+    seconds = a_float(measure(fn, 5, warmup=3), "measure")
+    if fn.calls != 8:
+        raise Fail("3 warm-up calls and 5 timed ones: 8 calls of fn", f"{fn.calls}",
+                   "run fn warmup times before timing it")
+    if not 0.0015 < seconds < 0.05:
+        raise Fail("about 2 ms, the time of a call after warm-up", f"{seconds * 1e3:.1f} ms",
+                   "exclude the warm-up calls (they pay for caches and compilation) and "
+                   "return seconds per call")
+    times = [measure(Counted(t), 3, warmup=1) for t in (0.002, 0.01, 0.03)]
+    if not times[0] < times[1] < times[2]:
+        raise Fail("longer calls measure longer (2, 10, 30 ms)",
+                   ", ".join(f"{t * 1e3:.1f} ms" for t in times), "")
+
+
+class FakeGPU:
+    """torch.cuda on the CPU: work is queued by fn and finishes later, as on a real GPU.
+
+    fn() queues 20 ms of work and returns at once; synchronize() waits for the queue;
+    Event.record() marks the queue's end; elapsed_time() needs both events finished."""
+
+    WORK = 0.02
+
+    def __init__(self):
+        self.busy_until = time.perf_counter()
+
+    def launch(self):
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.WORK
+
+    def synchronize(self, device=None):
+        time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+    def is_available(self):
+        return True
+
+    def Event(self, enable_timing=False):
+        gpu = self
+
+        class Event:
+            stamp = None
+
+            def record(self, stream=None):
+                self.stamp = max(time.perf_counter(), gpu.busy_until)
+
+            def synchronize(self):
+                time.sleep(max(0.0, self.stamp - time.perf_counter()))
+
+            def elapsed_time(self, end):
+                if self.stamp is None or end.stamp is None:
+                    raise RuntimeError("elapsed_time on an event that was never recorded")
+                if end.stamp > time.perf_counter() + 1e-4:
+                    raise RuntimeError("elapsed_time before the end event completed: "
+                                       "synchronize first")
+                return (end.stamp - self.stamp) * 1e3
+        return Event()
+
+
+@check("5a", 2)
+def timer_waits_for_the_gpu(ctx):
+    import torch
+    ex5 = ctx.student("exercises.ex5_gpu")
+    gpu = FakeGPU()
+    for name in ("synchronize", "Event", "is_available"):
+        setattr(torch.cuda, name, getattr(gpu, name))
+    seconds = a_float(ex5.timer("cuda")(gpu.launch, 5, warmup=2), "measure")
+    if not 0.015 < seconds < 0.06:
+        raise Fail("about 20 ms: the work fn queued on the GPU, not the time to queue it",
+                   f"{seconds * 1e3:.2f} ms", "kernels run asynchronously: call "
+                   "torch.cuda.synchronize() before starting the clock and before reading it, "
+                   "or record torch.cuda.Event pairs and synchronize before elapsed_time")
+
+
+# BEGIN HIDDEN
+# Hidden checks: the teacher's only (build removes them). They rerun properties on other
+# shapes and draws than the public checks, so hard-coding what those print earns nothing.
+HIDDEN_SEED = 271828  # CLASSROOM_SEED replaces it; keep yours secret
+
+
+@check("3b", 2, torch_free=True, hidden=True)
+def greedy_hidden_lengths_and_k(ctx):
+    ns = ctx.student("numpy_speculative")
+    target, draft = ctx.model("target"), ctx.model("draft")
+    for case in ctx.cases["greedy"]:
+        for k in (1, 8):
+            tokens, _ = ns.speculative_greedy(target, draft, list(case["prompt"]), case["n"], k)
+            if list(tokens) != case["expected"]:
+                raise Fail(f"the big model's own greedy output with k = {k}",
+                           "a different text", "")
+
+
+@check("3c", 1, torch_free=True, hidden=True)
+def verify_chi_square_at_a_hidden_seed(ctx):
+    verify = ctx.student("numpy_speculative").verify
+    rng = np.random.default_rng(ctx.seed)
+    target_probs, draft_probs = rng.dirichlet(np.ones(5), 4), rng.dirichlet(np.ones(5), 3)
+    counts = np.zeros(5)
+    for _ in range(20000):
+        draft_tokens = [int(rng.choice(5, p=p)) for p in draft_probs]
+        kept, token = verify(target_probs, draft_probs, draft_tokens, rng)
+        counts[draft_tokens[0] if kept > 0 else token] += 1
+    if chi_square_fails(counts, target_probs[0]):
+        raise Fail("the first token distributed as the target's", f"{counts / counts.sum()}")
+# END HIDDEN
+
+
+def all_checks(hidden):
+    return [c for c in CHECKS.values() if hidden or not c.hidden]

@@ -1,0 +1,99 @@
+"""
+classroom/submissions.py: a student's submission (a folder, a git repository or a zip) laid
+over a fresh copy of the reference repository, so that only the student's files are theirs.
+"""
+
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from classroom import parts
+
+ROOT = Path(__file__).resolve().parents[1]
+NEVER_COPIED = {".git", ".venv", "checkpoints", "results", "__pycache__", ".pytest_cache",
+                ".hypothesis", ".ipynb_checkpoints"}
+
+
+class SubmissionError(ValueError):
+    """A submission that cannot be read at all; the message says why."""
+
+
+def project_files(root=ROOT):
+    """The repository's own files (what git tracks; without git, everything but caches)."""
+    root = Path(root)
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=root, capture_output=True,
+                                check=True).stdout.decode().split("\0")
+        files = [root / f for f in listed if f]
+    except (OSError, subprocess.CalledProcessError):
+        files = [p for p in root.rglob("*") if p.is_file()]
+
+    def kept(path):
+        relative = path.relative_to(root)
+        generated = relative.parts[0] == "data" and relative.name != "README.md"
+        return path.is_file() and not NEVER_COPIED & set(relative.parts) and not generated
+    return [f for f in files if kept(f)]
+
+
+def copy_project(dest, root=ROOT):
+    dest = Path(dest)
+    for f in project_files(root):
+        target = dest / f.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target)
+    return dest
+
+
+def find_root(folder):
+    """The folder holding the student's files, however deep a zip put them (up to 3 levels)."""
+    folder = Path(folder)
+    candidates = [folder] + sorted(p for p in folder.glob("*") if p.is_dir()) + \
+        sorted(p for p in folder.glob("*/*") if p.is_dir()) + \
+        sorted(p for p in folder.glob("*/*/*") if p.is_dir())
+    best = max(candidates, key=lambda d: sum((d / f).exists() for f in parts.STUDENT_FILES))
+    return best
+
+
+def unpack(submission, scratch):
+    """The submission as a folder: a folder as it is, a zip extracted, a git repo cloned."""
+    path = Path(submission)
+    if not path.exists():
+        raise SubmissionError(f"no submission at {submission}")
+    if path.is_file() and zipfile.is_zipfile(path):
+        target = Path(scratch) / "unzipped"
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():  # never write outside the target folder
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise SubmissionError(f"{path.name}: unsafe path {member!r} in the zip")
+            z.extractall(target)
+        return find_root(target)
+    if path.is_file():
+        raise SubmissionError(f"{path.name} is neither a folder, a zip nor a git repository")
+    if (path / "HEAD").exists() and (path / "objects").exists():  # a bare git repository
+        target = Path(scratch) / "cloned"
+        subprocess.run(["git", "clone", "-q", str(path), str(target)], check=True,
+                       capture_output=True)
+        return find_root(target)
+    return find_root(path)
+
+
+def workspace(submission, scratch, root=ROOT):
+    """(a fresh copy of the reference with the submission's student files in it, the student
+    files the submission lacks)."""
+    student_root = unpack(submission, scratch)
+    dest = copy_project(Path(scratch) / "workspace", root)
+    missing = []
+    for name in parts.STUDENT_FILES:
+        source = student_root / name
+        if source.is_file():
+            shutil.copy2(source, dest / name)
+        else:
+            missing.append(name)
+    return dest, missing
+
+
+def scratch_dir():
+    return tempfile.TemporaryDirectory(prefix="classroom-grade-")

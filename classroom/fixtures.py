@@ -1,7 +1,7 @@
 """
 classroom/fixtures.py: the random tiny models every check runs on, and what they must produce.
 
-Made in the grader's own process with torch and gpt.py, then saved for the checks, which run in
+Made in the grader's own process with torch (imported only here, not by the checks) and gpt.py, then saved for the checks, which run in
 other processes (exercise 3's without torch). The expected values are computed here from the
 torch model directly, never from a student's file: a syntax error in speculative.py must cost
 that file's parts, not the checks of exercise 3. That is why the window rule and the sampling
@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
 VOCAB = list("abcdefgh")
 BLOCK = 16
@@ -33,6 +32,7 @@ def window_start(n, block_size):
 
 def random_gpt(config, generator):
     """A GPT with weights large enough that its choices are clear (no near-ties)."""
+    import torch
     from gpt import GPT
     model = GPT(config).eval()
     with torch.no_grad():
@@ -47,6 +47,7 @@ def random_gpt(config, generator):
 def constant_gpt(config, token):
     """A GPT whose most likely next token is always `token`: everything zero but a bias in the
     final LayerNorm that points at that token's embedding (the head is tied to it)."""
+    import torch
     from gpt import GPT
     model = GPT(config).eval()
     with torch.no_grad():
@@ -59,15 +60,17 @@ def constant_gpt(config, token):
     return model
 
 
-@torch.no_grad()
 def next_logits(model, seq):
     """The model's logits (V,) for the token after seq, from its window."""
+    import torch
     n = len(seq)
     context = torch.tensor([seq[window_start(n, model.c.block_size):]])
-    return model(context)[0][0, -1]
+    with torch.no_grad():
+        return model(context)[0][0, -1]
 
 
 def greedy(model, prompt, n):
+    import torch
     seq = list(prompt)
     for _ in range(n):
         seq.append(int(next_logits(model, seq).argmax()))
@@ -76,6 +79,7 @@ def greedy(model, prompt, n):
 
 def distribution(logits, temperature, top_k=None):
     """softmax(logits / temperature), keeping only the top_k most likely tokens."""
+    import torch
     logits = logits.double() / temperature
     if top_k is not None:
         kth = torch.topk(logits, top_k).values[-1]
@@ -86,6 +90,7 @@ def distribution(logits, temperature, top_k=None):
 
 def first_two(model, prompt, temperature, top_k=None):
     """The exact joint distribution (V, V) of the first two sampled tokens."""
+    import torch
     first = distribution(next_logits(model, prompt), temperature, top_k)
     rows = [first[a] * distribution(next_logits(model, prompt + [a]), temperature, top_k)
             for a in range(len(first))]
@@ -94,6 +99,7 @@ def first_two(model, prompt, temperature, top_k=None):
 
 def make(folder, seed):
     """Write the fixtures of `seed` into folder; returns folder."""
+    import torch
     from gpt import Config, export_npz
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

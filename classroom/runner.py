@@ -48,7 +48,7 @@ class Result:
 
     def lines(self):
         """What went wrong, in a few lines (nothing when it passed)."""
-        for seed, o in self.outcomes.items():
+        for seed, o in sorted(self.outcomes.items(), key=lambda item: item[0] != PUBLIC_SEED):
             if o["status"] == "pass":
                 continue
             which = "" if seed == PUBLIC_SEED else " (hidden seed)"

@@ -24,6 +24,10 @@ from classroom import fixtures
 LETTERS = fixtures.VOCAB
 
 
+class Skip(Exception):
+    """A check that cannot run on this machine (the GPU check without a GPU): no points."""
+
+
 class Fail(Exception):
     """A failed check: what was expected, what happened, and a hint."""
 
@@ -646,6 +650,32 @@ def timer_waits_for_the_gpu(ctx):
                    f"{seconds * 1e3:.2f} ms", "kernels run asynchronously: call "
                    "torch.cuda.synchronize() before starting the clock and before reading it, "
                    "or record torch.cuda.Event pairs and synchronize before elapsed_time")
+
+
+@check("5a", 0)
+def timer_on_a_real_gpu(ctx):
+    """With a CUDA GPU, the student's timer against CUDA events around the same work."""
+    import torch
+    if not torch.cuda.is_available():
+        raise Skip("no CUDA GPU here: this check runs where torch sees one")
+    timer = ctx.student("exercises.ex5_gpu").timer
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def work():
+        for _ in range(20):
+            x @ x
+    work()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    work()
+    end.record()
+    torch.cuda.synchronize()
+    want = start.elapsed_time(end) / 1e3
+    got = a_float(timer("cuda")(work, 5, warmup=2), "measure")
+    if not 0.7 * want < got < 1.5 * want:
+        raise Fail(f"about {want * 1e3:.2f} ms (CUDA events around the same work)",
+                   f"{got * 1e3:.2f} ms", "synchronise before reading the clock")
 
 
 # BEGIN HIDDEN

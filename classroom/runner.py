@@ -37,7 +37,8 @@ class Result:
     @property
     def status(self):
         statuses = [o["status"] for o in self.outcomes.values()]
-        for status in ("not started", "missing", "error", "timeout", "crashed", "fail"):
+        for status in ("not started", "missing", "error", "timeout", "crashed", "fail",
+                       "skipped"):
             if status in statuses:
                 return status
         return "pass"
@@ -122,7 +123,8 @@ def table(results, colour=False):
     """The report a student reads: one line per check with points, a few lines per failure."""
     marks = {"pass": ("pass", "32"), "fail": ("FAIL", "31"), "error": ("ERROR", "31"),
              "timeout": ("TIMEOUT", "31"), "crashed": ("CRASHED", "31"),
-             "not started": ("not started", "33"), "missing": ("MISSING", "31")}
+             "not started": ("not started", "33"), "missing": ("MISSING", "31"),
+             "skipped": ("skipped", "2")}
     lines, by_part = [], {}
     for r in results:
         by_part.setdefault(r.check.part, []).append(r)

@@ -58,6 +58,8 @@ def run(name, seed, fixture_dir):
     try:
         check.function(checks.Context(seed, fixture_dir))
         return {"status": "pass"}
+    except checks.Skip as e:
+        return {"status": "skipped", "message": str(e)}
     except checks.Fail as e:
         return {"status": "fail", "expected": e.expected, "got": e.got, "hint": e.hint}
     except NotImplementedError as e:

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson train exercise check benchmark test clean
+.PHONY: setup lesson train exercise check notebooks notebooks-html benchmark test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ exercise: setup      ## one exercise: make exercise N=3
 
 check: setup         ## the assignments' checks: make check N=3 (all exercises without N)
 	$(PY) -m classroom check $(or $(N),all)
+
+notebooks: setup     ## the notebooks in Jupyter, from their sources in notebooks/*.py
+	$(PY) -m classroom notebooks
+	$(VENV)/bin/jupyter lab notebooks/
+
+notebooks-html: setup  ## run every notebook on the trained models; HTML copies in results/notebooks
+	$(PY) -m classroom notebooks --html results/notebooks
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) benchmark.py

@@ -11,6 +11,7 @@ Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom grade SUBMISSION --out results.json
     python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
     python -m classroom gradescope --out autograder.zip
+    python -m classroom notebooks [--student] [--html DIR]   # (make notebooks)
 """
 
 import csv
@@ -44,6 +45,13 @@ def parser():
     a.add_argument("--csv", default="grades.csv", help="one row per student")
     z = sub.add_parser("gradescope", help="write Gradescope's autograder zip")
     z.add_argument("--out", default="autograder.zip", help="the zip to write")
+    n = sub.add_parser("notebooks", help="the notebooks (.ipynb) from their sources")
+    n.add_argument("--out", default="notebooks", help="where to write them (default: notebooks/)")
+    n.add_argument("--student", action="store_true", help="the student version")
+    n.add_argument("--force", action="store_true",
+                   help="overwrite notebooks that exist (your edits in them are lost)")
+    n.add_argument("--html", metavar="DIR",
+                   help="instead: run the solved notebooks and save HTML copies in DIR")
     return p
 
 
@@ -123,6 +131,15 @@ def main(argv=None):
         return grade(args)
     if args.command == "grade-all":
         return grade_all(args)
+    if args.command == "notebooks":
+        from classroom import notebooks
+        if args.html:
+            notebooks.html(args.html)
+            return 0
+        written = notebooks.write(args.out, student=args.student, overwrite=args.force)
+        print(f"{len(written)} notebook(s) written to {args.out}/" if written else
+              f"the notebooks in {args.out}/ exist already (kept: --force rewrites them)")
+        return 0
     from classroom import build
     print(f"wrote {build.gradescope_zip(args.out)}")
     return 0

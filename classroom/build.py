@@ -55,6 +55,12 @@ def write_student_repository(dest, root=ROOT):
             continue
         target.write_text(student_text(relative, f.read_text()))
         shutil.copymode(f, target)
+    # The student notebooks, ready to open (and committed there, unlike here).
+    from classroom import notebooks
+    notebooks.write(dest / "notebooks", student=True, root=root)
+    ignore = dest / ".gitignore"
+    ignore.write_text("".join(line for line in ignore.read_text().splitlines(keepends=True)
+                              if line.strip() != "/notebooks/*.ipynb"))
     (dest / "README.md").write_text(student_readme())
     ci = dest / ".ci" / "run"
     ci.parent.mkdir(exist_ok=True)
@@ -146,6 +152,11 @@ random models and seeds, so make the properties hold, not the printed numbers.
 ## What to write
 
 {points_table()}
+
+The notebooks (`notebooks/`, `make notebooks` opens them in Jupyter) tell the lesson's story in
+six parts, with the same functions as "your turn" cells and a check cell after each. They are
+for practice and for reading; your grade comes from the files in the table above, so copy a
+function you finished in a notebook into its file.
 
 Exercise 3 is built with NumPy alone: `numpy_speculative.py` may not import torch or the
 project's own decoding (the checks block both). Read each function's docstring first; the

@@ -59,6 +59,28 @@ def load_models(args, names, log=print):
     return models
 
 
+# Minutes each preset takes to train on a 2-core laptop, for the notice before training.
+TRAIN_MINUTES = {"big": 3.5, "draft": 0.3, "names": 0.3, "distilled": 2}
+
+
+def notebook_args():
+    """The notebooks' settings: SPECDEC_QUICK=1 swaps in the tiny models (what the tests run),
+    SPECDEC_CHECKPOINTS names another checkpoint folder."""
+    return ExerciseArgs(quick=bool(os.environ.get("SPECDEC_QUICK")),
+                        checkpoints=os.environ.get("SPECDEC_CHECKPOINTS", ""))
+
+
+def notebook_models(names):
+    """The trained presets a notebook needs; trains the missing ones, saying so first."""
+    args = notebook_args()
+    missing = [n for n in names if not train.checkpoint_path(n, checkpoint_folder(args)).exists()]
+    if missing and not args.quick:
+        minutes = sum(TRAIN_MINUTES[n] for n in missing)
+        print(f"training {', '.join(missing)} first: about {minutes:.0f} minute(s) on a 2-core "
+              f"laptop, once (`make train` does the same from a terminal)")
+    return load_models(args, names, log=print if missing else _quiet)
+
+
 def _quiet(*args):
     pass
 

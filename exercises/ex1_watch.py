@@ -15,8 +15,9 @@ draft. Here everything after the first rejected guess is thrown away, because ea
 guess was written from a context that contained the rejected one. A junior who is often wrong
 early saves nothing: the round still costs k draft steps and one target pass, for one character.
 
-Writes results/ex1_watch.html (the text coloured by who wrote each character, and every round)
-and results/ex1_rounds.png (how many guesses each round kept).
+Writes results/ex1_watch.html (the text coloured by who wrote each character, and every round),
+results/ex1_player.html (the run as an animation: play, pause, step) and results/ex1_rounds.png
+(how many guesses each round kept).
 """
 
 import html
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from exercises import common, report
+from exercises import common, player, report
 
 
 @dataclass
@@ -74,19 +75,29 @@ def print_round(i, r, text_so_far, on):
           f"-> {r['kept'] + 1} character(s) for one pass of the big model\n")
 
 
-def write_html(path, prompt, rounds, stats, draft_name):
-    spans, rows = [html.escape(prompt).replace("\n", "<br>")], []
+COLOURS = {"kept": "#c8f7c5", "correction": "#ffe08a", "bonus": "#a8dcff"}
+
+
+def coloured_text(prompt, rounds):
+    """The run's text as HTML, every character on the colour of who wrote it (inline styles,
+    so that it shows anywhere, a notebook included)."""
+    spans = [f"<b>{html.escape(prompt)}</b>"]
     for i, r in enumerate(rounds):
-        title = f"round {i + 1}"
-        for guess, verdict in zip(r["guesses"], r["verdicts"]):
-            if verdict == "kept":
-                spans.append(f'<span class="kept" title="{title}">{html.escape(guess)}</span>')
-        spans.append(f'<span class="{r["kind"]}" title="{title}">{html.escape(r["target"])}</span>')
+        pieces = [(g, "kept") for g, v in zip(r["guesses"], r["verdicts"]) if v == "kept"]
+        for char, kind in pieces + [(r["target"], r["kind"])]:
+            spans.append(f'<span style="background:{COLOURS[kind]}" title="round {i + 1}: '
+                         f'{kind}">{html.escape(char)}</span>')
+    return ('<div style="font-family:monospace;font-size:1.1em;line-height:1.8;'
+            'white-space:pre-wrap">' + "".join(spans) + "</div>")
+
+
+def write_html(path, prompt, rounds, stats, draft_name):
+    rows = []
+    for i, r in enumerate(rounds):
         cells = "".join(f'<td class="{v}">{html.escape(show(g))}</td>'
                         for g, v in zip(r["guesses"], r["verdicts"]))
         rows.append(f"<tr><td>{i + 1}</td>{cells}<td class='{r['kind']}'>"
                     f"{html.escape(show(r['target']))}</td><td>{r['kept'] + 1}</td></tr>")
-    text = "".join(spans).replace("\n", "<br>")
     path.write_text(f"""<!doctype html><meta charset="utf-8"><title>Speculative decoding, round by round</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} .text{{font-family:monospace;font-size:1.2em;line-height:1.8}}
 .kept{{background:#c8f7c5}} .correction{{background:#ffe08a}} .bonus{{background:#a8dcff}} .rejected{{background:#ffb3b3}} .thrown-away{{color:#aaa;text-decoration:line-through}}
@@ -96,7 +107,7 @@ td{{font-family:monospace;padding:2px 8px;text-align:center}}</style>
 <span class="correction">target's own character after a rejection</span> <span class="bonus">bonus character (all guesses kept)</span>.
 {stats.new_tokens} characters from {stats.target_passes} passes of the big model ({stats.tokens_per_pass:.2f} per pass);
 {stats.accepted} of {stats.proposed} guesses kept ({stats.acceptance_rate:.0%}).</p>
-<p class="text">{text}</p>
+{coloured_text(prompt, rounds)}
 <h2>Every round</h2><p>Guesses after the first rejected one are thrown away.</p>
 <table><tr><th>round</th>{"".join(f"<th>guess {j + 1}</th>" for j in range(stats.k))}<th>target</th><th>written</th></tr>
 {"".join(rows)}</table>
@@ -121,6 +132,9 @@ def run(args, log=print):
     assert text == gpt.decode(out[0])
     folder = common.results_dir(args)
     write_html(folder / "ex1_watch.html", args.prompt, rounds, stats, args.draft)
+    title = (f"{common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()} guesses, the big "
+             f"model checks (k = {args.k}, greedy)")
+    (folder / "ex1_player.html").write_text(player.page(args.prompt, rounds, title))
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
@@ -141,7 +155,8 @@ def run(args, log=print):
                 f"{stats.new_tokens} characters in {len(rounds)} rounds, "
                 f"**{stats.tokens_per_pass:.2f} characters per pass** of the big model, "
                 f"{stats.acceptance_rate:.0%} of guesses kept, output identical to the big model "
-                f"alone. Round by round: `ex1_watch.html`; per round: ![](ex1_rounds.png)")
+                f"alone. Round by round: `ex1_watch.html`; animated: `ex1_player.html`; per round: "
+                f"![](ex1_rounds.png)")
     return {"numbers": numbers, "markdown": markdown}
 
 

@@ -268,7 +268,8 @@ def replay(prompt, rounds):
 
 
 def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
-    """Greedy speculative decoding with two KV caches. Returns (tokens, target passes).
+    """Greedy speculative decoding with two KV caches. Returns (tokens, target passes): one pass
+    per round (a round whose check crosses a window jump makes two forward calls, counted once).
 
     Each round: the draft proposes up to k tokens (one score() each); the target scores the
     last accepted token and every proposal in one score(); guesses are kept while they match

@@ -63,7 +63,7 @@ written = gpt.decode(sd.generate(names_model, start, 120, temperature=0.8,
                                  generator=torch.Generator().manual_seed(21))[0])
 print(written.strip().replace("\n", ", "))
 real_names = set(gpt.decode(gpt.names_data.tolist()).split())
-assert len(real_names) == 5163  # what it was trained on (and held out a tenth of)
+assert len(real_names) == 5163 or QUICK  # what it was trained on (and held out a tenth of)
 print("\nreal names among them:", ", ".join(sorted(set(written.split()) & real_names)) or "none")
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz\n")
@@ -208,7 +208,7 @@ assert all(0 <= a.greedy_agreement <= 1 and 0 <= a.alpha <= 1 for a in agreement
 assert 0.01 < agreement["names"].greedy_agreement < 0.08 or QUICK    # about 4%
 assert 0.55 < agreement["draft"].greedy_agreement < 0.75 or QUICK     # about 65%
 assert agreement["names"].alpha > 2 * agreement["names"].greedy_agreement or QUICK
-assert 4.7e6 < len(gpt.train_data) + len(gpt.val_data) < 4.9e6       # characters of Shakespeare
+assert 4.7e6 < len(gpt.train_data) + len(gpt.val_data) < 4.9e6 or QUICK  # Shakespeare
 # The lesson's 37% and its "about 2 characters per pass" do not fit together:
 assert round(sd.expected_tokens_per_pass(0.37, 4), 2) == 1.58
 

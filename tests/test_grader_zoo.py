@@ -1,0 +1,187 @@
+"""The grader's own test: the bug zoo (ten wrong solutions, each a mistake seen in the field,
+must lose points with a message that names the property it breaks) and bad submissions (each
+costs only its own checks, with one clear line)."""
+
+import zipfile
+
+import pytest
+
+from classroom import build, parts, runner
+from classroom.submissions import ROOT, copy_project, find_root, workspace
+
+# ----------------------------------------------------------------------------------------------
+# The bug zoo: wrong solutions, each a mistake seen in the field (where: the comment).
+# (name, part, the reference lines, the wrong lines, the check that must catch it, words its
+# message must contain)
+
+ZOO = [
+    # 1. Resampling from the target after a rejection, instead of from max(0, p - q).
+    #    Seen: SafeAILab/EAGLE#329 (replacement sampled from the target, q taken as 1);
+    #    ShopeeLLM/Spec-RL#14 (the first rejected position samples from the target).
+    ("resample from the target", "3c",
+     "return i, sample(residual(target_probs[i], draft_probs[i]), rng)",
+     "return i, sample(target_probs[i], rng)",
+     "verify_keeps_the_target_distribution_exactly", ["first token distributed"]),
+    # 2. The draft proposes its argmax, yet acceptance uses the ratio test with its probabilities.
+    #    Seen: jaymody/speculative-sampling#3 (the author agreed: sample, don't argmax);
+    #    huggingface/transformers#32867 (greedy assistant, its sampling probabilities as q).
+    ("draft proposes its argmax", "3c",
+     "            seq.append(sample(probs, rng))",
+     "            seq.append(int(probs.argmax()))",
+     "sampling_has_the_target_distribution", ["distributed as the big model samples them"]),
+    # 3. The draft samples from top-k filtered probabilities but verify gets unfiltered ones.
+    #    Seen: vllm-project/vllm#9834, fixed by #10198 (top-p on the draft's side only);
+    #    huggingface/transformers#47932 (q returned from logits the draft did not sample).
+    ("unfiltered draft probabilities", "3c",
+     "            probs = warp(score(draft, draft_cache, seq, len(seq))[-1], temperature, top_k)\n"
+     "            draft_probs.append(probs)                                       # (V,)",
+     "            logits = score(draft, draft_cache, seq, len(seq))[-1]\n"
+     "            probs = warp(logits, temperature, top_k)\n"
+     "            draft_probs.append(warp(logits, temperature))",
+     "sampling_has_the_target_distribution", ["top_k=3"]),
+    # 4. The random generator reseeded every round.
+    #    Seen: feifeibear/LLMSpeculativeSampling's sample() called torch.manual_seed on every
+    #    call (its PRs #8, #19 fix seed bugs); vllm-project/vllm-ascend#16370 (acceptance and
+    #    resampling reused one random draw).
+    ("generator reseeded every round", "3c",
+     "        draft_probs = []\n",
+     "        draft_probs = []\n        rng = np.random.default_rng(1234)\n",
+     "sampling_draws_from_the_given_rng", ["never reseed"]),
+    # 5. No bonus token when every guess is kept.
+    #    Seen: ohdearquant/lattice#509 (bonus dropped on full accept); vllm-project/vllm#5765
+    #    (KV-cache proposers gained the bonus token).
+    ("no bonus token", "3b",
+     "            cache.forget_from(n + kept)       # ... leave both caches too\n"
+     "        seq.append(added)",
+     "            cache.forget_from(n + kept)       # ... leave both caches too\n"
+     "        if kept < k_round or k_round == 0:\n            seq.append(added)",
+     "greedy_with_a_perfect_draft", ["bonus"]),
+    # 6. Draft token i compared with the target's prediction one position later.
+    #    Seen: ohdearquant/lattice#243 (verify loop shifted by one, fixed in #258);
+    #    a review of mlx-node/mlx-node#11 ("verification logits are shifted by one").
+    ("off by one", "3b",
+     "kept, added = greedy_verdict(seq[n:], [int(c) for c in choices])",
+     "kept, added = greedy_verdict(seq[n:], [int(c) for c in choices[1:]] + [int(choices[-1])])",
+     "greedy_is_the_big_models_output", ["greedy output"]),
+    # 7. The caches keep the rejected draft tokens.
+    #    Seen: ml-explore/mlx-lm#1423, fixed by #1427 (a full rotating cache kept rejected
+    #    entries, so temperature-0 output diverged).
+    ("cache not rolled back", "3b",
+     "        for cache in (target_cache, draft_cache):\n"
+     "            cache.forget_from(n + kept)       # ... leave both caches too\n",
+     "",
+     "greedy_is_the_big_models_output", ["forget rejected tokens"]),
+    # 8. Accepting whenever the target gives the token at least the draft's probability.
+    #    No bug report found; the same rule is offered on purpose as a lossy mode in
+    #    AtomicBot-ai/atomic-llama-cpp-turboquant#8 (fixed-threshold acceptance).
+    ("deterministic acceptance", "3c",
+     "if rng.random() < accept_probability(target_probs[i, token], draft_probs[i, token]):",
+     "if target_probs[i, token] >= draft_probs[i, token]:",
+     "verify_keeps_the_target_distribution_exactly", ["min(1, target/draft)"]),
+    # 9. The residual max(0, p - q) sampled without renormalising it.
+    #    No bug report found: torch.multinomial renormalises by itself (noted in the review of
+    #    vllm-project/vllm#2336), so the mistake bites with inverse-CDF sampling, as here.
+    ("residual not renormalised", "3c",
+     "return i, sample(residual(target_probs[i], draft_probs[i]), rng)",
+     "return i, sample(np.maximum(target_probs[i] - draft_probs[i], 0.0), rng)",
+     "verify_keeps_the_target_distribution_exactly", ["renormalised"]),
+    # 10. Verification crops the context its own way, unlike plain decoding.
+    #    Seen: huggingface/transformers#30042 (assisted output differed from greedy: cache
+    #    positions updated differently), #30413.
+    ("verification crops differently", "3b",
+     "choices = score(target, target_cache, seq, n).argmax(-1)",
+     "choices = forward(target, seq[-target.block_size:])[-(len(seq) - n + 1):].argmax(-1)",
+     "greedy_is_the_big_models_output", ["past the window"]),
+]
+
+
+@pytest.mark.parametrize("bug", ZOO, ids=[bug[0] for bug in ZOO])
+def test_the_grader_catches_every_bug_of_the_zoo(bug, tmp_path):
+    name, part, right, wrong, catcher, words = bug
+    ws = copy_project(tmp_path / "ws")
+    path = ws / "numpy_speculative.py"
+    source = path.read_text()
+    assert source.count(right) == 1, f"{name}: the reference changed; update the zoo"
+    path.write_text(source.replace(right, wrong))
+    results = {r.check.name: r for r in runner.run_checks(ws, runner.select(part=part), [0],
+                                                          timeout=30)}
+    assert sum(r.score for r in results.values()) < parts.BY_ID[part].points, name
+    caught = results[catcher]
+    assert caught.status in ("fail", "error"), f"{name}: {catcher} {caught.status}"
+    message = " ".join(caught.lines())
+    for word in words:
+        assert word in message, f"{name}: {word!r} not in {message!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: one clear line, 0 for that check, nothing else lost
+
+
+def grade_part(tmp_path, part, edit):
+    submission = copy_project(tmp_path / "submission")
+    file, old, new = edit
+    text = (submission / file).read_text()
+    assert old in text
+    (submission / file).write_text(text.replace(old, new, 1))
+    ws, missing = workspace(submission, tmp_path / "scratch")
+    results = runner.run_checks(ws, runner.select(part=part), [0], missing=missing, timeout=8)
+    return results, [line for r in results for line in r.lines()]
+
+
+@pytest.mark.parametrize("case, part, edit, words", [
+    ("syntax error", "2a", ("speculative.py", "    if alpha == 1:\n", "    if alpha == 1\n"),
+     ["SyntaxError", "speculative.py"]),
+    ("wrong return type", "1a", ("numpy_speculative.py", "    return kept, target_choices[kept]",
+                                 "    return str(kept)"), ["a pair of whole numbers"]),
+    ("nan", "2b", ("speculative.py", "    return expected_tokens_per_pass(alpha, k) / (k * c + "
+                   "verify_cost)", "    return float('nan')"), ["nan"]),
+    ("wrong signature", "4b", ("speculative.py", "def break_even_alpha(k, c, verify_cost=1.0):",
+                               "def break_even_alpha(k):"), ["TypeError"]),
+    ("endless loop", "1b", ("numpy_speculative.py", "    seq = list(prompt)\n    for draft_tokens",
+                            "    while True:\n        pass\n    seq = list(prompt)\n    for "
+                            "draft_tokens"), ["did not finish"]),
+    ("sys.exit", "1a", ("numpy_speculative.py", "    kept = 0\n    while kept",
+                        "    import sys\n    sys.exit(3)\n    kept = 0\n    while kept"),
+     ["SystemExit"]),
+    ("imports torch in exercise 3", "3a", ("numpy_speculative.py", "    mean = x.mean(",
+                                           "    import torch\n    mean = x.mean("),
+     ["NumPy alone"]),
+])
+def test_bad_submissions_cost_only_their_checks(case, part, edit, words, tmp_path):
+    results, lines = grade_part(tmp_path, part, edit)
+    assert all(r.score == 0 or r.status == "pass" for r in results)
+    assert any(r.status != "pass" for r in results), case
+    message = " ".join(lines)
+    for word in words:
+        assert word in message, (case, message)
+    assert "Traceback" not in message
+
+
+def test_a_missing_file_costs_its_parts_only(tmp_path):
+    submission = copy_project(tmp_path / "submission")
+    (submission / "exercises" / "ex2_derive.py").unlink()
+    ws, missing = workspace(submission, tmp_path / "scratch")
+    assert missing == ["exercises/ex2_derive.py"]
+    results = runner.run_checks(ws, runner.select(exercise=2), [0], missing=missing)
+    by_part = {p: [r for r in results if r.check.part == p] for p in ("2a", "2b", "2c")}
+    assert all(r.status == "missing" for r in by_part["2c"])
+    assert "missing file exercises/ex2_derive.py" in " ".join(by_part["2c"][0].lines())
+    assert all(r.status == "pass" for r in by_part["2a"] + by_part["2b"])
+
+
+def test_a_zip_with_an_extra_folder_level_is_found(tmp_path):
+    inner = copy_project(tmp_path / "alice" / "speculative-class-alice")
+    archive = tmp_path / "alice.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in inner.rglob("*"):
+            z.write(f, f.relative_to(tmp_path))
+    ws, missing = workspace(archive, tmp_path / "scratch")
+    assert missing == []
+    assert find_root(tmp_path / "alice").name == "speculative-class-alice"
+
+
+def test_teachers_md_has_the_points_table_and_the_whole_zoo():
+    teachers = (ROOT / "classroom" / "TEACHERS.md").read_text()
+    assert build.points_table() in teachers, "TEACHERS.md: regenerate the points table"
+    for name, *_ in ZOO:
+        assert f"| {name} |" in teachers, f"TEACHERS.md lacks the zoo's {name!r}"

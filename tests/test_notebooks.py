@@ -68,3 +68,14 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
                              text=True).stdout.split()
     assert not [f for f in tracked if f.endswith(".ipynb")], "commit the .py sources only"
     assert len(SOURCES) == 6, [s.name for s in SOURCES]
+
+
+def test_writing_the_notebooks_never_overwrites_one_that_exists(tmp_path):
+    written = notebooks.write(tmp_path)
+    assert len(written) == len(SOURCES)
+    mine = written[0]
+    mine.write_text(mine.read_text().replace("Your turn", "My work", 1))
+    assert notebooks.write(tmp_path) == []  # a student's edits are kept ...
+    assert "My work" in mine.read_text()
+    notebooks.write(tmp_path, overwrite=True)  # ... unless asked
+    assert "My work" not in mine.read_text()

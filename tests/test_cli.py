@@ -53,7 +53,7 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--k", "0"], ["k (draft tokens per round) must be a whole number >= 1"]),
     (["--temperature", "-0.5"], ["temperature must be a number >= 0"]),
     (["--top_p", "1.5", "--temperature", "1"], ["top_p must be in (0, 1]"]),
-    (["--draft", "huge"], ["unknown preset 'huge'"]),
+    (["--draft", "huge"], ["unknown draft 'huge'", "ngram"]),
     (["--target_backend", "jax"], ["torch or numpy"]),
 ])
 def test_speculative_bad_input(run_script, tmp_path, args, words):
@@ -142,3 +142,8 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     assert result.stdout.startswith("ROMEO:\n") and "\033[" not in result.stdout  # not a terminal
     assert "identical to plain greedy decoding" in result.stdout
     assert "tokens per pass" in result.stdout
+    table = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+                       "--draft", "ngram", "--k", "6")  # no model: a table from the text
+    assert table.returncode == 0, table.stderr
+    assert "identical to plain greedy decoding" in table.stdout
+    assert (tmp_path / "ngram5.npz").exists()

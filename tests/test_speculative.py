@@ -325,7 +325,8 @@ def test_sampling_test_catches_broken_rules(small_pair, monkeypatch):
     assert chi_square_p_value(counts, want) < 1e-6
     # Broken 2: the draft proposes its argmax but the ratio test still uses its probabilities.
     monkeypatch.undo()
-    monkeypatch.setattr(sd, "propose", lambda probs, rng: int(probs.argmax()))
+    import drafts
+    monkeypatch.setattr(drafts.Sampling, "draw", lambda self, probs: int(probs.argmax()))
     counts = sample_counts(target, draft, prompt, 3, 3000, seed=0, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
 

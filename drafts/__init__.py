@@ -1,0 +1,70 @@
+"""
+drafts/: everything that can draft for speculative decoding, behind one small interface.
+
+This docstring is the interface. A drafter guesses the next k tokens of a sequence, for the big
+model to check in one pass:
+
+    tokens, probs = drafter.propose(seq, k, sampling)
+
+- seq: the token ids written so far (a list; read it, never change it);
+- k: how many tokens to guess, at least 1;
+- sampling: the run's Sampling (below): greedy, or a temperature / top-k / top-p warp and the
+  run's random generator;
+- returns k token ids, and when sampling the (k, V) distributions they were drawn from (None when
+  greedy). A drafter that guesses deterministically (an n-gram table) returns one-hot rows: the
+  acceptance rule is exact for any distribution the guesses were really drawn from.
+
+Optional: `vocab_size` (checked against the target's), `reset()` (a new sequence starts),
+`kept(n)` (how many of its last guesses the big model kept: adaptive drafters listen).
+
+The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter) and
+drafts/ngram.py (a character n-gram table from the training text; no model at all).
+`speculative_generate(target, draft, ...)` takes a drafter, or a GPT, which it wraps.
+"""
+
+from dataclasses import dataclass
+
+from numpy_speculative import sample, warp
+
+NAMES = ("draft", "distilled", "names", "ngram")  # what --draft accepts
+
+
+@dataclass
+class Sampling:
+    """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1))."""
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+    rng: object = None
+
+    @property
+    def greedy(self):
+        return self.temperature == 0
+
+    def warp(self, logits):
+        return warp(logits, self.temperature, self.top_k, self.top_p)
+
+    def draw(self, probs):
+        return sample(probs, self.rng)
+
+
+def as_drafter(draft):
+    """A drafter as it is (after reset()), or a GPT / anything with score() wrapped as one."""
+    if hasattr(draft, "propose"):
+        if hasattr(draft, "reset"):
+            draft.reset()
+        return draft
+    from drafts.model import ModelDraft
+    return ModelDraft(draft)
+
+
+def by_name(name, folder=None, backend="numpy"):
+    """The drafter a command line names: a trained GPT preset, or "ngram"."""
+    if name == "ngram":
+        from drafts.ngram import NGramDraft
+        return NGramDraft.trained(folder, prompt_lookup=True)
+    if name not in NAMES:
+        raise ValueError(f"unknown draft {name!r}; choose one of: {', '.join(NAMES)}")
+    import speculative
+    import train
+    return speculative.with_backend(train.load_trained(name, folder), backend)

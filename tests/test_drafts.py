@@ -1,0 +1,101 @@
+"""The drafters: the n-gram table and the interface every drafter shares. Greedy output stays
+the big model's own and sampling keeps its distribution, whoever drafts."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import gpt
+import speculative as sd
+from drafts import Sampling, as_drafter
+from drafts.model import ModelDraft
+from drafts.ngram import NGramDraft, table
+from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
+                              prompts, small_pair, target)  # noqa: F401 (fixtures)
+
+
+def test_the_table_keeps_the_most_frequent_next_token_and_backs_off():
+    data = [0, 1, 2, 0, 1, 2, 0, 1, 3, 0, 1, 2, 3, 3, 3, 3]
+    t = table(data, 3, vocab_size=4)
+    assert t[0] == {0: 3}                                    # the most frequent token overall
+    assert t[2][0 * 4 + 1] == 2                              # after 0 1: 2 three times, 3 once
+    draft = NGramDraft(t, 4)
+    assert draft.next_token([3, 0, 1]) == 2
+    assert draft.next_token([2, 2]) == draft.next_token([2])  # (2, 2) unseen: back off
+    tokens, probs = draft.propose([0, 1], 3, Sampling())
+    assert tokens == [2, 0, 1] and probs is None
+    _, probs = draft.propose([0, 1], 3, Sampling(temperature=1.0, rng=np.random.default_rng()))
+    assert probs.shape == (3, 4) and (probs.sum(1) == 1).all() and probs.max() == 1
+
+
+def test_prompt_lookup_proposes_what_followed_the_same_tokens_before():
+    draft = NGramDraft(table([0, 0, 0, 0], 2, 4), 4, prompt_lookup=True)
+    seq = [1, 2, 3, 0, 3, 2, 1, 2, 3]
+    tokens, _ = draft.propose(seq, 3, Sampling())
+    assert tokens == [0, 3, 2]                                # after "1 2 3" came "0 3 2"
+    assert draft.looked_up([1, 2, 3], 2) == []
+
+
+def test_a_bad_order_is_a_clear_error():
+    with pytest.raises(ValueError, match="order must be at least 1"):
+        NGramDraft.from_data([1, 2, 3], 4, order=0)
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_greedy_with_the_table_is_the_big_models_output(target, lookup):  # noqa: F811
+    draft = NGramDraft.from_data(gpt.train_data.numpy(), target.c.vocab_size, 4,
+                                 prompt_lookup=lookup)
+    for k, idx in zip((1, 3, 6), prompts(3, seed=4)):
+        want = sd.generate(target, idx, 40)
+        got, stats = sd.speculative_generate(target, draft, idx, 40, k=k)
+        assert torch.equal(got, want) and stats.new_tokens == 40
+
+
+class Pretending(NGramDraft):
+    """Negative control: guesses deterministically but claims they were drawn uniformly."""
+
+    def propose(self, seq, k, sampling):
+        tokens, probs = super().propose(seq, k, sampling)
+        return tokens, None if probs is None else np.full(probs.shape, 1 / self.vocab_size)
+
+
+def table_sample_counts(target, draft, prompt):
+    g = torch.Generator().manual_seed(0)
+    counts = Counter()
+    for _ in range(3000):
+        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), 3, k=2,
+                                         temperature=1.0, generator=g)
+        counts[tuple(out[0, len(prompt):].tolist())] += 1
+    return counts
+
+
+def test_sampling_with_the_table_keeps_the_target_distribution(small_pair):  # noqa: F811
+    target, _ = small_pair
+    data = np.random.default_rng(0).integers(0, SMALL_V, 500)
+    prompt = [1, 2, 0]
+    want = exact_distribution(target, prompt, 3, temperature=1.0)
+    honest = NGramDraft.from_data(data, SMALL_V, 2)
+    assert chi_square_p_value(table_sample_counts(target, honest, prompt), want) > 1e-3
+    # A drafter that misreports the distribution of its guesses breaks the rule's exactness.
+    pretending = Pretending(honest.tables, SMALL_V)
+    assert chi_square_p_value(table_sample_counts(target, pretending, prompt), want) < 1e-6
+
+
+def test_a_gpt_becomes_a_drafter_and_a_drafter_stays_one(target):  # noqa: F811
+    assert isinstance(as_drafter(target), ModelDraft)
+    table_draft = NGramDraft(table([0, 1], 1, target.c.vocab_size), target.c.vocab_size)
+    assert as_drafter(table_draft) is table_draft
+
+
+def test_adaptive_drafters_hear_how_many_guesses_were_kept(target):  # noqa: F811
+    class Listening(NGramDraft):
+        heard = []
+
+        def kept(self, n):
+            self.heard.append(n)
+    draft = Listening(table(gpt.train_data.numpy(), 3, target.c.vocab_size),
+                      target.c.vocab_size)
+    _, stats = sd.speculative_generate(target, draft, prompts(1)[0], 30, k=3)
+    assert len(draft.heard) == stats.rounds and sum(draft.heard) == stats.accepted

@@ -37,6 +37,7 @@ import gpt
 import machine
 import speculative as sd
 import train
+from drafts import NAMES, Sampling, by_name
 from machine import median_time, paired_times
 
 
@@ -46,7 +47,7 @@ class BenchArgs:
     prompt_chars: int = 32      # characters per prompt
     new_tokens: int = 200       # characters written per prompt
     ks: str = "1,2,3,4,5,6"     # draft lengths to try
-    drafts: str = "draft,distilled"  # presets, comma-separated
+    drafts: str = "draft,distilled,ngram"  # drafters, comma-separated (drafts.NAMES)
     setups: str = "torch/numpy,torch/torch,numpy/numpy"  # target backend / draft backend
     repeats: int = 7            # timings are medians over this many runs
     recompute: bool = True      # also time the lesson's recompute-everything loop
@@ -79,6 +80,15 @@ def step_time(model, n_tokens, context=64, repeats=300, threads=machine.DECODE_T
     return statistics.median(times)
 
 
+def draft_step_time(draft, repeats=300):
+    """Median seconds of one draft step: a model's cached forward pass over one token, or one
+    guess of a drafter that is not a model (the n-gram table)."""
+    if hasattr(draft, "new_cache"):
+        return step_time(draft, 1, repeats=repeats)
+    tokens = gpt.val_data[:64].tolist()
+    return median_time(lambda: draft.propose(tokens, 1, Sampling()), repeats)
+
+
 @torch.no_grad()
 def recompute_generate(model, idx, max_new_tokens):
     """The lesson's loop: no cache, the whole (cropped) context through the model per token."""
@@ -91,7 +101,7 @@ def recompute_generate(model, idx, max_new_tokens):
 def bench(args, log=print):
     folder = args.checkpoints or None
     target = train.load_trained("big", folder)
-    drafts = {name: train.load_trained(name, folder) for name in args.drafts.split(",")}
+    drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
@@ -138,7 +148,7 @@ def bench(args, log=print):
                 f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
             for name, draft in drafts.items():
                 small = sd.with_backend(draft, draft_backend)
-                c = step_time(small, 1) / target_step
+                c = draft_step_time(small) / target_step
                 a = results["agreement"][name]["greedy_agreement"]
                 log(f"  draft {name!r}: c {c:.3f}")
                 log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "
@@ -270,6 +280,12 @@ def main(argv=None):
     for setup in args.setups.split(","):
         if len(setup.split("/")) != 2 or set(setup.split("/")) - {"torch", "numpy"}:
             raise ValueError(f"a setup is TARGET/DRAFT, each torch or numpy, not {setup!r}")
+    ks = args.ks.split(",")
+    if not all(k.strip().isdigit() and int(k) >= 1 for k in ks):
+        raise ValueError(f"--ks takes whole numbers >= 1, comma-separated, not {args.ks!r}")
+    unknown = set(args.drafts.split(",")) - set(NAMES)
+    if unknown:
+        raise ValueError(f"unknown draft {sorted(unknown)[0]!r}; choose from: {', '.join(NAMES)}")
     print(f"machine: {machine.describe()}")
     results = thread_table() if args.threads else bench(args)
     if args.json:

@@ -458,13 +458,14 @@ def origins(prompt_ids, trace):
 
 
 def with_backend(model, backend):
-    """The same trained model as a torch module or as a numpy_gpt.NumpyGPT."""
-    if backend == "torch":
+    """The same trained model as a torch module or as a numpy_gpt.NumpyGPT (a drafter that is
+    not a GPT, such as the n-gram table, has no backend and comes back as it is)."""
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+    if backend == "torch" or not hasattr(model, "new_cache"):
         return model
-    if backend == "numpy":
-        from numpy_gpt import NumpyGPT
-        return NumpyGPT(model)
-    raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+    from numpy_gpt import NumpyGPT
+    return NumpyGPT(model)
 
 
 def load_pair(args):
@@ -485,6 +486,8 @@ def main(argv=None):
     cli.add_fields(parser, DecodeArgs, title="decoding")
     args = cli.take(DecodeArgs, parser.parse_args(argv))
     prompt = args.prompt.replace("\\n", "\n")
+    if not prompt:
+        raise ValueError("the prompt is empty; give at least one character (--prompt)")
     idx = torch.tensor([gpt.encode(prompt)])
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
                     top_p=None if args.top_p == 1.0 else args.top_p)

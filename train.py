@@ -147,6 +147,8 @@ def main(argv=None):
         raise ValueError(f"unknown preset {unknown[0]!r}; choose from: {', '.join(gpt.PRESETS)}")
     if args.resume and args.fresh:
         raise ValueError("--resume and --fresh contradict each other; pick one")
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, not {args.steps}")
     gpt.resolve_device(args.device)
     corpus.prepare()
     tc = cli.take(TrainConfig, args)

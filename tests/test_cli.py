@@ -21,6 +21,7 @@ def one_line_error(result, *words):
     (["--no_such_flag"], ["unrecognized arguments"]),
     (["--n_embd", "30", "--n_head", "4", "--preset", "draft"], ["multiple of n_head"]),
     (["--resume", "--fresh"], ["contradict"]),
+    (["--steps", "0"], ["--steps must be at least 1"]),
 ])
 def test_train_bad_input(run_script, args, words):
     one_line_error(run_script("train.py", *args), *words)
@@ -55,6 +56,7 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--top_p", "1.5", "--temperature", "1"], ["top_p must be in (0, 1]"]),
     (["--draft", "huge"], ["unknown draft 'huge'", "ngram"]),
     (["--target_backend", "jax"], ["torch or numpy"]),
+    (["--prompt", ""], ["the prompt is empty"]),
 ])
 def test_speculative_bad_input(run_script, tmp_path, args, words):
     one_line_error(run_script("speculative.py", "--checkpoints", tmp_path, *args), *words)
@@ -147,3 +149,11 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     assert table.returncode == 0, table.stderr
     assert "identical to plain greedy decoding" in table.stdout
     assert (tmp_path / "ngram5.npz").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--ks", "0"], ["--ks takes whole numbers >= 1"]),
+    (["--drafts", "huge"], ["unknown draft 'huge'"]),
+])
+def test_benchmark_bad_input_is_refused_before_anything_runs(run_script, tmp_path, args, words):
+    one_line_error(run_script("benchmark.py", "--checkpoints", tmp_path, *args), *words)

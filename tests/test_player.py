@@ -44,13 +44,15 @@ def page(browser, tmp_path):
 
 
 def state(browser):
-    from selenium.webdriver.common.by import By
-    text = browser.find_element(By.ID, "text")
-    spans = [(s.get_attribute("class"), s.text) for s in text.find_elements(By.TAG_NAME, "span")]
-    return {"frame": int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-frame")),
-            "status": browser.find_element(By.ID, "status").text,
-            "play": browser.find_element(By.ID, "play").text,
-            "spans": spans, "text": "".join(t for _, t in spans)}
+    """What the page shows, read in one script call (the page re-renders while it plays, so
+    element handles read one by one could go stale between two reads)."""
+    return browser.execute_script("""
+        const spans = [...document.querySelectorAll('#text span')].map(
+            s => [s.className, s.textContent]);
+        return {frame: Number(document.body.dataset.frame),
+                status: document.getElementById('status').textContent,
+                play: document.getElementById('play').textContent,
+                spans: spans, text: spans.map(s => s[1]).join('')};""")
 
 
 def click(browser, name):
@@ -61,7 +63,7 @@ def click(browser, name):
 
 def test_stepping_through_a_run_shows_guesses_verdicts_and_the_landing(page):
     start = state(page)
-    assert start["frame"] == 0 and start["text"] == "ROMEO:" and "press play" in start["status"]
+    assert start["frame"] == 0 and start["text"] == "ROMEO:\n" and "press play" in start["status"]
     guessed = click(page, "step")
     assert guessed["frame"] == 1 and "the draft guesses 4" in guessed["status"]
     assert [c for c, _ in guessed["spans"][1:]] == ["guess"] * 4
@@ -70,7 +72,7 @@ def test_stepping_through_a_run_shows_guesses_verdicts_and_the_landing(page):
     assert [c for c, _ in checked["spans"][1:]] == ["kept", "kept", "rejected", "thrown-away"]
     landed = click(page, "step")
     assert "writes \"?\"" in landed["status"] and "its correction" in landed["status"]
-    assert landed["text"] == "ROMEO:Go?"
+    assert landed["text"] == "ROMEO:\nGo?"
     assert [c for c, _ in landed["spans"][1:]] == ["kept new", "kept new", "correction new"]
     for _ in range(3):
         last = click(page, "step")
@@ -79,23 +81,30 @@ def test_stepping_through_a_run_shows_guesses_verdicts_and_the_landing(page):
     assert click(page, "step")["frame"] == 6, "stepping past the end stays at the end"
     back = click(page, "back")
     assert back["frame"] == 5 and "checks them" in back["status"]
-    assert back["text"].startswith("ROMEO:Go?")
+    assert back["text"].startswith("ROMEO:\nGo?")
     for _ in range(6):
         click(page, "back")
-    assert state(page)["frame"] == 0 and state(page)["text"] == "ROMEO:"
+    assert state(page)["frame"] == 0 and state(page)["text"] == "ROMEO:\n"
+
+
+def wait_for(page, condition, seconds=10):
+    """The page's state once condition(state) holds (polled: a busy machine delays timers)."""
+    deadline = time.time() + seconds
+    while not condition(state(page)):
+        assert time.time() < deadline, f"the page never got there: {state(page)}"
+        time.sleep(0.05)
+    return state(page)
 
 
 def test_play_advances_and_pause_holds(page):
     playing = click(page, "play")
     assert playing["play"] == "pause"
-    time.sleep(0.5)
-    moved = state(page)["frame"]
-    assert moved >= 2, "playing advances a step every 150 ms"
+    wait_for(page, lambda s: s["frame"] >= 2)  # playing advances a step every 150 ms
     paused = click(page, "play")
     assert paused["play"] == "play"
     time.sleep(0.4)
     assert state(page)["frame"] == paused["frame"], "pause holds the frame"
     click(page, "play")
-    time.sleep(1.5)
-    end = state(page)
-    assert end["frame"] == 6 and end["play"] == "play", "play stops at the end of the run"
+    end = wait_for(page, lambda s: s["frame"] == 6 and s["play"] == "play")
+    time.sleep(0.4)
+    assert state(page) == end, "play stops at the end of the run"

@@ -46,7 +46,7 @@ class BenchArgs:
     prompts: int = 8            # held-out prompts, spread through the validation text
     prompt_chars: int = 32      # characters per prompt
     new_tokens: int = 200       # characters written per prompt
-    ks: str = "1,2,3,4,5,6"     # draft lengths to try
+    ks: str = "1,2,3,4,5,6"     # draft lengths to try; heuristic or best: an adaptive k
     drafts: str = "draft,distilled,ngram"  # drafters, comma-separated (drafts.NAMES)
     setups: str = "torch/numpy,torch/torch,numpy/numpy"  # target backend / draft backend
     repeats: int = 7            # timings are medians over this many runs
@@ -103,7 +103,7 @@ def bench(args, log=print):
     target = train.load_trained("big", folder)
     drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
     results = {"settings": asdict(args), "machine": machine.describe(), "recompute": None,
                "agreement": {}, "runs": []}
@@ -143,7 +143,7 @@ def bench(args, log=print):
             plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
             plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
             target_step = step_time(big, 1)
-            verify = {k: step_time(big, k + 1) / target_step for k in ks}
+            verify = {k: step_time(big, k + 1) / target_step for k in ks if isinstance(k, int)}
             log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
                 f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
             for name, draft in drafts.items():
@@ -154,31 +154,38 @@ def bench(args, log=print):
                 log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "
                     f"{'accepted':>9} {'verify':>7}")
                 for k in ks:
-                    runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
+                    fixed = isinstance(k, int)   # else an adaptive k, starting at 4
+                    new_k = (lambda k=k: k) if fixed else sd.make_schedule(k, 4)
+                    runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=new_k())
                             for p in prompts]
                     if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
                         raise SystemExit(f"greedy speculative output differs from plain decoding "
                                          f"({setup}, {name}, k={k}): a bug, please report it")
                     plain_s, spec_s, speedup, ratios = paired_times(
                         lambda: [sd.generate(big, p, args.new_tokens) for p in prompts],
-                        lambda: [sd.speculative_generate(big, small, p, args.new_tokens, k=k)
-                                 for p in prompts], args.repeats)
+                        lambda: [sd.speculative_generate(big, small, p, args.new_tokens,
+                                                         k=new_k()) for p in prompts],
+                        args.repeats)
                     spreads.append(machine.spread(ratios))
-                    stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+                    k_max = runs[0][1].k
+                    stats = sd.Stats(k=k_max, accepted_per_position=[0] * k_max)
                     for _, s in runs:
                         stats.add(s)
-                    predicted = sd.expected_speedup(a, k, c, verify[k])
+                    nan = float("nan")  # an adaptive k has no single prediction
+                    verify_k = verify[k] if fixed else nan
+                    predicted = sd.expected_speedup(a, k, c, verify_k) if fixed else nan
                     results["runs"].append({
                         "setup": setup, "draft": name, "k": k, "agreement": a, "c": c,
-                        "verify_cost": verify[k], "target_step_s": target_step,
+                        "verify_cost": verify_k, "target_step_s": target_step,
                         "plain_tokens_per_s": n_new / plain_s, "spec_tokens_per_s": n_new / spec_s,
                         "speedup": speedup, "predicted_speedup": predicted,
                         "tokens_per_pass": stats.tokens_per_pass,
-                        "expected_tokens_per_pass": sd.expected_tokens_per_pass(a, k),
+                        "expected_tokens_per_pass":
+                            sd.expected_tokens_per_pass(a, k) if fixed else nan,
                         "acceptance_rate": stats.acceptance_rate})
                     log(f"  {k:>3} {n_new / spec_s:>9,.0f} {speedup:>8.2f}x "
                         f"{predicted:>8.2f}x {stats.tokens_per_pass:>9.2f} "
-                        f"{stats.acceptance_rate:>9.1%} {verify[k]:>6.2f}x")
+                        f"{stats.acceptance_rate:>9.1%} {verify_k:>6.2f}x")
         note = busy.note(spreads)
         results.setdefault("busy", {})[setup] = {"other_cores": busy.other_cores,
                                                  "ratio_spread": max(spreads, default=0.0),
@@ -281,8 +288,9 @@ def main(argv=None):
         if len(setup.split("/")) != 2 or set(setup.split("/")) - {"torch", "numpy"}:
             raise ValueError(f"a setup is TARGET/DRAFT, each torch or numpy, not {setup!r}")
     ks = args.ks.split(",")
-    if not all(k.strip().isdigit() and int(k) >= 1 for k in ks):
-        raise ValueError(f"--ks takes whole numbers >= 1, comma-separated, not {args.ks!r}")
+    if not all((k.strip().isdigit() and int(k) >= 1) or k in ("heuristic", "best") for k in ks):
+        raise ValueError(f"--ks takes whole numbers >= 1 (or heuristic, best: an adaptive k), "
+                         f"comma-separated, not {args.ks!r}")
     unknown = set(args.drafts.split(",")) - set(NAMES)
     if unknown:
         raise ValueError(f"unknown draft {sorted(unknown)[0]!r}; choose from: {', '.join(NAMES)}")

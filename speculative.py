@@ -133,7 +133,8 @@ def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
         raise ValueError("the prompt is empty; give at least one character")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    adaptive = hasattr(k, "update")  # a schedule (drafts/adaptive.py) checks its own k
+    if not adaptive and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
     if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
         raise ValueError(f"temperature must be a number >= 0 (0 is greedy), not {temperature!r}")
@@ -255,7 +256,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
         raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
                          f"the target's ({vocab_size_of(target)}); both must be trained on the "
                          f"same vocabulary")
-    stats = Stats(k=k, accepted_per_position=[0] * k)
+    k_max = k.k_max if hasattr(k, "update") else k
+    stats = Stats(k=k_max, accepted_per_position=[0] * k_max)
     rows = []
     with machine.threads(threads):
         for row in idx.tolist():
@@ -269,14 +271,16 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
 def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, top_p,
                      generator):
     """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
-    stats = Stats(k=k, accepted_per_position=[0] * k)
+    schedule = k if hasattr(k, "update") else None       # an adaptive k (drafts/adaptive.py)
+    k_max = schedule.k_max if schedule else k
+    stats = Stats(k=k_max, accepted_per_position=[0] * k_max)
     target_scorer, drafter = as_scorer(target), as_drafter(draft)
     rng = TorchUniform(generator)
     sampling = Sampling(temperature, top_k, top_p, rng)
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
         n = len(seq)
-        k_round = min(k, goal - n - 1)  # never propose tokens we would not keep
+        k_round = min(schedule.k if schedule else k, goal - n - 1)  # never propose more
         # 1. The draft proposes k_round tokens (drafts/__init__.py: the drafter interface).
         started = time.perf_counter()
         draft_tokens, draft_probs = drafter.propose(seq, k_round, sampling) if k_round else \
@@ -313,6 +317,9 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
         stats.trace.append((draft_tokens, n_accepted, next_token))
         if hasattr(drafter, "kept"):
             drafter.kept(n_accepted)
+        if schedule:
+            schedule.update(k_round, n_accepted, drafted - started,
+                            time.perf_counter() - drafted)
     return seq, stats
 
 
@@ -425,7 +432,8 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
 class DecodeArgs:
     prompt: str = "ROMEO:\n"    # \n in the prompt means a newline
     max_new_tokens: int = 200   # characters to write
-    k: int = 4                  # draft tokens per round
+    k: int = 4                  # draft tokens per round (where an adaptive k starts)
+    adaptive: str = "off"       # k that adapts: off, heuristic (+2 / -1) or best (the formula)
     temperature: float = 0.0    # sampling temperature (0: greedy)
     top_k: int = 0              # sample from the top_k most likely tokens only (0: off)
     top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)
@@ -468,6 +476,17 @@ def with_backend(model, backend):
     return NumpyGPT(model)
 
 
+def make_schedule(adaptive, k):
+    """A function giving a fresh k for each run: k itself, or an adaptive schedule from k."""
+    from drafts import adaptive as schedules
+    kinds = {"off": None, "heuristic": schedules.Heuristic, "best": schedules.BestK}
+    if adaptive not in kinds:
+        raise ValueError(f"--adaptive is off, heuristic or best, not {adaptive!r}")
+    if kinds[adaptive] is None:
+        return lambda: k
+    return lambda: kinds[adaptive](start=k, k_max=max(k, 16))
+
+
 def load_pair(args):
     import drafts
     import train  # the checkpoint cache; imported here so that this module stays light
@@ -492,6 +511,7 @@ def main(argv=None):
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
                     top_p=None if args.top_p == 1.0 else args.top_p)
     check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
+    make_schedule(args.adaptive, args.k)  # a bad --adaptive fails before any model loads
     gpt.preset(args.target)  # an unknown name lists the presets
     import drafts
     if args.draft not in drafts.NAMES:
@@ -500,7 +520,8 @@ def main(argv=None):
         if backend not in ("torch", "numpy"):
             raise ValueError(f"a backend is torch or numpy, not {backend!r}")
     target, draft = load_pair(args)
-    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
+    schedule = make_schedule(args.adaptive, args.k)
+    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=schedule(),
                                       generator=torch.Generator().manual_seed(args.seed),
                                       **sampling)
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -515,7 +536,7 @@ def main(argv=None):
           f"({stats.acceptance_rate:.0%}); per draft position "
           f"{[round(a / stats.rounds, 2) for a in stats.accepted_per_position]}")
     print(f"{stats.new_tokens} new tokens from {stats.target_passes} target passes: "
-          f"{stats.tokens_per_pass:.2f} tokens per pass (at most {args.k + 1})")
+          f"{stats.tokens_per_pass:.2f} tokens per pass (at most {stats.k + 1})")
     print(f"time in the draft {stats.draft_time * 1e3:.0f} ms, in the target "
           f"{stats.target_time * 1e3:.0f} ms")
     if args.compare:
@@ -524,7 +545,7 @@ def main(argv=None):
                             generator=torch.Generator().manual_seed(args.seed), **sampling)
 
         def speculative_run():
-            return speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k,
+            return speculative_generate(target, draft, idx, args.max_new_tokens, k=schedule(),
                                         generator=torch.Generator().manual_seed(args.seed),
                                         **sampling)
         plain = plain_run()

@@ -57,6 +57,7 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--draft", "huge"], ["unknown draft 'huge'", "ngram"]),
     (["--target_backend", "jax"], ["torch or numpy"]),
     (["--prompt", ""], ["the prompt is empty"]),
+    (["--adaptive", "sometimes"], ["--adaptive is off, heuristic or best"]),
 ])
 def test_speculative_bad_input(run_script, tmp_path, args, words):
     one_line_error(run_script("speculative.py", "--checkpoints", tmp_path, *args), *words)
@@ -149,6 +150,10 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     assert table.returncode == 0, table.stderr
     assert "identical to plain greedy decoding" in table.stdout
     assert (tmp_path / "ngram5.npz").exists()
+    adaptive = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+                          "--draft", "ngram", "--adaptive", "heuristic")
+    assert adaptive.returncode == 0, adaptive.stderr
+    assert "identical to plain greedy decoding" in adaptive.stdout
 
 
 @pytest.mark.parametrize("args, words", [

@@ -99,3 +99,49 @@ def test_adaptive_drafters_hear_how_many_guesses_were_kept(target):  # noqa: F81
                       target.c.vocab_size)
     _, stats = sd.speculative_generate(target, draft, prompts(1)[0], 30, k=3)
     assert len(draft.heard) == stats.rounds and sum(draft.heard) == stats.accepted
+
+
+def test_the_heuristic_schedule_adds_two_after_a_full_round_and_drops_one_otherwise():
+    from drafts.adaptive import Heuristic
+    schedule = Heuristic(start=4, k_max=7)
+    steps = []
+    for proposed, kept in ((4, 4), (6, 6), (7, 7), (7, 2), (6, 0), (5, 5), (0, 0)):
+        schedule.update(proposed, kept)
+        steps.append(schedule.k)
+    assert steps == [6, 7, 7, 6, 5, 7, 7]
+    schedule = Heuristic(start=1)
+    schedule.update(1, 0)
+    assert schedule.k == 1, "never below 1"
+    with pytest.raises(ValueError, match="1 <= start <= k_max"):
+        Heuristic(start=0)
+
+
+@pytest.mark.parametrize("name", ["Heuristic", "BestK"])
+def test_an_adaptive_k_keeps_the_big_models_output(target, name):  # noqa: F811
+    import drafts.adaptive
+    draft = NGramDraft.from_data(gpt.train_data.numpy(), target.c.vocab_size, 4)
+    for idx in prompts(3, seed=5):
+        schedule = getattr(drafts.adaptive, name)(start=2, k_max=8)
+        got, stats = sd.speculative_generate(target, draft, idx, 60, k=schedule)
+        assert torch.equal(got, sd.generate(target, idx, 60))
+        assert stats.k == 8 and len(stats.accepted_per_position) == 8
+        assert 1 <= schedule.k <= 8
+
+
+def test_best_k_follows_the_formula_once_it_has_seen_enough():
+    from drafts.adaptive import BestK
+
+    def run(check_seconds):
+        schedule = BestK(start=4, k_max=12, warmup_rounds=6)
+        for k in (3, 4, 6, 3, 4, 6, 4):  # one guess kept, the next rejected: alpha = 0.5
+            schedule.update(k, 1, draft_seconds=k * 1e-6, check_seconds=check_seconds(k))
+        return schedule.k
+    # A check that costs the same for any k: guesses are nearly free, so draft long (the
+    # formula's best here is 8: beyond, the 0.5^k a guess adds is worth less than it costs).
+    assert run(lambda k: 1e-3) == 8
+    # A check whose cost grows with every token (as on a CPU): at alpha 0.5, one guess is best.
+    assert run(lambda k: 1e-3 + 5e-4 * (k + 1)) == 1
+    hopeless = BestK(start=6, k_max=12, warmup_rounds=3)
+    for k in (5, 6, 8, 6):  # every first guess rejected: k = 1
+        hopeless.update(k, 0, draft_seconds=k * 1e-3, check_seconds=1e-3)
+    assert hopeless.k == 1

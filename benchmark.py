@@ -37,7 +37,7 @@ import gpt
 import machine
 import speculative as sd
 import train
-from drafts import NAMES, Sampling, by_name
+from drafts import Sampling, by_name, check_name
 from machine import median_time, paired_times
 
 
@@ -291,9 +291,8 @@ def main(argv=None):
     if not all((k.strip().isdigit() and int(k) >= 1) or k in ("heuristic", "best") for k in ks):
         raise ValueError(f"--ks takes whole numbers >= 1 (or heuristic, best: an adaptive k), "
                          f"comma-separated, not {args.ks!r}")
-    unknown = set(args.drafts.split(",")) - set(NAMES)
-    if unknown:
-        raise ValueError(f"unknown draft {sorted(unknown)[0]!r}; choose from: {', '.join(NAMES)}")
+    for name in args.drafts.split(","):
+        check_name(name)
     print(f"machine: {machine.describe()}")
     results = thread_table() if args.threads else bench(args)
     if args.json:

@@ -439,7 +439,7 @@ class DecodeArgs:
     top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)
     seed: int = 0               # seed of the sampling generator
     target: str = "big"         # a preset trained by train.py
-    draft: str = "draft"        # the drafter: draft, distilled, names (GPTs) or ngram (a table)
+    draft: str = "draft"        # drafter: draft, distilled, names, ngram, exitL (L layers of big)
     target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
     draft_backend: str = "numpy"  # torch, or numpy (the default: a cheaper draft step)
     compare: bool = True        # also time plain decoding on the same prompt
@@ -514,8 +514,7 @@ def main(argv=None):
     make_schedule(args.adaptive, args.k)  # a bad --adaptive fails before any model loads
     gpt.preset(args.target)  # an unknown name lists the presets
     import drafts
-    if args.draft not in drafts.NAMES:
-        raise ValueError(f"unknown draft {args.draft!r}; choose one of: {', '.join(drafts.NAMES)}")
+    drafts.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
         if backend not in ("torch", "numpy"):
             raise ValueError(f"a backend is torch or numpy, not {backend!r}")

@@ -17,8 +17,9 @@ model to check in one pass:
 Optional: `vocab_size` (checked against the target's), `reset()` (a new sequence starts),
 `kept(n)` (how many of its last guesses the big model kept: adaptive drafters listen).
 
-The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter) and
-drafts/ngram.py (a character n-gram table from the training text; no model at all).
+The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter),
+drafts/ngram.py (a character n-gram table from the training text; no model at all) and
+drafts/early_exit.py (the big model's own first layers); drafts/adaptive.py adapts k for any.
 `speculative_generate(target, draft, ...)` takes a drafter, or a GPT, which it wraps.
 """
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 from numpy_speculative import sample, warp
 
-NAMES = ("draft", "distilled", "names", "ngram")  # what --draft accepts
+NAMES = ("draft", "distilled", "names", "ngram", "exit2")  # what --draft accepts (exitL: any L)
 
 
 @dataclass
@@ -58,13 +59,25 @@ def as_drafter(draft):
     return ModelDraft(draft)
 
 
+def check_name(name):
+    """A one-line error unless `name` is a drafter by_name knows."""
+    if name not in NAMES and not (name.startswith("exit") and name[4:].isdigit()):
+        raise ValueError(f"unknown draft {name!r}; choose one of: {', '.join(NAMES)} "
+                         f"(exitL: the big model's first L layers)")
+
+
 def by_name(name, folder=None, backend="numpy"):
-    """The drafter a command line names: a trained GPT preset, or "ngram"."""
+    """The drafter a command line names: a trained GPT preset, "ngram", or "exitL" (the big
+    model's own first L layers)."""
+    check_name(name)
     if name == "ngram":
         from drafts.ngram import NGramDraft
         return NGramDraft.trained(folder, prompt_lookup=True)
-    if name not in NAMES:
-        raise ValueError(f"unknown draft {name!r}; choose one of: {', '.join(NAMES)}")
     import speculative
     import train
-    return speculative.with_backend(train.load_trained(name, folder), backend)
+    if name.startswith("exit"):
+        from drafts.early_exit import first_layers
+        model = first_layers(train.load_trained("big", folder), int(name[4:]))
+    else:
+        model = train.load_trained(name, folder)
+    return speculative.with_backend(model, backend)

@@ -145,3 +145,20 @@ def test_best_k_follows_the_formula_once_it_has_seen_enough():
     for k in (5, 6, 8, 6):  # every first guess rejected: k = 1
         hopeless.update(k, 0, draft_seconds=k * 1e-3, check_seconds=1e-3)
     assert hopeless.k == 1
+
+
+def test_early_exit_drafts_with_the_big_models_own_first_layers(target):  # noqa: F811
+    from drafts.early_exit import first_layers
+    draft = first_layers(target, 1)
+    assert draft.c.n_layer == 1 and draft.transformer.wte is target.transformer.wte
+    assert draft.transformer.h[0] is target.transformer.h[0], "shared, not copied"
+    idx = prompts(1, seed=6, max_len=12)[0]  # inside the 16-token window
+    with torch.no_grad():  # the draft is the big model stopped after block 0
+        x = target.transformer.wte(idx) + target.transformer.wpe(torch.arange(idx.shape[1]))
+        want = target.lm_head(target.transformer.ln_f(target.transformer.h[0](x)))
+        assert torch.allclose(draft(idx)[0], want, atol=1e-6)
+    got, _ = sd.speculative_generate(target, draft, idx, 40, k=3)
+    assert torch.equal(got, sd.generate(target, idx, 40))
+    for bad in (0, target.c.n_layer):
+        with pytest.raises(ValueError, match="exit layer is between 1 and"):
+            first_layers(target, bad)

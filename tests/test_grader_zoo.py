@@ -124,7 +124,7 @@ def grade_part(tmp_path, part, edit):
     assert old in text
     (submission / file).write_text(text.replace(old, new, 1))
     ws, missing = workspace(submission, tmp_path / "scratch")
-    results = runner.run_checks(ws, runner.select(part=part), [0], missing=missing, timeout=8)
+    results = runner.run_checks(ws, runner.select(part=part), [0], missing=missing, timeout=5)
     return results, [line for r in results for line in r.lines()]
 
 

@@ -168,7 +168,7 @@ def bench(args, log=print):
                         args.repeats)
                     spreads.append(machine.spread(ratios))
                     k_max = runs[0][1].k
-                    stats = sd.Stats(k=k_max, accepted_per_position=[0] * k_max)
+                    stats = sd.Stats(k=k_max)
                     for _, s in runs:
                         stats.add(s)
                     nan = float("nan")  # an adaptive k has no single prediction

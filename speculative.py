@@ -183,6 +183,10 @@ class Stats:
     target_time: float = 0.0
     trace: list = field(default_factory=list, repr=False)
 
+    def __post_init__(self):
+        if not self.accepted_per_position:  # Stats(k=4): one counter per draft position
+            self.accepted_per_position = [0] * self.k
+
     @property
     def acceptance_rate(self):
         """Fraction of proposed draft tokens the target kept."""
@@ -257,7 +261,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
                          f"the target's ({vocab_size_of(target)}); both must be trained on the "
                          f"same vocabulary")
     k_max = k.k_max if hasattr(k, "update") else k
-    stats = Stats(k=k_max, accepted_per_position=[0] * k_max)
+    stats = Stats(k=k_max)
     rows = []
     with machine.threads(threads):
         for row in idx.tolist():
@@ -273,7 +277,7 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
     """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
     schedule = k if hasattr(k, "update") else None       # an adaptive k (drafts/adaptive.py)
     k_max = schedule.k_max if schedule else k
-    stats = Stats(k=k_max, accepted_per_position=[0] * k_max)
+    stats = Stats(k=k_max)
     target_scorer, drafter = as_scorer(target), as_drafter(draft)
     rng = TorchUniform(generator)
     sampling = Sampling(temperature, top_k, top_p, rng)

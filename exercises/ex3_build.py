@@ -84,7 +84,7 @@ def run(args, log=print):
                                                    [sd.generate(target, p, n) for p in prompts]):
         assert torch.equal(got, want) and torch.equal(cached, want) and torch.equal(plain, want), \
             "speculative decoding changed the big model's output"
-    stats = sd.Stats(k=args.k, accepted_per_position=[0] * args.k)
+    stats = sd.Stats(k=args.k)
     for _, s in cached_runs:
         stats.add(s)
     lesson_passes = sum(p for _, p in lesson_runs)

@@ -63,7 +63,7 @@ def run(args, log=print):
         fast = sd.with_backend(draft, "numpy")
         runs = [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts]
         assert all((out == sd.generate(target, p, n)).all() for (out, _), p in zip(runs, prompts))
-        stats = sd.Stats(k=args.k, accepted_per_position=[0] * args.k)
+        stats = sd.Stats(k=args.k)
         for _, s in runs:
             stats.add(s)
         _, _, speedup, ratios = paired_times(  # plain and speculative alternately: drift hits both

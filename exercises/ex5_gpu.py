@@ -134,7 +134,7 @@ def run(args, log=print):
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
         by_k = {}
         for k in range(1, 9):
-            stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+            stats = sd.Stats(k=k)
             for p in prompts:
                 out, s = sd.speculative_generate(target, draft, p, n, k=k)
                 assert torch.equal(out, sd.generate(target, p, n)), "greedy output changed"

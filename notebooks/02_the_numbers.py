@@ -242,7 +242,7 @@ N_NEW = 30 if QUICK else 96
 prompts = benchmark.held_out_prompts(4 if QUICK else 8, 32)
 runs = {}
 for name, label in DRAFTS.items():
-    stats = sd.Stats(k=K, accepted_per_position=[0] * K)
+    stats = sd.Stats(k=K)
     for prompt in prompts:
         out, s = sd.speculative_generate(target, models[name], prompt, N_NEW, k=K)
         assert torch.equal(out, sd.generate(target, prompt, N_NEW))  # greedy: the big model's text
@@ -336,7 +336,7 @@ for name, label in DRAFTS.items():
 
 # %%
 for name, label in DRAFTS.items():
-    stats = sd.Stats(k=K, accepted_per_position=[0] * K)
+    stats = sd.Stats(k=K)
     generator = torch.Generator().manual_seed(0)
     for prompt in prompts:
         _, s = sd.speculative_generate(target, models[name], prompt, N_NEW, k=K,
@@ -473,7 +473,7 @@ with machine.Busy() as busy:
                 return [sd.speculative_generate(target, models[name], p, N_NEW, k=k)
                         for p in timed_prompts]
 
-            stats = sd.Stats(k=k, accepted_per_position=[0] * k)
+            stats = sd.Stats(k=k)
             for _, s in speculative():
                 stats.add(s)
             _, _, ratio, ratios = machine.paired_times(plain, speculative, PAIRS)

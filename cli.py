@@ -74,7 +74,8 @@ def take(cls, args, **changes):
     return cls(**{**values, **changes})
 
 
-USER_ERRORS = (ValueError, CheckpointError, CorpusError, NotImplementedError)
+# OSError: a folder that cannot be written, a file that is not there (the message names it).
+USER_ERRORS = (ValueError, CheckpointError, CorpusError, NotImplementedError, OSError)
 
 
 def run(main, argv=None):

@@ -149,6 +149,9 @@ def main(argv=None):
         raise ValueError("--resume and --fresh contradict each other; pick one")
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    if args.threads < 0:
+        raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
+                         f"not {args.threads}")
     gpt.resolve_device(args.device)
     corpus.prepare()
     tc = cli.take(TrainConfig, args)

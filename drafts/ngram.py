@@ -149,4 +149,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import cli
+    sys.exit(cli.run(lambda argv: main()))

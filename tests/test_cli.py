@@ -22,6 +22,7 @@ def one_line_error(result, *words):
     (["--n_embd", "30", "--n_head", "4", "--preset", "draft"], ["multiple of n_head"]),
     (["--resume", "--fresh"], ["contradict"]),
     (["--steps", "0"], ["--steps must be at least 1"]),
+    (["--threads", "-1"], ["--threads is 0"]),
 ])
 def test_train_bad_input(run_script, args, words):
     one_line_error(run_script("train.py", *args), *words)

@@ -38,6 +38,7 @@ import machine
 import speculative as sd
 import train
 from drafts import Sampling, by_name, check_name
+from drafts import adaptive as schedules
 from machine import median_time, paired_times
 
 
@@ -155,7 +156,7 @@ def bench(args, log=print):
                     f"{'accepted':>9} {'verify':>7}")
                 for k in ks:
                     fixed = isinstance(k, int)   # else an adaptive k, starting at 4
-                    new_k = (lambda k=k: k) if fixed else sd.make_schedule(k, 4)
+                    new_k = (lambda k=k: k) if fixed else schedules.by_name(k, 4)
                     runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=new_k())
                             for p in prompts]
                     if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
@@ -209,33 +210,13 @@ def train_step_time(model, threads, repeats=10, batch_size=20):
     """Median seconds of one training step (forward, backward, AdamW) on a random batch."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, model.c.vocab_size, (batch_size, model.c.block_size))
-    times = []
-    with machine.threads(threads):
-        for _ in range(repeats + 1):
-            started = time.perf_counter()
-            _, loss = model(x, x)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            times.append(time.perf_counter() - started)
-    return statistics.median(times[1:])  # the first step warms up
 
-
-def plain_decoding_time(model, threads, n=200):
-    prompt = torch.tensor([gpt.encode("ROMEO:\n")])
-    with machine.threads(threads):
-        sd.generate(model, prompt, 8)
-        started = time.perf_counter()
-        sd.generate(model, prompt, n, threads=None)
-        return time.perf_counter() - started
-
-
-def recompute_time(model, threads, n=100):
-    prompt = torch.tensor([gpt.encode("ROMEO:\n")])
-    with machine.threads(threads):
-        started = time.perf_counter()
-        recompute_generate(model, prompt, n)
-        return time.perf_counter() - started
+    def step():
+        _, loss = model(x, x)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return statistics.median(machine.times_of(step, repeats + 1, threads)[1:])  # 1st: warm-up
 
 
 def thread_table(log=print):
@@ -245,13 +226,17 @@ def thread_table(log=print):
     checkpoints. Every figure is a median of repeated runs, in milliseconds."""
     torch.manual_seed(0)
     big, draft = gpt.GPT(gpt.preset("big")).eval(), gpt.GPT(gpt.preset("draft")).eval()
+    prompt = torch.tensor([gpt.encode("ROMEO:\n")])
     workloads = {
         "decoding step, big model (1 token)": lambda t: step_time(big, 1, repeats=200, threads=t),
         "verification pass, big model (5 tokens)":
             lambda t: step_time(big, 5, repeats=200, threads=t),
         "decoding step, lesson's draft": lambda t: step_time(draft, 1, repeats=200, threads=t),
-        "plain decoding, 200 characters": lambda t: plain_decoding_time(big, t),
-        "lesson's loop (no cache), 100 characters": lambda t: recompute_time(big, t),
+        "plain decoding, 200 characters":  # (threads=None: decode on the threads timed)
+            lambda t: machine.times_of(lambda: sd.generate(big, prompt, 200, threads=None), 2,
+                                       t)[1],  # the first run warms up
+        "lesson's loop (no cache), 100 characters":
+            lambda t: machine.median_time(lambda: recompute_generate(big, prompt, 100), 1, t),
         "training step, big model (20 x 128)": lambda t: train_step_time(big.train(), t),
     }
     counts = sorted({1, 2, machine.cpu_cores()})

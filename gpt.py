@@ -19,6 +19,7 @@ Changes from nanoGPT's model.py (Karpathy), which this follows closely:
 Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
 """
 
+import json
 import math
 import os
 import signal
@@ -27,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
@@ -518,13 +520,11 @@ def export_npz(model, path, characters=None):
     """The weights as plain NumPy arrays (GPT-2 names, torch's layouts) plus the config and the
     vocabulary (`characters`, default: the corpus') as JSON, for numpy_speculative.load: no
     pickle, no torch needed to read them. Written atomically, like the checkpoint."""
-    import json
-
-    import numpy as np
     path = Path(path)
     arrays = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
     arrays["meta.config"] = np.array(json.dumps(asdict(model.c)))
-    arrays["meta.vocab"] = np.array(json.dumps(characters if characters is not None else vocab()))
+    characters = characters if characters is not None else vocab()
+    arrays["meta.vocab"] = np.array(json.dumps(characters))
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)

@@ -158,15 +158,15 @@ def spread(values):
 # Timers: the one place that reads the clock for the benchmark, the CLI and the exercises
 
 
-def median_time(fn, repeats):
-    """Median seconds of fn() over `repeats` calls, on DECODE_THREADS torch threads."""
-    return statistics.median(times_of(fn, repeats))
+def median_time(fn, repeats, n_threads=DECODE_THREADS):
+    """Median seconds of fn() over `repeats` calls, on n_threads torch threads."""
+    return statistics.median(times_of(fn, repeats, n_threads))
 
 
-def times_of(fn, repeats):
-    """Seconds of each of `repeats` calls of fn(), on DECODE_THREADS torch threads."""
+def times_of(fn, repeats, n_threads=DECODE_THREADS):
+    """Seconds of each of `repeats` calls of fn(), on n_threads torch threads."""
     times = []
-    with threads():
+    with threads(n_threads):
         for _ in range(repeats):
             started = time.perf_counter()
             fn()

@@ -480,17 +480,6 @@ def with_backend(model, backend):
     return NumpyGPT(model)
 
 
-def make_schedule(adaptive, k):
-    """A function giving a fresh k for each run: k itself, or an adaptive schedule from k."""
-    from drafts import adaptive as schedules
-    kinds = {"off": None, "heuristic": schedules.Heuristic, "best": schedules.BestK}
-    if adaptive not in kinds:
-        raise ValueError(f"--adaptive is off, heuristic or best, not {adaptive!r}")
-    if kinds[adaptive] is None:
-        return lambda: k
-    return lambda: kinds[adaptive](start=k, k_max=max(k, 16))
-
-
 def load_pair(args):
     import drafts
     import train  # the checkpoint cache; imported here so that this module stays light
@@ -504,6 +493,7 @@ def main(argv=None):
     import sys
     import cli
     import gpt
+    from drafts import adaptive as schedules
     parser = cli.Parser(description="Speculative decoding with the lesson's trained models: "
                         "the output coloured by where each character came from.")
     cli.add_fields(parser, DecodeArgs, title="decoding")
@@ -515,7 +505,7 @@ def main(argv=None):
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
                     top_p=None if args.top_p == 1.0 else args.top_p)
     check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
-    make_schedule(args.adaptive, args.k)  # a bad --adaptive fails before any model loads
+    new_k = schedules.by_name(args.adaptive, args.k)  # a bad name fails before any loading
     gpt.preset(args.target)  # an unknown name lists the presets
     import drafts
     drafts.check_name(args.draft)
@@ -523,8 +513,7 @@ def main(argv=None):
         if backend not in ("torch", "numpy"):
             raise ValueError(f"a backend is torch or numpy, not {backend!r}")
     target, draft = load_pair(args)
-    schedule = make_schedule(args.adaptive, args.k)
-    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=schedule(),
+    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
                                       generator=torch.Generator().manual_seed(args.seed),
                                       **sampling)
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -548,7 +537,7 @@ def main(argv=None):
                             generator=torch.Generator().manual_seed(args.seed), **sampling)
 
         def speculative_run():
-            return speculative_generate(target, draft, idx, args.max_new_tokens, k=schedule(),
+            return speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
                                         generator=torch.Generator().manual_seed(args.seed),
                                         **sampling)
         plain = plain_run()

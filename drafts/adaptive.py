@@ -14,12 +14,26 @@ draft_seconds, check_seconds)` with what the round proposed, kept and took.
 """
 
 
+def by_name(name, k):
+    """A function giving a fresh k for each run: k itself (off), or a schedule starting at k."""
+    kinds = {"off": None, "heuristic": Heuristic, "best": BestK}
+    if name not in kinds:
+        raise ValueError(f"--adaptive is off, heuristic or best, not {name!r}")
+    if kinds[name] is None:
+        return lambda: k
+    return lambda: kinds[name](start=k, k_max=max(k, 16))
+
+
+def check_range(start, k_max):
+    if not 1 <= start <= k_max:
+        raise ValueError(f"an adaptive k needs 1 <= start <= k_max, not {start} and {k_max}")
+
+
 class Heuristic:
     """+2 after a round where every guess was kept, -1 otherwise; between 1 and k_max."""
 
     def __init__(self, start=4, k_max=16):
-        if not 1 <= start <= k_max:
-            raise ValueError(f"an adaptive k needs 1 <= start <= k_max, not {start} and {k_max}")
+        check_range(start, k_max)
         self.k, self.k_max = start, k_max
 
     def update(self, proposed, kept, draft_seconds=None, check_seconds=None):
@@ -41,8 +55,7 @@ class BestK:
     """
 
     def __init__(self, start=4, k_max=16, warmup_rounds=9):
-        if not 1 <= start <= k_max:
-            raise ValueError(f"an adaptive k needs 1 <= start <= k_max, not {start} and {k_max}")
+        check_range(start, k_max)
         self.start, self.k, self.k_max, self.warmup = start, start, k_max, warmup_rounds
         self.explore = [max(1, start - 1), start, min(k_max, start + 2)]
         self.checked = self.kept = self.guesses = 0

@@ -316,7 +316,8 @@ for n in counts:
           f"{crowded[n]:6.1f} ms")
 print(f"(the busy programs used {busy.other_cores:.1f} of {cores} cores)")
 print(calm.note() or "(the machine was quiet for the first two figures)")
-assert quiet[1] < 2 * quiet[cores]  # one thread is never much slower for steps this small
+# One thread is never much slower for steps this small (unless the "quiet" machine was not).
+assert quiet[1] < 2 * quiet[cores] or QUICK or calm.note()
 
 # %% [markdown]
 # Here a step is too small for more threads to help much, and on a crowded machine every core's

@@ -32,11 +32,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+import checkpoint
 import cli
 import gpt
 import machine
 import speculative as sd
-import train
 from drafts import Sampling, by_name, check_name
 from drafts import adaptive as schedules
 from machine import median_time, paired_times
@@ -101,7 +101,7 @@ def recompute_generate(model, idx, max_new_tokens):
 
 def bench(args, log=print):
     folder = args.checkpoints or None
-    target = train.load_trained("big", folder)
+    target = checkpoint.load_trained("big", folder)
     drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]

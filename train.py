@@ -13,23 +13,17 @@ Training is deterministic given --seed (on the same machine and device).
 """
 
 import argparse
-import shlex
 import sys
 import time
 from dataclasses import asdict, fields
-from pathlib import Path
 
 import torch
 
 import cli
 import corpus
 import gpt
+from checkpoint import CHECKPOINTS, checkpoint_path, load_trained
 from gpt import GPT, Config, TrainConfig
-
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-
-def checkpoint_path(name, folder=None):
-    return Path(folder or CHECKPOINTS) / f"{name}.pt"
 
 
 def source_for(corpus_name):
@@ -104,22 +98,6 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
         f"({time.time() - started:.0f}s)")
     return path
-
-
-def train_command(name, folder=None):
-    """The command that trains preset `name` into `folder` (for error messages)."""
-    command = f"python train.py --preset {name}"
-    if folder and Path(folder).resolve() != CHECKPOINTS:
-        command += f" --checkpoints {shlex.quote(str(folder))}"
-    return command
-
-
-def load_trained(name, folder=None, device="cpu"):
-    """The trained model of preset `name`, or a one-line error saying how to train it."""
-    gpt.preset(name)  # an unknown name is a ValueError that lists the presets
-    model, _ = gpt.load_checkpoint(checkpoint_path(name, folder), device=device,
-                                   hint=train_command(name, folder))
-    return model
 
 
 def main(argv=None):

@@ -15,7 +15,11 @@ model to check in one pass:
   acceptance rule is exact for any distribution the guesses were really drawn from.
 
 Optional: `vocab_size` (checked against the target's), `reset()` (a new sequence starts),
-`kept(n)` (how many of its last guesses the big model kept: adaptive drafters listen).
+`kept(n)` (how many of its last guesses the big model kept: adaptive drafters listen), and
+`scorer_for(target)`: a drafter that lives inside the big model (its first layers, extra heads
+on its last hidden state) shares work with the big model's pass, so it returns the scorer that
+checks its guesses (anything with `score(seqs, first)` and `vocab_size`, as
+speculative.CachedScorer defines them) instead of letting speculative_generate make a plain one.
 
 The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter),
 drafts/ngram.py (a character n-gram table from the training text; no model at all) and
@@ -74,10 +78,10 @@ def by_name(name, folder=None, backend="numpy"):
         from drafts.ngram import NGramDraft
         return NGramDraft.trained(folder, prompt_lookup=True)
     import speculative
-    import train
+    import checkpoint
     if name.startswith("exit"):
         from drafts.early_exit import first_layers
-        model = first_layers(train.load_trained("big", folder), int(name[4:]))
+        model = first_layers(checkpoint.load_trained("big", folder), int(name[4:]))
     else:
-        model = train.load_trained(name, folder)
+        model = checkpoint.load_trained(name, folder)
     return speculative.with_backend(model, backend)

@@ -71,9 +71,9 @@ class NGramDraft:
     def trained(cls, folder=None, order=ORDER, **options):
         """The table of the Shakespeare training split, built once and cached (.npz)."""
         import gpt
-        import train
+        import checkpoint
         sha = gpt._data()["meta"]["shakespeare"]["sha256"]
-        path = Path(folder or train.CHECKPOINTS) / f"ngram{order}.npz"
+        path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram{order}.npz"
         vocab_size = len(gpt.vocab())
         if path.exists():
             with np.load(path) as f:
@@ -139,8 +139,8 @@ def main():
     """Agreement of orders 2-9 with the big model on held-out text (the choice of ORDER)."""
     import gpt
     import speculative as sd
-    import train
-    target = train.load_trained("big")
+    import checkpoint
+    target = checkpoint.load_trained("big")
     for order in range(2, 10):
         draft = NGramDraft.from_data(gpt.train_data.numpy(), len(gpt.vocab()), order)
         a = sd.measure_agreement(target, draft, gpt.val_data, windows=64)

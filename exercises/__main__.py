@@ -13,9 +13,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import checkpoint
 import corpus
 import gpt
-import train
 from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
@@ -53,7 +53,7 @@ def lesson(args):
     corpus.prepare()
     folder = common.checkpoint_folder(args)
     presets = list(gpt.PRESETS)
-    stages = [(name, train.checkpoint_path(name, folder).exists()) for name in presets]
+    stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
     stages += [(n, False) for n in args.only]
     progress = Progress(stages)
     for name in presets:

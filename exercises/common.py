@@ -3,7 +3,7 @@ exercises/common.py: what every exercise shares: its flags, its models and where
 
 Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
 ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
-from the checkpoint cache of train.py and are trained when missing; --quick swaps in tiny models
+from the checkpoint cache (checkpoint.py, train.py) and are trained when missing; --quick swaps in tiny models
 trained for a few dozen steps, so that the test suite can run every exercise in seconds.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+import checkpoint
 import gpt
 import train
 from gpt import Config, TrainConfig
@@ -55,7 +56,7 @@ def load_models(args, names, log=print):
         tc = QUICK_TRAIN if args.quick else TrainConfig()
         train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
                              progress=not args.quick, log=log if not args.quick else _quiet)
-        models[name] = train.load_trained(name, checkpoint_folder(args))
+        models[name] = checkpoint.load_trained(name, checkpoint_folder(args))
     return models
 
 
@@ -73,7 +74,7 @@ def notebook_args():
 def notebook_models(names):
     """The trained presets a notebook needs; trains the missing ones, saying so first."""
     args = notebook_args()
-    missing = [n for n in names if not train.checkpoint_path(n, checkpoint_folder(args)).exists()]
+    missing = [n for n in names if not checkpoint.checkpoint_path(n, checkpoint_folder(args)).exists()]
     if missing and not args.quick:
         minutes = sum(TRAIN_MINUTES[n] for n in missing)
         print(f"training {', '.join(missing)} first: about {minutes:.0f} minute(s) on a 2-core "

@@ -48,12 +48,10 @@ def replay(prompt_ids, trace):
     """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token."""
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
-        verdicts = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-                    + ["thrown-away"] * (len(proposed) - n_accepted - 1))
+        verdicts, kind = sd.verdicts(proposed, n_accepted)
         rounds.append({"position": position, "guesses": gpt.decode(proposed),
                        "verdicts": verdicts, "kept": n_accepted, "target": gpt.decode([token]),
-                       "kind": "bonus" if proposed and n_accepted == len(proposed)
-                       else "correction"})
+                       "kind": kind})
         position += n_accepted + 1
     return rounds
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+import checkpoint
 import gpt
 import machine
 import speculative as sd
@@ -87,8 +88,8 @@ def models_for(args, device, log):
         folder = common.checkpoint_folder(args) / "gpu"
         for name, config in GPU_MODELS.items():
             train.ensure_trained(name, GPU_TRAIN, config, folder=folder, device="cuda", log=log)
-        return (train.load_trained("big", folder, "cuda"),
-                train.load_trained("draft", folder, "cuda"), "gpu pair (8 x 512 target, 2 x 256 draft)")
+        return (checkpoint.load_trained("big", folder, "cuda"),
+                checkpoint.load_trained("draft", folder, "cuda"), "gpu pair (8 x 512 target, 2 x 256 draft)")
     models = common.load_models(args, ["big", "distilled"], log=log)
     return (models["big"].to(device), models["distilled"].to(device),
             "lesson's big model and the distilled draft")

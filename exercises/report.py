@@ -10,10 +10,10 @@ summary rows that come from it) and keeps the others as they were, each with its
 import json
 from datetime import datetime, timezone
 
+import checkpoint
 import gpt
 import machine
 import speculative
-import train
 from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing"}
@@ -78,7 +78,7 @@ def write(args):
 def trained_models(args):
     rows = []
     for name in gpt.PRESETS:
-        path = train.checkpoint_path(name, common.checkpoint_folder(args))
+        path = checkpoint.checkpoint_path(name, common.checkpoint_folder(args))
         if not path.exists():
             rows.append([name, "not trained yet", "", "", ""])
             continue

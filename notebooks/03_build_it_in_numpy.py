@@ -31,11 +31,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+import checkpoint
 import gpt
 import machine
 import numpy_speculative as ns
 import speculative as sd
-import train
 from exercises import common
 
 models = common.notebook_models(["big", "draft"])
@@ -54,8 +54,8 @@ print(f"big model: {target.num_params():,} parameters; draft: {draft.num_params(
 
 # %%
 folder = common.checkpoint_folder(common.notebook_args())
-big = ns.load(train.checkpoint_path("big", folder).with_suffix(".npz"))
-small = ns.load(train.checkpoint_path("draft", folder).with_suffix(".npz"))
+big = ns.load(checkpoint.checkpoint_path("big", folder).with_suffix(".npz"))
+small = ns.load(checkpoint.checkpoint_path("draft", folder).with_suffix(".npz"))
 print("big:  ", big.config)
 print("draft:", small.config)
 print("vocabulary:", repr("".join(big.vocab)))

@@ -72,10 +72,10 @@ def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
 
 
 def test_missing_checkpoint_hint_omits_the_default_folder():
-    import train
-    assert train.train_command("big") == "python train.py --preset big"
-    assert train.train_command("big", train.CHECKPOINTS) == "python train.py --preset big"
-    assert train.train_command("draft", "my models") == \
+    import checkpoint
+    assert checkpoint.train_command("big") == "python train.py --preset big"
+    assert checkpoint.train_command("big", checkpoint.CHECKPOINTS) == "python train.py --preset big"
+    assert checkpoint.train_command("draft", "my models") == \
         "python train.py --preset draft --checkpoints 'my models'"
 
 
@@ -96,10 +96,10 @@ def parser_of(main, monkeypatch):
 
 def commands():
     import benchmark
-    import speculative
+    import decode
     import train
     from exercises import __main__ as lesson, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
-    return {"train.py": train.main, "speculative.py": speculative.main,
+    return {"train.py": train.main, "decode.py": decode.main,
             "benchmark.py": benchmark.main, "python -m exercises": lesson.main,
             **{f"exercises.{m.__name__.split('.')[-1]}": m.main
                for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu)}}

@@ -64,28 +64,11 @@ def held_out_prompts(n, chars):
     return [torch.tensor([gpt.encode(text[s:s + chars])]) for s in starts]
 
 
-def step_time(model, n_tokens, context=64, repeats=300, threads=machine.DECODE_THREADS):
-    """Median seconds of one cached forward pass over n_tokens after `context` cached tokens."""
-    context = min(context, model.c.block_size - n_tokens)
-    scorer = sd.CachedScorer(model)
-    tokens = torch.randint(0, model.c.vocab_size, (context + n_tokens,),
-                           generator=torch.Generator().manual_seed(0)).tolist()
-    times = []
-    with machine.threads(threads):
-        scorer.score([tokens], context + n_tokens)
-        for _ in range(repeats):
-            scorer.cache.rollback(context)
-            started = time.perf_counter()
-            scorer.forward([tokens[context:]])
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def draft_step_time(draft, repeats=300):
     """Median seconds of one draft step: a model's cached forward pass over one token, or one
     guess of a drafter that is not a model (the n-gram table)."""
     if hasattr(draft, "new_cache"):
-        return step_time(draft, 1, repeats=repeats)
+        return machine.pass_time(draft, 1, repeats=repeats)
     tokens = gpt.val_data[:64].tolist()
     return median_time(lambda: draft.propose(tokens, 1, Sampling()), repeats)
 
@@ -143,8 +126,9 @@ def bench(args, log=print):
             big = sd.with_backend(target, target_backend)
             plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
             plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
-            target_step = step_time(big, 1)
-            verify = {k: step_time(big, k + 1) / target_step for k in ks if isinstance(k, int)}
+            target_step = machine.pass_time(big, 1)
+            verify = {k: machine.pass_time(big, k + 1) / target_step
+                      for k in ks if isinstance(k, int)}
             log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
                 f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
             for name, draft in drafts.items():
@@ -228,10 +212,12 @@ def thread_table(log=print):
     big, draft = gpt.GPT(gpt.preset("big")).eval(), gpt.GPT(gpt.preset("draft")).eval()
     prompt = torch.tensor([gpt.encode("ROMEO:\n")])
     workloads = {
-        "decoding step, big model (1 token)": lambda t: step_time(big, 1, repeats=200, threads=t),
+        "decoding step, big model (1 token)":
+            lambda t: machine.pass_time(big, 1, repeats=200, n_threads=t),
         "verification pass, big model (5 tokens)":
-            lambda t: step_time(big, 5, repeats=200, threads=t),
-        "decoding step, lesson's draft": lambda t: step_time(draft, 1, repeats=200, threads=t),
+            lambda t: machine.pass_time(big, 5, repeats=200, n_threads=t),
+        "decoding step, lesson's draft":
+            lambda t: machine.pass_time(draft, 1, repeats=200, n_threads=t),
         "plain decoding, 200 characters":  # (threads=None: decode on the threads timed)
             lambda t: machine.times_of(lambda: sd.generate(big, prompt, 200, threads=None), 2,
                                        t)[1],  # the first run warms up

@@ -67,13 +67,24 @@ PRESETS = {
     "names": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "names"},
     "distilled": {"config": {"n_layer": 1}, "corpus": "shakespeare", "teacher": "big"},
 }
+# The presets in other sizes, each keeping its role: "quick" for the tests and --quick runs
+# (trained in seconds; the big one stays bigger than the drafts), "gpu" for exercise 5 on a GPU.
+SIZES = {
+    "lesson": {name: p["config"] for name, p in PRESETS.items()},
+    "quick": {"big": dict(n_layer=2, n_head=2, n_embd=32, block_size=64),
+              "draft": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
+              "names": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
+              "distilled": dict(n_layer=1, n_head=2, n_embd=32, block_size=64)},
+    "gpu": {"big": dict(n_layer=8, n_head=8, n_embd=512, block_size=256),
+            "draft": dict(n_layer=2, n_head=4, n_embd=256, block_size=256)},
+}
 
 
-def preset(name):
-    """The Config of a named preset."""
+def preset(name, size="lesson"):
+    """The Config of a named preset, in one of SIZES (the lesson's by default)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return Config(**PRESETS[name]["config"])
+    return Config(**SIZES[size][name])
 
 
 # ----------------------------------------------------------------------------------------------

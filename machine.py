@@ -183,3 +183,32 @@ def paired_times(plain, speculative, repeats):
     ratios = [a / b for a, b in pairs]
     return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
             statistics.median(ratios), ratios)
+
+
+def pass_time(model, tokens, *, batch=1, repeats=300, measure=None, context=64,
+              n_threads=DECODE_THREADS):
+    """Median seconds of one cached forward pass of a gpt.GPT or numpy_gpt.NumpyGPT over
+    batch x tokens new tokens, after `context` cached ones (the cache rolled back each time).
+
+    measure(fn, repeats) -> median seconds; by default the wall clock on n_threads torch threads
+    (exercise 5 passes its own timer, which on a GPU waits for the device)."""
+    context = min(context, model.c.block_size - tokens)
+    idx = torch.randint(0, model.c.vocab_size, (batch, context + tokens),
+                        generator=torch.Generator().manual_seed(0))
+    cache = model.new_cache(batch)
+    if hasattr(model, "logits"):                    # NumPy: no torch on the timed path
+        idx = idx.numpy()
+        forward = model.logits
+    else:
+        idx = idx.to(next(model.parameters()).device)
+
+        def forward(ids, cache):
+            with torch.inference_mode():
+                return model(ids, cache=cache)
+    with threads(n_threads):                          # the untimed set-up pass too
+        forward(idx[:, :context], cache)
+
+    def one_pass():
+        cache.rollback(context)
+        forward(idx[:, context:], cache)
+    return (measure or (lambda fn, n: median_time(fn, n, n_threads)))(one_pass, repeats)

@@ -18,7 +18,7 @@ import torch
 import checkpoint
 import gpt
 import train
-from gpt import Config, TrainConfig
+from gpt import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
@@ -35,11 +35,7 @@ class ExerciseArgs:
     results: str = "results"   # where figures, numbers and report.md go
 
 
-# --quick: every preset keeps its role but shrinks; the big one stays bigger than the drafts.
-QUICK_CONFIG = {"big": dict(n_layer=2, n_head=2, n_embd=32, block_size=64),
-                "draft": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
-                "names": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
-                "distilled": dict(n_layer=1, n_head=2, n_embd=32, block_size=64)}
+# --quick: the presets in gpt.SIZES["quick"], trained for seconds.
 QUICK_TRAIN = TrainConfig(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
 
 
@@ -52,7 +48,7 @@ def load_models(args, names, log=print):
     """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
     models = {}
     for name in names:
-        config = Config(**QUICK_CONFIG[name]) if args.quick else None
+        config = gpt.preset(name, "quick") if args.quick else None
         tc = QUICK_TRAIN if args.quick else TrainConfig()
         train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
                              progress=not args.quick, log=log if not args.quick else _quiet)

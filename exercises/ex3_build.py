@@ -28,7 +28,7 @@ import torch
 import gpt
 import speculative as sd
 import machine
-from benchmark import recompute_generate, step_time
+from benchmark import recompute_generate
 from machine import median_time
 from exercises import common, report
 
@@ -126,7 +126,7 @@ def run(args, log=print):
     c_lesson = per_token(lambda p: recompute_generate(draft, p, n)) / base_lesson * tokens
     c_cached = per_token(lambda p: sd.generate(draft, p, n)) / base_cached * tokens
     c_numpy = per_token(lambda p: sd.generate(fast_draft, p, n)) / base_cached * tokens
-    verify = step_time(target, args.k + 1) / step_time(target, 1)
+    verify = machine.pass_time(target, args.k + 1) / machine.pass_time(target, 1)
     agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
     tpp = stats.tokens_per_pass
     costs = {"lesson": args.k * c_lesson + 1, "cached": args.k * c_cached + verify,

@@ -36,7 +36,7 @@ import machine
 import speculative as sd
 import train
 from exercises import common, report
-from gpt import Config, TrainConfig
+from gpt import TrainConfig
 
 
 @dataclass
@@ -46,8 +46,6 @@ class Args(common.ExerciseArgs):
     repeats: int = 30           # timing repeats per measurement (decoding: a tenth of it)
 
 
-GPU_MODELS = {"big": Config(n_layer=8, n_head=8, n_embd=512, block_size=256),
-              "draft": Config(n_layer=2, n_head=4, n_embd=256, block_size=256)}
 GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
 
 
@@ -86,29 +84,15 @@ def timer(device):
 def models_for(args, device, log):
     if device == "cuda" and not args.quick:
         folder = common.checkpoint_folder(args) / "gpu"
-        for name, config in GPU_MODELS.items():
-            train.ensure_trained(name, GPU_TRAIN, config, folder=folder, device="cuda", log=log)
+        for name in ("big", "draft"):
+            train.ensure_trained(name, GPU_TRAIN, gpt.preset(name, "gpu"), folder=folder,
+                                 device="cuda", log=log)
         return (checkpoint.load_trained("big", folder, "cuda"),
-                checkpoint.load_trained("draft", folder, "cuda"), "gpu pair (8 x 512 target, 2 x 256 draft)")
+                checkpoint.load_trained("draft", folder, "cuda"),
+                "gpu pair (8 x 512 target, 2 x 256 draft: gpt.SIZES['gpu'])")
     models = common.load_models(args, ["big", "distilled"], log=log)
     return (models["big"].to(device), models["distilled"].to(device),
             "lesson's big model and the distilled draft")
-
-
-@torch.no_grad()
-def pass_time(model, batch, tokens, measure, repeats, context=64):
-    """Median seconds of one pass over batch x tokens new tokens after `context` cached ones."""
-    device = next(model.parameters()).device
-    context = min(context, model.c.block_size - tokens)
-    idx = torch.randint(0, model.c.vocab_size, (batch, context + tokens), device=device)
-    cache = model.new_cache(batch)
-    with machine.threads():  # the untimed set-up pass too: one thread (see machine.py)
-        model(idx[:, :context], cache=cache)
-
-    def step():
-        cache.rollback(context)
-        model(idx[:, context:], cache=cache)
-    return measure(step, repeats)
 
 
 def run(args, log=print):
@@ -123,7 +107,8 @@ def run(args, log=print):
     with machine.Busy() as busy:  # timings on a crowded machine get a note
         # 1. One pass over 1..16 new tokens.
         sizes = [1, 2, 4, 8, 16]
-        forward = {t: pass_time(target, 1, t, measure, repeats) for t in sizes}
+        forward = {t: machine.pass_time(target, t, measure=measure, repeats=repeats)
+                   for t in sizes}
         log("target pass over t new tokens: " + ", ".join(
             f"{t}: {s * 1e3:.2f} ms ({s / forward[1]:.2f}x)" for t, s in forward.items()))
 
@@ -151,9 +136,9 @@ def run(args, log=print):
         batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
         by_batch = {}
         for b in batches:
-            one = pass_time(target, b, 1, measure, repeats)
-            check = pass_time(target, b, k + 1, measure, repeats)
-            small = pass_time(draft, b, 1, measure, repeats)
+            one = machine.pass_time(target, 1, batch=b, measure=measure, repeats=repeats)
+            check = machine.pass_time(target, k + 1, batch=b, measure=measure, repeats=repeats)
+            small = machine.pass_time(draft, 1, batch=b, measure=measure, repeats=repeats)
             c, verify = small / one, check / one
             by_batch[b] = {"target_1": one, "target_k+1": check, "draft_1": small, "c": c,
                            "verify_cost": verify,

@@ -80,9 +80,8 @@ print(busy.note([machine.spread(ratios)]) or "(the machine was quiet while timin
 # reading them once serves five positions as well as one. Here is that cost on this machine:
 
 # %%
-from benchmark import step_time
 
-one, five = step_time(target, 1, repeats=100), step_time(target, 5, repeats=100)
+one, five = machine.pass_time(target, 1, repeats=100), machine.pass_time(target, 5, repeats=100)
 print(f"one character: {one * 1e6:.0f} us; five: {five * 1e6:.0f} us, "
       f"= {five / one:.2f} one-character passes (a memory-bound GPU: about 1)")
 assert five > 0.8 * one

@@ -421,17 +421,17 @@ check("2b", expected_speedup=expected_speedup, expected_tokens_per_pass=expected
 # %% [markdown]
 # ### c and the verify cost on this machine
 #
-# `benchmark.step_time` times one cached forward pass (after 64 cached characters) many times
+# `machine.pass_time` times one cached forward pass (after 64 cached characters) many times
 # and returns the median, on one torch thread. A draft step over a big-model step gives `c`; a
 # big-model pass over `k + 1` characters over a pass over one gives the verify cost.
 
 # %%
 REPEATS = 20 if QUICK else 100
 with machine.Busy() as busy:
-    one = benchmark.step_time(target, 1, repeats=REPEATS)
-    verify_cost = {k: benchmark.step_time(target, k + 1, repeats=REPEATS) / one
+    one = machine.pass_time(target, 1, repeats=REPEATS)
+    verify_cost = {k: machine.pass_time(target, k + 1, repeats=REPEATS) / one
                    for k in range(1, 7)}
-    c = {name: benchmark.step_time(models[name], 1, repeats=REPEATS) / one for name in DRAFTS}
+    c = {name: machine.pass_time(models[name], 1, repeats=REPEATS) / one for name in DRAFTS}
 print(f"one step of the big model: {one * 1e6:.0f} us")
 print("verify cost, a pass over k + 1 characters in one-character steps: "
       + ", ".join(f"k={k}: {v:.2f}" for k, v in verify_cost.items()))

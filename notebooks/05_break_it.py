@@ -36,7 +36,6 @@ import torch
 import gpt
 import machine
 import speculative as sd
-from benchmark import step_time
 from exercises import common
 
 models = common.notebook_models(["big", "draft", "names", "distilled"])
@@ -260,7 +259,7 @@ K = 4
 prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
 N = 30 if QUICK else 100
 REPEATS = 1 if QUICK else 5
-STEP_REPEATS = 20 if QUICK else 100  # one-pass timings (benchmark.step_time)
+STEP_REPEATS = 20 if QUICK else 100  # one-pass timings (machine.pass_time)
 
 
 def plain_all():
@@ -422,8 +421,8 @@ for c in (0.08, 0.3):
 # that cost, the **verify cost**, replaces the 1 in the formula.
 
 # %%
-one_step = step_time(target, 1, repeats=STEP_REPEATS)
-verify_cost = step_time(target, K + 1, repeats=STEP_REPEATS) / one_step
+one_step = machine.pass_time(target, 1, repeats=STEP_REPEATS)
+verify_cost = machine.pass_time(target, K + 1, repeats=STEP_REPEATS) / one_step
 print(f"checking {K + 1} characters costs {verify_cost:.2f} one-character passes "
       f"(the lesson's formula assumes 1)\n")
 for name, m in measured.items():
@@ -577,7 +576,7 @@ assert sd.best_k(measured["distilled"]["alpha"], 0.25) > 4 or QUICK
 # %%
 ks = list(range(1, 7))
 m = measured["draft"]
-check_cost = {k: step_time(target, k + 1, repeats=STEP_REPEATS) / one_step for k in ks}
+check_cost = {k: machine.pass_time(target, k + 1, repeats=STEP_REPEATS) / one_step for k in ks}
 speedup_at, spreads = {}, []
 with machine.Busy() as busy:
     for k in ks:

@@ -347,8 +347,8 @@ check("5a", timer=timer)
 
 # %% [markdown]
 # From here on the notebook uses the project's own timer, `ex5_gpu.timer`, with
-# `ex5_gpu.pass_time(model, batch, tokens, measure, repeats)`: the median time of one pass of
-# `model` over `batch x tokens` new tokens after 64 cached ones.
+# `machine.pass_time(model, tokens, batch=..., measure=..., repeats=...)`: the median time of
+# one pass of `model` over `batch x tokens` new tokens after 64 cached ones.
 #
 # ## The verify cost on this machine
 #
@@ -364,7 +364,7 @@ REPEATS = 20 if QUICK else 50
 def pass_curve(model, measure, repeats=REPEATS):
     """{t: median seconds of one pass over t new tokens} for t in SIZES."""
     with machine.threads():  # one thread for the untimed set-up too (rule 5)
-        return {t: ex5_gpu.pass_time(model, 1, t, measure, repeats) for t in SIZES}
+        return {t: machine.pass_time(model, t, measure=measure, repeats=repeats) for t in SIZES}
 
 
 def plot_pass_curve(curve, title):
@@ -419,7 +419,7 @@ assert cpu_curve[1] > 2 * arithmetic or QUICK
 # distilled one in NumPy (`sd.with_backend(distilled, "numpy")`), whose per-call overhead is
 # far below torch's, so its `c` is small; the big model runs in torch. Three things are
 # measured separately, each a median: α (greedy agreement on held-out text), `c` (one draft
-# step over one target step, `benchmark.step_time`) and the verify cost of `k + 1` tokens.
+# step over one target step, `machine.pass_time`) and the verify cost of `k + 1` tokens.
 # Then plain and speculative decoding are timed alternately (rule 4), on held-out prompts.
 
 # %%
@@ -449,9 +449,9 @@ def k_curve(big, small, c, verify, repeats):
 
 
 with machine.Busy() as busy:
-    one = benchmark.step_time(target, 1, repeats=100)
-    c = benchmark.step_time(draft_np, 1, repeats=100) / one
-    verify = {k: benchmark.step_time(target, k + 1, repeats=100) / one for k in KS}
+    one = machine.pass_time(target, 1, repeats=100)
+    c = machine.pass_time(draft_np, 1, repeats=100) / one
+    verify = {k: machine.pass_time(target, k + 1, repeats=100) / one for k in KS}
     cpu_k, spreads = k_curve(target, draft_np, c, verify, 3 if QUICK else 5)
 print(f"alpha (greedy agreement) {alpha:.3f}; c {c:.3f}")
 print(" k  verify cost  measured  predicted  lesson's formula (verify cost 1)")
@@ -531,7 +531,8 @@ def batch_curve(big, small, measure, repeats, rounds=3):
         for _ in range(rounds):
             for b in BATCHES:
                 for name, (model, tokens) in passes.items():
-                    times[b, name].append(ex5_gpu.pass_time(model, b, tokens, measure, repeats))
+                    times[b, name].append(machine.pass_time(model, tokens, batch=b,
+                                                            measure=measure, repeats=repeats))
     rows = {}
     for b in BATCHES:
         one, check_pass, draft_pass = (statistics.median(times[b, name]) for name in passes)
@@ -598,9 +599,9 @@ if HAS_GPU:
     with machine.Busy() as busy:
         gpu_curve = pass_curve(big_gpu, gpu_measure)
         one = gpu_curve[1]
-        gpu_c = ex5_gpu.pass_time(small_gpu, 1, 1, gpu_measure, REPEATS) / one
-        gpu_verify = {k: ex5_gpu.pass_time(big_gpu, 1, k + 1, gpu_measure, REPEATS) / one
-                      for k in KS}
+        gpu_c = machine.pass_time(small_gpu, 1, measure=gpu_measure, repeats=REPEATS) / one
+        gpu_verify = {k: machine.pass_time(big_gpu, k + 1, measure=gpu_measure,
+                                           repeats=REPEATS) / one for k in KS}
         gpu_k, gpu_spreads = k_curve(big_gpu, small_gpu, gpu_c, gpu_verify, 3)
         gpu_batch = batch_curve(big_gpu, small_gpu, gpu_measure, 10)
     print(f"{torch.cuda.get_device_name(0)}, the lesson's models: c {gpu_c:.2f}")

@@ -283,6 +283,8 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
     # for it too: drafts/__init__.py, scorer_for.
     target_scorer = drafter.scorer_for(target) if hasattr(drafter, "scorer_for") else \
         as_scorer(target)
+    if hasattr(schedule, "attach"):                      # it tunes the drafter itself
+        schedule.attach(drafter)
     rng = TorchUniform(generator)
     sampling = Sampling(temperature, top_k, top_p, rng)
     goal = len(seq) + max_new_tokens
@@ -293,6 +295,7 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
         started = time.perf_counter()
         draft_tokens, draft_probs = drafter.propose(seq, k_round, sampling) if k_round else \
             ([], None)
+        k_round = len(draft_tokens)           # a drafter may stop early (drafts/model.py)
         seq.extend(draft_tokens)
         _sync(draft)
         # 2. The target scores the last accepted token and all proposals in one pass.

@@ -7,18 +7,23 @@ draft_seconds, check_seconds)` with what the round proposed, kept and took.
 
 - Heuristic: the schedule of Hugging Face transformers' assisted generation: two more guesses
   after a round where every guess was kept, one fewer otherwise.
+- Confidence: the drafter stops guessing when its own probability for a guess falls below a
+  threshold (transformers' assistant_confidence_threshold, llama.cpp's --draft-p-min), and the
+  threshold is re-tuned from which checked guesses were kept.
 - BestK: the lesson's formula. It keeps running counts of how often a checked guess is kept
   (alpha) and of the time a guess and a check take, and picks the k with the highest expected
   speed-up, (1 - alpha^(k+1)) / ((1 - alpha)(k c + verify cost)); while it has seen little, it
   explores from `start`.
+- Oracle: not a schedule one can run for real but its upper bound. It replays a recorded greedy
+  run and proposes, every round, exactly as many guesses as will be kept (hindsight).
 """
 
 
 def by_name(name, k):
     """A function giving a fresh k for each run: k itself (off), or a schedule starting at k."""
-    kinds = {"off": None, "heuristic": Heuristic, "best": BestK}
+    kinds = {"off": None, "heuristic": Heuristic, "best": BestK, "confidence": Confidence}
     if name not in kinds:
-        raise ValueError(f"--adaptive is off, heuristic or best, not {name!r}")
+        raise ValueError(f"--adaptive is off, heuristic, best or confidence, not {name!r}")
     if kinds[name] is None:
         return lambda: k
     return lambda: kinds[name](start=k, k_max=max(k, 16))
@@ -81,11 +86,19 @@ class BestK:
             return
         self.k = self.best()
 
-    def best(self):
+    def estimates(self):
+        """Seconds of one guess, and the check's line a + b (tokens checked), so far."""
+        if self.n == 0:
+            return 0.0, 1.0, 0.0
         spread = self.n * self.sxx - self.sx ** 2
         b = max(0.0, (self.n * self.sxy - self.sx * self.sy) / spread) if spread > 0 else 0.0
         a = (self.sy - b * self.sx) / self.n                  # check = a + b (k + 1)
-        guess = self.draft_seconds / max(1, self.guesses)
+        if a < 0:                     # too few or too noisy rounds for a line: through 0
+            a, b = 0.0, self.sy / self.sx
+        return self.draft_seconds / max(1, self.guesses), a, b
+
+    def best(self):
+        guess, a, b = self.estimates()
         alpha = min(self.kept / max(1, self.checked), 0.999)
         best_k, best_speed, kept_so_far = 1, 0.0, 1.0
         for k in range(1, self.k_max + 1):
@@ -94,3 +107,81 @@ class BestK:
             if speed > best_speed:
                 best_k, best_speed = k, speed
         return best_k
+
+
+class Confidence:
+    """Guess up to k_max tokens, but stop as soon as the drafter's confidence falls below
+    `threshold`; learn the threshold from the run.
+
+    Confidence: the drafter's own probability that every guess so far this round is right (the
+    product of its probabilities for each). Drafters that guess one token at a time from a
+    distribution (drafts/model.py) honour `min_confidence` and report `confidences`; a drafter
+    that does not (the n-gram table) just guesses k_max. Learning: every guess is sorted into
+    one of BINS by its confidence, with whether it was kept (a guess after the first rejected
+    one is thrown away: not kept). A guess pays when it is kept often enough: it costs a draft
+    step and one more token in the check, and a kept one saves a pass of the big model (both
+    measured as BestK measures them). The threshold becomes the lowest bin edge above which
+    every bin pays; a bin with fewer than min_count guesses so far pays if it lies above the
+    starting threshold.
+    """
+
+    BINS = 10
+
+    def __init__(self, start=4, k_max=16, threshold=0.5, min_count=4):
+        check_range(start, k_max)
+        self.k, self.k_max, self.min_count = k_max, k_max, min_count
+        self.threshold = self.prior = threshold
+        self.seen = [0] * self.BINS
+        self.kept_in = [0] * self.BINS
+        self.costs = BestK(start, k_max)     # its running estimates of a guess and a check
+        self.drafter = None
+
+    def attach(self, drafter):
+        self.drafter = drafter
+        drafter.min_confidence = self.threshold
+
+    def update(self, proposed, kept, draft_seconds=None, check_seconds=None):
+        if proposed == 0 or self.drafter is None:
+            return
+        self.costs.update(proposed, kept, draft_seconds, check_seconds)
+        for i, confidence in enumerate(getattr(self.drafter, "confidences", [])):
+            b = min(int(confidence * self.BINS), self.BINS - 1)
+            self.seen[b] += 1
+            self.kept_in[b] += i < kept
+        self.threshold = self.tuned()
+        self.drafter.min_confidence = self.threshold
+
+    def tuned(self):
+        guess, a, b = self.costs.estimates()
+        worth = min(1.0, (guess + b) / (a + b)) if a + b > 0 else 0.5   # break-even kept rate
+        threshold = 1.0
+        for edge in range(self.BINS - 1, -1, -1):
+            if self.seen[edge] >= self.min_count:
+                pays = self.kept_in[edge] >= worth * self.seen[edge]
+            else:
+                pays = edge / self.BINS >= self.prior       # too few guesses: the prior decides
+            if not pays:
+                break
+            threshold = edge / self.BINS
+        return threshold
+
+
+class Oracle:
+    """The best k for every round in hindsight: replays a recorded greedy run (speculative_
+    generate's Stats.trace at a large k), proposing in round i exactly as many guesses as that
+    round kept. The draft guesses the same tokens from the same context, so every round ends
+    where the recorded one ended, with no guess thrown away: the fastest any schedule can be
+    with this drafter (a round's check cannot be merged with the next, since each round starts
+    from the big model's own token)."""
+
+    def __init__(self, trace):
+        self.plan = [n_accepted for _, n_accepted, _ in trace]
+        self.k_max = max(self.plan + [1])
+        self.round = 0
+
+    @property
+    def k(self):
+        return self.plan[self.round] if self.round < len(self.plan) else 1
+
+    def update(self, proposed, kept, draft_seconds=None, check_seconds=None):
+        self.round += 1

@@ -70,8 +70,8 @@ class NGramDraft:
     @classmethod
     def trained(cls, folder=None, order=ORDER, **options):
         """The table of the Shakespeare training split, built once and cached (.npz)."""
-        import gpt
         import checkpoint
+        import gpt
         sha = gpt._data()["meta"]["shakespeare"]["sha256"]
         path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram{order}.npz"
         vocab_size = len(gpt.vocab())
@@ -137,9 +137,9 @@ class NGramDraft:
 
 def main():
     """Agreement of orders 2-9 with the big model on held-out text (the choice of ORDER)."""
+    import checkpoint
     import gpt
     import speculative as sd
-    import checkpoint
     target = checkpoint.load_trained("big")
     for order in range(2, 10):
         draft = NGramDraft.from_data(gpt.train_data.numpy(), len(gpt.vocab()), order)

@@ -162,3 +162,64 @@ def test_early_exit_drafts_with_the_big_models_own_first_layers(target):  # noqa
     for bad in (0, target.c.n_layer):
         with pytest.raises(ValueError, match="exit layer is between 1 and"):
             first_layers(target, bad)
+
+
+def test_the_oracle_replays_a_run_keeping_every_guess(target):  # noqa: F811
+    from drafts.adaptive import Oracle
+    draft = NGramDraft.from_data(gpt.train_data.numpy(), target.c.vocab_size, 4)
+    idx = prompts(1, seed=7)[0]
+    recorded, seen = sd.speculative_generate(target, draft, idx, 60, k=8)
+    assert 0 < seen.accepted < seen.proposed, "a recording with kept and rejected guesses"
+    replayed, stats = sd.speculative_generate(target, draft, idx, 60, k=Oracle(seen.trace))
+    assert torch.equal(replayed, recorded)
+    assert stats.rounds == seen.rounds and stats.accepted == stats.proposed == seen.accepted
+    # Negative control: one guess more than hindsight says, and guesses get thrown away.
+    greedy_plan = [(proposed, n + 1, token) for proposed, n, token in seen.trace]
+    _, off = sd.speculative_generate(target, draft, idx, 60, k=Oracle(greedy_plan))
+    assert off.accepted < off.proposed
+
+
+def test_the_confidence_schedule_stops_unsure_guesses_and_keeps_the_output(target):  # noqa: F811
+    from drafts.adaptive import Confidence
+    draft = make_model(3, n_layer=1, scale=0.3)
+    for idx in prompts(2, seed=9):
+        schedule = Confidence(k_max=6, threshold=0.9)
+        got, stats = sd.speculative_generate(target, draft, idx, 50, k=schedule)
+        assert torch.equal(got, sd.generate(target, idx, 50))
+        assert stats.proposed < 6 * stats.rounds, "some rounds stopped before k_max"
+
+
+def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
+    from drafts.adaptive import Confidence
+
+    class Reporting:  # a drafter that was 35% sure of its first guess and 95% of its second
+        min_confidence, confidences = 0.0, [0.95, 0.35]
+    schedule = Confidence(k_max=4, threshold=0.0, min_count=3)
+    schedule.attach(Reporting)
+    for _ in range(6):  # the 95% guesses are kept, the 35% ones rejected
+        schedule.update(2, 1, draft_seconds=2e-6, check_seconds=1e-3)
+    assert 0.35 < schedule.threshold <= 0.9 and Reporting.min_confidence == schedule.threshold
+    kept = Confidence(k_max=4, threshold=0.0, min_count=3)
+    kept.attach(Reporting)
+    for _ in range(6):  # both kept: nothing to stop for
+        kept.update(2, 2, draft_seconds=2e-6, check_seconds=1e-3)
+    assert kept.threshold <= 0.3
+
+
+def sampled_counts(target, draft, prompt, new_k, runs=3000):
+    g = torch.Generator().manual_seed(0)
+    counts = Counter()
+    for _ in range(runs):
+        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), 3, k=new_k(),
+                                         temperature=1.0, generator=g)
+        counts[tuple(out[0, len(prompt):].tolist())] += 1
+    return counts
+
+
+def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa: F811
+    from drafts.adaptive import Confidence
+    target, draft = small_pair
+    prompt = [1, 2, 0]
+    want = exact_distribution(target, prompt, 3, temperature=1.0)
+    counts = sampled_counts(target, draft, prompt, lambda: Confidence(start=2, k_max=3, threshold=0.5))
+    assert chi_square_p_value(counts, want) > 1e-3

@@ -4,6 +4,7 @@ The main job: the whole lesson, end to end. `make lesson` runs this after settin
     python -m exercises                 # corpora, models (cached), all five exercises, report
     python -m exercises --only 3 4      # some exercises
     python -m exercises --quick         # tiny models: what the tests run
+    python -m exercises --no-drafters   # without the comparison of every drafter (minutes)
 
 Writes results/: each exercise's figures and numbers, and results/report.md with every number
 measured next to the lesson's and the formulas', and the machine it ran on (exercises/report.py).
@@ -16,18 +17,20 @@ from dataclasses import dataclass, field
 import checkpoint
 import corpus
 import gpt
-from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
+from exercises import (common, drafters, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu,
+                       report)
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
 # Seconds each stage took on a 2-core CPU, for the time-left estimate (0 when cached).
 EXPECTED_SECONDS = {"big": 200, "draft": 12, "names": 12, "distilled": 110,
-                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25}
+                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25, "drafters": 420}
 
 
 @dataclass
 class Args(common.ExerciseArgs):
     only: list = field(default_factory=lambda: list(EXERCISES))
+    drafters: bool = True      # then every drafter compared (exercises/drafters.py; minutes)
 
 
 class Progress:
@@ -54,7 +57,7 @@ def lesson(args):
     folder = common.checkpoint_folder(args)
     presets = list(gpt.PRESETS)
     stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
-    stages += [(n, False) for n in args.only]
+    stages += [(n, False) for n in args.only] + ([("drafters", False)] if args.drafters else [])
     progress = Progress(stages)
     for name in presets:
         progress.start(f"model {name!r}", name)
@@ -67,6 +70,12 @@ def lesson(args):
                                     checkpoints=args.checkpoints, results=args.results)
         sections[n] = module.run(exercise_args, log=print)
         path = report.record(args, n, sections[n], log=None)
+    if args.drafters:
+        progress.start("every drafter compared", "drafters")
+        compare_args = drafters.Args(seed=args.seed, quick=args.quick,
+                                     checkpoints=args.checkpoints, results=args.results)
+        sections["drafters"] = drafters.run(compare_args, log=print)
+        path = report.record(args, "drafters", sections["drafters"], log=None)
     print(f"\ndone in {time.time() - started:.0f}s: {path}")
     return sections
 

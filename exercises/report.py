@@ -16,7 +16,8 @@ import machine
 import speculative
 from exercises import common
 
-TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing"}
+TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
+          "drafters": "every drafter compared"}  # exercises/drafters.py, not an exercise
 
 
 def sections_dir(args):
@@ -25,16 +26,25 @@ def sections_dir(args):
     return path
 
 
+def section_path(args, n):
+    return sections_dir(args) / (f"ex{n}.json" if isinstance(n, int) else f"{n}.json")
+
+
+def heading(n):
+    return f"Exercise {n}: {TITLES[n]}" if isinstance(n, int) else TITLES[n].capitalize()
+
+
 def record(args, n, section, log=print):
-    """Save exercise n's section ({"numbers", "markdown"}) and rebuild report.md."""
+    """Save exercise n's section ({"numbers", "markdown"}) and rebuild report.md (n: 1-5, or
+    "drafters")."""
     saved = {"exercise": n, "title": TITLES[n], "quick": args.quick,
              "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
              "machine": machine.describe(), **section}
-    path = sections_dir(args) / f"ex{n}.json"
+    path = section_path(args, n)
     path.write_text(json.dumps(saved, indent=2, default=float) + "\n")
     report = write(args)
     if log:
-        log(f"updated the exercise {n} section of {report}")
+        log(f"updated the {heading(n)} section of {report}")
     return report
 
 
@@ -42,7 +52,7 @@ def load_sections(args):
     """{n: saved section} for every exercise that has run into this results folder."""
     sections = {}
     for n in TITLES:
-        path = sections_dir(args) / f"ex{n}.json"
+        path = section_path(args, n)
         if path.exists():
             sections[n] = json.loads(path.read_text())
     return sections
@@ -68,7 +78,7 @@ def write(args):
     for n, section in sections.items():
         quick = " (quick mode: tiny models, the numbers only check the plumbing)" \
             if section["quick"] else ""
-        lines += [f"## Exercise {n}: {section['title']}", "",
+        lines += [f"## {heading(n)}", "",
                   f"*Run {section['date']}{quick}.*", "", section["markdown"], ""]
     path = common.results_dir(args) / "report.md"
     path.write_text("\n".join(lines))

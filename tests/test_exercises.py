@@ -25,7 +25,7 @@ def numbers(results, name):
 def test_every_figure_is_a_valid_png(results):
     import matplotlib.image
     names = ["ex1_rounds.png", "ex2_derive.png", "ex3_build.png", "ex4_break.png",
-             "ex5_forward.png", "ex5_k.png", "ex5_batch.png"]
+             "ex5_forward.png", "ex5_k.png", "ex5_batch.png", "drafters.png"]
     for name in names:
         data = (results[0] / name).read_bytes()
         assert data.startswith(PNG_MAGIC), name
@@ -36,7 +36,7 @@ def test_every_figure_is_a_valid_png(results):
 def test_report_has_every_section_and_the_machine(results):
     report = (results[0] / "report.md").read_text()
     for heading in ["## Models", "## The lesson's numbers and ours"] + [
-            f"## Exercise {n}" for n in range(1, 6)]:
+            f"## Exercise {n}" for n in range(1, 6)] + ["## Every drafter compared"]:
         assert heading in report
     assert "Machine:" in report and "torch" in report
 
@@ -82,6 +82,20 @@ def test_ex5_timings(results):
     assert set(n["forward_seconds"]) == {"1", "2", "4", "8", "16"}
     assert all(v["speedup"] > 0 for v in n["by_k"].values()) and len(n["by_k"]) == 8
     assert all(v["verify_cost"] > 0 for v in n["by_batch"].values())
+
+
+def test_every_drafter_is_compared_at_every_k_and_schedule(results):
+    from exercises.drafters import ADAPTIVE
+    runs = numbers(results, "drafters")["runs"]
+    for backend in ("numpy", "torch"):
+        for draft in ("ngram", "draft"):  # the quick comparison's drafters
+            ks = {r["k"] for r in runs if r["backend"] == backend and r["draft"] == draft}
+            assert ks == {1, 2, *ADAPTIVE}, (backend, draft)
+    oracle = [r for r in runs if r["k"] == "oracle"]
+    assert all(r["tokens_per_pass"] > 1 for r in oracle)
+    ladder = numbers(results, "drafters")["ladder"]
+    assert ladder[-1]["draft"] == "big itself" and ladder[-1]["greedy_agreement"] == 1.0
+    assert "Fastest exact setup" in results[1]["drafters"]["markdown"]
 
 
 def test_exercise_bad_input_is_one_line(run_script):

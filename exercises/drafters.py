@@ -1,0 +1,288 @@
+"""
+exercises/drafters.py: every drafter against the same big model on the same held-out prompts,
+to answer the question a user asks: what is the fastest way to generate this text exactly?
+
+    python -m exercises.drafters                       # every drafter, both backends: minutes
+    python -m exercises.drafters --drafts ngram,heads --backends numpy
+    python -m exercises.drafters --quick               # tiny models: what the tests run
+
+For each target backend (torch: gpt.GPT; numpy: numpy_gpt.NumpyGPT, the same weights with less
+overhead per call) and each drafter, greedy speculative decoding runs at every k in --ks and
+with every adaptive schedule; every output is checked against plain decoding. Per drafter:
+
+    alpha      guesses kept / guesses checked, on separate calibration prompts (a round checks
+               its guesses up to and including the first one rejected)
+    c          seconds per guess / seconds of one plain step of the big model (same run)
+    verify     one pass of the big model over k+1 tokens / one over 1 token (machine.pass_time)
+    predicted  (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify): the lesson's formula
+    measured   the median of --repeats ratios, plain and speculative timed alternately
+    adaptive   heuristic (+2/-1), best (the formula, online), confidence (stop when unsure) and
+               the oracle (hindsight: every round proposes exactly what will be kept), each
+               against the best fixed k
+
+Then the ceiling: a drafter that costs nothing and is always right still pays for checking k+1
+tokens, so no drafter beats (k+1) / verify(k); and a ladder in the style of Leviathan et al.'s
+Table 3: alpha against draft cost for n-gram tables of growing order and models of growing size.
+The main job (`python -m exercises`) runs this and puts its table and figures in the report.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import checkpoint
+import gpt
+import machine
+import speculative as sd
+from benchmark import held_out_prompts
+from drafts import adaptive, by_name, check_name
+from drafts.early_exit import first_layers
+from drafts.ngram import NGramDraft
+from exercises import common, report
+
+ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
+
+
+@dataclass
+class Args(common.ExerciseArgs):
+    drafts: str = "ngram,distilled,draft,exit2,heads"  # drafters to compare (drafts.NAMES)
+    backends: str = "numpy,torch"  # target backends to try (drafts in NumPy where they can)
+    ks: str = "1,2,4,6,8"          # fixed draft lengths; every adaptive schedule runs as well
+    prompts: int = 8               # held-out prompts (and as many others to calibrate on)
+    new_tokens: int = 200          # characters written per prompt
+    repeats: int = 3               # timings are medians over this many alternated pairs
+
+
+def calibrate(target, draft, prompts, n, k=4):
+    """alpha (kept / checked) and seconds per guess from one greedy run at k on `prompts`."""
+    stats = sd.Stats(k=k)
+    for p in prompts:
+        stats.add(sd.speculative_generate(target, draft, p, n, k=k)[1])
+    checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
+    return stats.accepted / max(1, checked), stats.draft_time / max(1, stats.proposed)
+
+
+def schedules(name, k_max, traces):
+    """A function prompt index -> the k argument for that prompt's run."""
+    if name == "oracle":
+        return lambda i: adaptive.Oracle(traces[i])
+    if name in ADAPTIVE:
+        return lambda i: adaptive.by_name(name, 4)()
+    return lambda i: name
+
+
+def compare(args, target, draft_names, folder, log):
+    prompts = held_out_prompts(args.prompts, 32)
+    calibration = held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
+    n, ks = args.new_tokens, [int(k) for k in args.ks.split(",")]
+    n_new = n * len(prompts)
+    rows, busy_notes = [], []
+    for backend in args.backends.split(","):
+        big = sd.with_backend(target, backend)
+        plain_out = [sd.generate(big, p, n) for p in prompts]
+        step = machine.pass_time(big, 1)
+        verify = {k: machine.pass_time(big, k + 1) / step for k in range(1, max(ks) + 2)}
+        plain_s = machine.median_time(lambda: [sd.generate(big, p, n) for p in prompts],
+                                      args.repeats)
+        log(f"\ntarget in {backend}: plain decoding {n_new / plain_s:,.0f} characters/s "
+            f"(one step {step * 1e6:.0f} us); a free, always-right drafter could reach at most "
+            f"{max((k + 1) / verify[k] for k in ks):.2f}x (checking k+1 tokens costs "
+            + ", ".join(f"{verify[k]:.2f}" for k in ks) + f" steps at k = {args.ks})")
+        for name in draft_names:
+            draft = by_name(name, folder, "numpy")
+            alpha, guess_s = calibrate(big, draft, calibration, n)
+            c = guess_s / step
+            traces = [sd.speculative_generate(big, draft, p, n, k=16)[1].trace for p in prompts]
+            spreads = []
+            with machine.Busy() as busy:
+                for k in ks + list(ADAPTIVE):
+                    new_k = schedules(k, max(ks), traces)
+                    runs = [sd.speculative_generate(big, draft, p, n, k=new_k(i))
+                            for i, p in enumerate(prompts)]
+                    if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
+                        raise SystemExit(f"{name} at k={k} wrote something other than plain "
+                                         f"greedy decoding: a bug, please report it")
+                    stats = sd.Stats(k=max(s.k for _, s in runs))
+                    for _, s in runs:
+                        stats.add(s)
+                    _, spec_s, speedup, ratios = machine.paired_times(
+                        lambda: [sd.generate(big, p, n) for p in prompts],
+                        lambda: [sd.speculative_generate(big, draft, p, n, k=new_k(i))
+                                 for i, p in enumerate(prompts)], args.repeats)
+                    spreads.append(machine.spread(ratios))
+                    fixed = isinstance(k, int)
+                    rows.append({
+                        "backend": backend, "draft": name, "k": k, "alpha": alpha, "c": c,
+                        "verify": verify[k] if fixed else None,
+                        "tokens_per_pass": stats.tokens_per_pass,
+                        "predicted_tokens_per_pass":
+                            sd.expected_tokens_per_pass(alpha, k) if fixed else None,
+                        "speedup": speedup,
+                        "predicted_speedup":
+                            sd.expected_speedup(alpha, k, c, verify[k]) if fixed else None,
+                        "tokens_per_s": n_new / spec_s, "plain_tokens_per_s": n_new / plain_s,
+                        # Where a round's time goes, per new character (microseconds).
+                        "draft_us": stats.draft_time / stats.new_tokens * 1e6,
+                        "check_us": stats.target_time / stats.new_tokens * 1e6,
+                        "loop_us": (spec_s - stats.draft_time - stats.target_time)
+                                   / stats.new_tokens * 1e6})
+            note = busy.note(spreads)
+            if note:
+                busy_notes.append(f"{backend}, {name}: {note}")
+            log(describe(rows, backend, name))
+    return rows, busy_notes
+
+
+def best_fixed(rows, backend, name):
+    fixed = [r for r in rows if r["backend"] == backend and r["draft"] == name
+             and isinstance(r["k"], int)]
+    return max(fixed, key=lambda r: r["speedup"])
+
+
+def describe(rows, backend, name):
+    best = best_fixed(rows, backend, name)
+    mine = {r["k"]: r for r in rows if r["backend"] == backend and r["draft"] == name}
+    off = best["speedup"] / best["predicted_speedup"]
+    why = "" if abs(off - 1) <= 0.10 else f" ({why_off(best)})"
+    return (f"  {name:10} alpha {best['alpha']:.2f}, c {best['c']:.3f}: best fixed k {best['k']} "
+            f"{best['speedup']:.2f}x ({best['tokens_per_s']:,.0f}/s), predicted "
+            f"{best['predicted_speedup']:.2f}x, {best['tokens_per_pass']:.2f} per pass "
+            f"(predicted {best['predicted_tokens_per_pass']:.2f}){why}; adaptive "
+            + ", ".join(f"{a} {mine[a]['speedup']:.2f}x" for a in ADAPTIVE))
+
+
+def why_off(row):
+    """What makes measured and predicted differ, from what the run recorded."""
+    passes = row["tokens_per_pass"] / row["predicted_tokens_per_pass"]
+    if abs(passes - 1) > 0.10:
+        return (f"{passes:.2f}x the characters per pass the formula gives: guesses are not "
+                f"independent, hits and misses come in runs")
+    return (f"the loop around the models costs {row['loop_us']:.0f} us per character, which "
+            f"the formula leaves out")
+
+
+def ladder(target, folder, log):
+    """alpha and c for n-gram tables of growing order and models of growing size (Leviathan et
+    al., Table 3): the cheaper the draft, the less it agrees."""
+    vocab_size = target.c.vocab_size
+    big = sd.with_backend(target, "numpy")
+    step = machine.pass_time(big, 1)
+    tokens = gpt.val_data[:64].tolist()
+    candidates = [(f"{n}-gram", NGramDraft.from_data(gpt.train_data.numpy(), vocab_size, n))
+                  for n in (1, 2, 3, 4, 5)]
+    for name in ("draft", "distilled"):
+        if checkpoint.checkpoint_path(name, folder).exists():
+            candidates.append((f"GPT {name}", checkpoint.load_trained(name, folder)))
+    candidates += [(f"big, first {n} layer(s)", first_layers(target, n))
+                   for n in range(1, target.c.n_layer)] + [("big itself", target)]
+    rows = []
+    for name, draft in candidates:
+        a = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
+        if hasattr(draft, "c"):
+            cost = machine.pass_time(sd.with_backend(draft, "numpy"), 1) / step
+            size = f"{draft.c.n_layer} x {draft.c.n_embd}"
+        else:
+            cost = machine.median_time(lambda: draft.propose(tokens, 1, sd.Sampling()), 300) / step
+            size = "table"
+        rows.append({"draft": name, "size": size, "alpha": a.alpha,
+                     "greedy_agreement": a.greedy_agreement, "c": cost})
+        log(f"  {name:24} alpha {a.alpha:.3f}, greedy agreement {a.greedy_agreement:.3f}, "
+            f"c {cost:.3f}")
+    return rows
+
+
+def plot(args, rows, ladder_rows):
+    plt = common.pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    alphas = np.linspace(0.01, 0.99, 200)
+    for c, style in ((0.0, "-"), (0.1, "--"), (0.3, ":")):
+        left.plot(alphas, [sd.expected_speedup(a, 4, c) for a in alphas], "k" + style,
+                  lw=0.8, label=f"formula, k 4, c {c}, verify 1")
+    for backend, marker in (("numpy", "o"), ("torch", "s")):
+        for name in sorted({r["draft"] for r in rows if r["backend"] == backend}):
+            best = best_fixed(rows, backend, name)
+            left.plot(best["alpha"], best["speedup"], marker, ms=8,
+                      label=f"{name} ({backend} target, k {best['k']})")
+    left.axhline(1, color="grey", lw=0.5)
+    left.set(xlabel="alpha (guesses kept / checked)", ylabel="speed-up over plain decoding",
+             title="Measured speed-up of each drafter at its best k")
+    left.legend(fontsize=7, loc="upper left")
+    for r in ladder_rows:
+        right.plot(r["c"], r["greedy_agreement"], "o")
+        right.annotate(r["draft"], (r["c"], r["greedy_agreement"]), fontsize=7,
+                       xytext=(4, 2), textcoords="offset points")
+    right.set(xscale="symlog", xlabel="c: draft step / target step (NumPy, symlog)",
+              ylabel="greedy agreement with the big model",
+              title="The ladder: agreement against draft cost")
+    fig.tight_layout()
+    return common.figure(args, "drafters", fig)
+
+
+def markdown(rows, ladder_rows, notes):
+    table = []
+    for backend in sorted({r["backend"] for r in rows}):
+        for name in sorted({r["draft"] for r in rows if r["backend"] == backend}):
+            b = best_fixed(rows, backend, name)
+            mine = {r["k"]: r for r in rows if r["backend"] == backend and r["draft"] == name}
+            ratio = b["speedup"] / b["predicted_speedup"]
+            table.append([backend, name, f"{b['alpha']:.2f}", f"{b['c']:.3f}", b["k"],
+                          f"{b['verify']:.2f}", f"{b['tokens_per_pass']:.2f} "
+                          f"({b['predicted_tokens_per_pass']:.2f})",
+                          f"{b['speedup']:.2f}x ({b['predicted_speedup']:.2f}x)",
+                          f"{b['tokens_per_s']:,.0f}",
+                          " / ".join(f"{mine[a]['speedup'] / b['speedup']:.0%}"
+                                     for a in ADAPTIVE),
+                          "" if abs(ratio - 1) <= 0.1 else why_off(b)])
+    fastest = max(rows, key=lambda r: r["tokens_per_s"])
+    plain = max(r["plain_tokens_per_s"] for r in rows)
+    lines = [
+        f"Fastest exact setup: **{fastest['draft']}** drafting for the {fastest['backend']} "
+        f"target at k = {fastest['k']}: {fastest['tokens_per_s']:,.0f} characters/s, "
+        f"{fastest['tokens_per_s'] / plain:.2f}x the fastest plain decoding ({plain:,.0f}/s).",
+        "",
+        common.markdown_table(
+            ["target", "drafter", "alpha", "c", "best k", "verify", "per pass (predicted)",
+             "speed-up (predicted)", "characters/s",
+             "heuristic / best / confidence / oracle, of best k", "why measured differs"],
+            table),
+        "", "![every drafter](drafters.png)", "",
+        "The ladder (Leviathan et al., Table 3, on our models): agreement against draft cost.",
+        "",
+        common.markdown_table(["drafter", "size", "alpha (T = 1)", "greedy agreement", "c"],
+                              [[r["draft"], r["size"], f"{r['alpha']:.3f}",
+                                f"{r['greedy_agreement']:.3f}", f"{r['c']:.3f}"]
+                               for r in ladder_rows]),
+    ]
+    return "\n".join(lines + [""] + notes)
+
+
+def run(args, log=print):
+    common.shrink_if_quick(args, new_tokens=20, repeats=1, prompts=2)
+    if args.quick:
+        args.ks, args.drafts = "1,2", "ngram,draft"
+    draft_names = args.drafts.split(",")
+    for name in draft_names:
+        check_name(name)
+    folder = common.checkpoint_folder(args)
+    target = common.load_models(args, ["big"], log=log)["big"]
+    if any(n in gpt.PRESETS for n in draft_names):
+        common.load_models(args, [n for n in draft_names if n in gpt.PRESETS], log=log)
+    rows, notes = compare(args, target, draft_names, folder, log)
+    log("\nthe ladder: alpha against draft cost")
+    ladder_rows = ladder(target, folder, log)
+    plot(args, rows, ladder_rows)
+    common.save_json(args, "drafters", {"runs": rows, "ladder": ladder_rows})
+    return {"numbers": {"runs": rows, "ladder": ladder_rows},
+            "markdown": markdown(rows, ladder_rows, notes)}
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__, Args, argv)
+    section = run(args)
+    report.record(args, "drafters", section)
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

@@ -26,6 +26,8 @@ Table 3: alpha against draft cost for n-gram tables of growing order and models 
 The main job (`python -m exercises`) runs this and puts its table and figures in the report.
 """
 
+import statistics
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +79,7 @@ def compare(args, target, draft_names, folder, log):
     calibration = held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
     n, ks = args.new_tokens, [int(k) for k in args.ks.split(",")]
     n_new = n * len(prompts)
-    rows, busy_notes = [], []
+    rows, busy_notes, backends = [], [], {}
     for backend in args.backends.split(","):
         big = sd.with_backend(target, backend)
         plain_out = [sd.generate(big, p, n) for p in prompts]
@@ -85,10 +87,8 @@ def compare(args, target, draft_names, folder, log):
         verify = {k: machine.pass_time(big, k + 1) / step for k in range(1, max(ks) + 2)}
         plain_s = machine.median_time(lambda: [sd.generate(big, p, n) for p in prompts],
                                       args.repeats)
-        log(f"\ntarget in {backend}: plain decoding {n_new / plain_s:,.0f} characters/s "
-            f"(one step {step * 1e6:.0f} us); a free, always-right drafter could reach at most "
-            f"{max((k + 1) / verify[k] for k in ks):.2f}x (checking k+1 tokens costs "
-            + ", ".join(f"{verify[k]:.2f}" for k in ks) + f" steps at k = {args.ks})")
+        backends[backend] = limits(step, verify, ks, n_new / plain_s)
+        log(f"\ntarget in {backend}: {ceiling_text(backends[backend])}")
         for name in draft_names:
             draft = by_name(name, folder, "numpy")
             alpha, guess_s = calibrate(big, draft, calibration, n)
@@ -106,14 +106,22 @@ def compare(args, target, draft_names, folder, log):
                     stats = sd.Stats(k=max(s.k for _, s in runs))
                     for _, s in runs:
                         stats.add(s)
+                    outside = []   # per timed run: seconds outside both models (the loop)
+
+                    def speculative_run():
+                        started, inside = time.perf_counter(), 0.0
+                        for i, p in enumerate(prompts):
+                            s = sd.speculative_generate(big, draft, p, n, k=new_k(i))[1]
+                            inside += s.draft_time + s.target_time
+                        outside.append(time.perf_counter() - started - inside)
                     _, spec_s, speedup, ratios = machine.paired_times(
-                        lambda: [sd.generate(big, p, n) for p in prompts],
-                        lambda: [sd.speculative_generate(big, draft, p, n, k=new_k(i))
-                                 for i, p in enumerate(prompts)], args.repeats)
+                        lambda: [sd.generate(big, p, n) for p in prompts], speculative_run,
+                        args.repeats)
                     spreads.append(machine.spread(ratios))
                     fixed = isinstance(k, int)
                     rows.append({
                         "backend": backend, "draft": name, "k": k, "alpha": alpha, "c": c,
+                        "step_us": step * 1e6,
                         "verify": verify[k] if fixed else None,
                         "tokens_per_pass": stats.tokens_per_pass,
                         "predicted_tokens_per_pass":
@@ -125,13 +133,34 @@ def compare(args, target, draft_names, folder, log):
                         # Where a round's time goes, per new character (microseconds).
                         "draft_us": stats.draft_time / stats.new_tokens * 1e6,
                         "check_us": stats.target_time / stats.new_tokens * 1e6,
-                        "loop_us": (spec_s - stats.draft_time - stats.target_time)
-                                   / stats.new_tokens * 1e6})
+                        "loop_us": statistics.median(outside) / n_new * 1e6})
             note = busy.note(spreads)
             if note:
                 busy_notes.append(f"{backend}, {name}: {note}")
             log(describe(rows, backend, name))
-    return rows, busy_notes
+    return rows, busy_notes, backends
+
+
+def limits(step, verify, ks, plain_per_s):
+    """What no drafter can beat: a drafter that costs nothing and is always right gains
+    (k+1) / verify(k); each further token checked costs `per_token` of a step, so even an
+    endless run of right guesses gains at most 1 / per_token."""
+    per_token = (verify[max(ks)] - verify[1]) / (max(ks) - 1)
+    return {"plain_tokens_per_s": plain_per_s, "step_us": step * 1e6,
+            "verify": {k: verify[k] for k in ks},
+            "ceiling": {k: (k + 1) / verify[k] for k in ks},
+            "per_token": per_token, "limit": 1 / per_token if per_token > 0 else float("inf")}
+
+
+def ceiling_text(b):
+    k = max(b["ceiling"], key=b["ceiling"].get)
+    return (f"plain decoding {b['plain_tokens_per_s']:,.0f} characters/s (one step "
+            f"{b['step_us']:.0f} us). Checking k+1 tokens costs "
+            + ", ".join(f"{v:.2f}" for v in b["verify"].values())
+            + f" steps at k = {', '.join(map(str, b['verify']))}: a free drafter that is always "
+            f"right would gain at most {b['ceiling'][k]:.2f}x (k = {k}), and with endless right "
+            f"guesses at most {b['limit']:.2f}x, since every further token checked costs "
+            f"{b['per_token']:.2f} of a step")
 
 
 def best_fixed(rows, backend, name):
@@ -158,8 +187,11 @@ def why_off(row):
     if abs(passes - 1) > 0.10:
         return (f"{passes:.2f}x the characters per pass the formula gives: guesses are not "
                 f"independent, hits and misses come in runs")
-    return (f"the loop around the models costs {row['loop_us']:.0f} us per character, which "
-            f"the formula leaves out")
+    per_pass = row["step_us"] / row["tokens_per_pass"]     # us per character, per step paid
+    return (f"per character, checking took {row['check_us']:.0f} us (a pass over k+1 tokens "
+            f"timed alone: {row['verify'] * per_pass:.0f}), guessing {row['draft_us']:.0f} us "
+            f"({row['k'] * row['c'] * per_pass:.0f} from c), and the loop around both "
+            f"{row['loop_us']:.0f} us, which the formula leaves out")
 
 
 def ladder(target, folder, log):
@@ -219,7 +251,7 @@ def plot(args, rows, ladder_rows):
     return common.figure(args, "drafters", fig)
 
 
-def markdown(rows, ladder_rows, notes):
+def markdown(rows, ladder_rows, backends, notes):
     table = []
     for backend in sorted({r["backend"] for r in rows}):
         for name in sorted({r["draft"] for r in rows if r["backend"] == backend}):
@@ -234,12 +266,14 @@ def markdown(rows, ladder_rows, notes):
                           " / ".join(f"{mine[a]['speedup'] / b['speedup']:.0%}"
                                      for a in ADAPTIVE),
                           "" if abs(ratio - 1) <= 0.1 else why_off(b)])
-    fastest = max(rows, key=lambda r: r["tokens_per_s"])
+    fastest = max((r for r in rows if r["k"] != "oracle"), key=lambda r: r["tokens_per_s"])
     plain = max(r["plain_tokens_per_s"] for r in rows)
     lines = [
         f"Fastest exact setup: **{fastest['draft']}** drafting for the {fastest['backend']} "
         f"target at k = {fastest['k']}: {fastest['tokens_per_s']:,.0f} characters/s, "
         f"{fastest['tokens_per_s'] / plain:.2f}x the fastest plain decoding ({plain:,.0f}/s).",
+        "",
+        *[f"- Target in {name}: {ceiling_text(b)}." for name, b in backends.items()],
         "",
         common.markdown_table(
             ["target", "drafter", "alpha", "c", "best k", "verify", "per pass (predicted)",
@@ -268,13 +302,13 @@ def run(args, log=print):
     target = common.load_models(args, ["big"], log=log)["big"]
     if any(n in gpt.PRESETS for n in draft_names):
         common.load_models(args, [n for n in draft_names if n in gpt.PRESETS], log=log)
-    rows, notes = compare(args, target, draft_names, folder, log)
+    rows, notes, backends = compare(args, target, draft_names, folder, log)
     log("\nthe ladder: alpha against draft cost")
     ladder_rows = ladder(target, folder, log)
     plot(args, rows, ladder_rows)
-    common.save_json(args, "drafters", {"runs": rows, "ladder": ladder_rows})
-    return {"numbers": {"runs": rows, "ladder": ladder_rows},
-            "markdown": markdown(rows, ladder_rows, notes)}
+    numbers = {"runs": rows, "ladder": ladder_rows, "backends": backends}
+    common.save_json(args, "drafters", numbers)
+    return {"numbers": numbers, "markdown": markdown(rows, ladder_rows, backends, notes)}
 
 
 def main(argv=None):

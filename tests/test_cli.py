@@ -58,7 +58,7 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--draft", "huge"], ["unknown draft 'huge'", "ngram"]),
     (["--target_backend", "jax"], ["torch or numpy"]),
     (["--prompt", ""], ["the prompt is empty"]),
-    (["--adaptive", "sometimes"], ["--adaptive is off, heuristic or best"]),
+    (["--adaptive", "sometimes"], ["--adaptive is off, heuristic, best or confidence"]),
 ])
 def test_speculative_bad_input(run_script, tmp_path, args, words):
     one_line_error(run_script("speculative.py", "--checkpoints", tmp_path, *args), *words)

@@ -125,18 +125,26 @@ class NumpyGPT:
         start, end = cache.length, cache.length + T
         if end > self.c.block_size:
             raise ValueError(f"{end} tokens do not fit the model's window of {self.c.block_size}")
-        if B == 1 and T == 1:
-            logits = self.step(int(idx[0, 0]), start, cache)[None, None]
+        if B == 1 and T <= 2:  # one sequence: on vectors (OpenBLAS is slower on 2-row products)
+            logits = np.stack([self.step(int(token), start + i, cache)
+                               for i, token in enumerate(idx[0])])[None]
         else:
             logits = self.forward_block(idx, start, cache)
         cache.length = end
         return logits
 
     def forward_block(self, idx, start, cache):
-        B, T = idx.shape
-        end, nh, hs, C = start + T, self.c.n_head, self.hs, self.c.n_embd
-        x = self.wte[idx] + self.wpe[start:end]                     # (B, T, C)
-        for layer, w in enumerate(self.layers):
+        """idx (B, T) at positions start.. -> logits (B, T, V)."""
+        x = self.wte[idx] + self.wpe[start:start + idx.shape[1]]    # (B, T, C)
+        return normalise(self.block_layers(x, start, cache)) @ self.head_w + self.head_b
+
+    def block_layers(self, x, start, cache, lo=0, hi=None):
+        """Layers lo..hi-1 on x (B, T, C), the input of layer lo at positions start..: their
+        keys and values go into the cache; returns the output of layer hi - 1 (B, T, C)."""
+        B, T, C = x.shape
+        end, nh, hs = start + T, self.c.n_head, self.hs
+        for layer in range(lo, self.c.n_layer if hi is None else hi):
+            w = self.layers[layer]
             qkv = normalise(x) @ w["attn_w"] + w["attn_b"]           # (B, T, 3C)
             q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, nh, hs).transpose(0, 2, 1, 3)
                        for i in range(3))                            # 3 x (B, nh, T, hs)
@@ -150,13 +158,18 @@ class NumpyGPT:
             x = x + y.transpose(0, 2, 1, 3).reshape(B, T, C) @ w["proj_w"] + w["proj_b"]
             u = normalise(x) @ w["fc_w"] + w["fc_b"]                 # (B, T, 4C)
             x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
-        return normalise(x) @ self.head_w + self.head_b             # (B, T, V)
+        return x
 
     def step(self, token, pos, cache):
         """forward_block for one token of one sequence, on vectors: -> logits (V,)."""
+        x = self.vector_layers(self.wte[token] + self.wpe[pos], pos, cache)
+        return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
+
+    def vector_layers(self, x, pos, cache, lo=0, hi=None):
+        """block_layers for one token of sequence 0 at position pos, x (C,) -> (C,)."""
         nh, hs, C = self.c.n_head, self.hs, self.c.n_embd
-        x = self.wte[token] + self.wpe[pos]                          # (C,)
-        for layer, w in enumerate(self.layers):
+        for layer in range(lo, self.c.n_layer if hi is None else hi):
+            w = self.layers[layer]
             qkv = normalise_vector(x) @ w["attn_w"] + w["attn_b"]    # (3C,)
             cache.k[layer, 0, :, pos] = qkv[C:2 * C].reshape(nh, hs)
             cache.v[layer, 0, :, pos] = qkv[2 * C:].reshape(nh, hs)
@@ -168,7 +181,7 @@ class NumpyGPT:
             x = x + y @ w["proj_w"] + w["proj_b"]
             u = normalise_vector(x) @ w["fc_w"] + w["fc_b"]          # (4C,)
             x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
-        return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
+        return x
 
     def __call__(self, idx, targets=None, cache=None):
         """Torch in, torch out, like gpt.GPT (no loss: this class only decodes)."""

@@ -13,7 +13,7 @@ tokens per target pass and acceptance; then what the lesson's formula predicts f
 measured separately, each a median over many calls:
 
     alpha        greedy agreement of draft and target on held-out text (both argmaxes equal)
-    c            one draft step / one target step (one new token, 64 cached)
+    c            seconds per guess inside the loop (greedy runs at k = 4) / one target step
     verify cost  one target pass over k+1 new tokens / one over 1 token
     predicted    (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify cost)
 
@@ -64,13 +64,15 @@ def held_out_prompts(n, chars):
     return [torch.tensor([gpt.encode(text[s:s + chars])]) for s in starts]
 
 
-def draft_step_time(draft, repeats=300):
-    """Median seconds of one draft step: a model's cached forward pass over one token, or one
-    guess of a drafter that is not a model (the n-gram table)."""
-    if hasattr(draft, "new_cache"):
-        return machine.pass_time(draft, 1, repeats=repeats)
-    tokens = gpt.val_data[:64].tolist()
-    return median_time(lambda: draft.propose(tokens, 1, Sampling()), repeats)
+def calibrate(target, draft, prompts, n, k=4):
+    """alpha (guesses kept / guesses checked) and seconds per guess, from greedy runs at k on
+    `prompts`: what a guess costs inside the loop, for any drafter (a model, the table, layers
+    sharing the big model's cache)."""
+    stats = sd.Stats(k=k)
+    for p in prompts:
+        stats.add(sd.speculative_generate(target, draft, p, n, k=k)[1])
+    checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
+    return stats.accepted / max(1, checked), stats.draft_time / max(1, stats.proposed)
 
 
 @torch.no_grad()
@@ -133,7 +135,7 @@ def bench(args, log=print):
                 f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
             for name, draft in drafts.items():
                 small = sd.with_backend(draft, draft_backend)
-                c = draft_step_time(small) / target_step
+                c = calibrate(big, small, prompts[:2], args.new_tokens)[1] / target_step
                 a = results["agreement"][name]["greedy_agreement"]
                 log(f"  draft {name!r}: c {c:.3f}")
                 log(f"  {'k':>3} {'tokens/s':>9} {'speed-up':>9} {'predicted':>9} {'tok/pass':>9} "

@@ -37,7 +37,7 @@ import checkpoint
 import gpt
 import machine
 import speculative as sd
-from benchmark import held_out_prompts
+from benchmark import calibrate, held_out_prompts
 from drafts import adaptive, by_name, check_name
 from drafts.early_exit import first_layers
 from drafts.ngram import NGramDraft
@@ -54,15 +54,6 @@ class Args(common.ExerciseArgs):
     prompts: int = 8               # held-out prompts (and as many others to calibrate on)
     new_tokens: int = 200          # characters written per prompt
     repeats: int = 3               # timings are medians over this many alternated pairs
-
-
-def calibrate(target, draft, prompts, n, k=4):
-    """alpha (kept / checked) and seconds per guess from one greedy run at k on `prompts`."""
-    stats = sd.Stats(k=k)
-    for p in prompts:
-        stats.add(sd.speculative_generate(target, draft, p, n, k=k)[1])
-    checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
-    return stats.accepted / max(1, checked), stats.draft_time / max(1, stats.proposed)
 
 
 def schedules(name, k_max, traces):

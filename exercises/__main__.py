@@ -10,6 +10,7 @@ Writes results/: each exercise's figures and numbers, and results/report.md with
 measured next to the lesson's and the formulas', and the machine it ran on (exercises/report.py).
 """
 
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,13 +25,18 @@ EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
 # Seconds each stage took on a 2-core CPU, for the time-left estimate (0 when cached).
 EXPECTED_SECONDS = {"big": 200, "draft": 12, "names": 12, "distilled": 110,
-                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25, "drafters": 420}
+                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25, "drafters": 420, "transformers": 120}
 
 
 @dataclass
-class Args(common.ExerciseArgs):
-    only: list = field(default_factory=lambda: list(EXERCISES))
+class Stages:
     drafters: bool = True      # then every drafter compared (exercises/drafters.py; minutes)
+    transformers: bool = True  # then against transformers, if installed (exercises/transformers.py)
+
+
+@dataclass
+class Args(common.ExerciseArgs, Stages):
+    only: list = field(default_factory=lambda: list(EXERCISES))
 
 
 class Progress:
@@ -58,6 +64,8 @@ def lesson(args):
     presets = list(gpt.PRESETS)
     stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
     stages += [(n, False) for n in args.only] + ([("drafters", False)] if args.drafters else [])
+    versus = args.transformers and importlib.util.find_spec("transformers") is not None
+    stages += [("transformers", False)] if versus else []
     progress = Progress(stages)
     for name in presets:
         progress.start(f"model {name!r}", name)
@@ -76,6 +84,13 @@ def lesson(args):
                                      checkpoints=args.checkpoints, results=args.results)
         sections["drafters"] = drafters.run(compare_args, log=print)
         path = report.record(args, "drafters", sections["drafters"], log=None)
+    if versus:
+        from exercises import transformers as against
+        progress.start("against Hugging Face transformers", "transformers")
+        against_args = against.Args(seed=args.seed, quick=args.quick,
+                                    checkpoints=args.checkpoints, results=args.results)
+        sections["transformers"] = against.run(against_args, log=print)
+        path = report.record(args, "transformers", sections["transformers"], log=None)
     print(f"\ndone in {time.time() - started:.0f}s: {path}")
     return sections
 
@@ -86,6 +101,7 @@ def main(argv=None):
     parser.add_argument("--only", type=int, nargs="+", default=list(EXERCISES),
                         choices=list(EXERCISES), metavar="N", help="exercises to run (1-5)")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")
+    cli.add_fields(parser, Stages, title="after the exercises")
     ns = parser.parse_args(argv)
     args = cli.take(Args, ns)
     args.only = sorted(set(ns.only))

@@ -17,7 +17,8 @@ import speculative
 from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
-          "drafters": "every drafter compared"}  # exercises/drafters.py, not an exercise
+          "drafters": "every drafter compared",  # exercises/drafters.py, not an exercise
+          "transformers": "against Hugging Face transformers"}  # exercises/transformers.py
 
 
 def sections_dir(args):
@@ -31,7 +32,9 @@ def section_path(args, n):
 
 
 def heading(n):
-    return f"Exercise {n}: {TITLES[n]}" if isinstance(n, int) else TITLES[n].capitalize()
+    if isinstance(n, int):
+        return f"Exercise {n}: {TITLES[n]}"
+    return TITLES[n][0].upper() + TITLES[n][1:]           # "Every drafter compared"
 
 
 def record(args, n, section, log=print):

@@ -39,7 +39,7 @@ class DecodeArgs:
     top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)
     seed: int = 0               # seed of the sampling generator
     target: str = "big"         # a preset trained by train.py
-    draft: str = "draft"        # drafter: draft, distilled, names, ngram, exitL (L layers of big)
+    draft: str = "draft"        # drafter: draft, distilled, names, ngram, heads, exitL (L layers)
     target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
     draft_backend: str = "numpy"  # torch, or numpy (the default: a cheaper draft step)
     compare: bool = True        # also time plain decoding on the same prompt

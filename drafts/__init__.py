@@ -10,9 +10,11 @@ model to check in one pass:
 - k: how many tokens to guess, at least 1;
 - sampling: the run's Sampling (below): greedy, or a temperature / top-k / top-p warp and the
   run's random generator;
-- returns k token ids, and when sampling the (k, V) distributions they were drawn from (None when
-  greedy). A drafter that guesses deterministically (an n-gram table) returns one-hot rows: the
-  acceptance rule is exact for any distribution the guesses were really drawn from.
+- returns k token ids (or fewer, at least one, when it is unsure: drafts/model.py stops early
+  under a confidence threshold), and when sampling the (k, V) distributions they were drawn
+  from (None when greedy). A drafter that guesses deterministically (an n-gram table) returns
+  one-hot rows: the acceptance rule is exact for any distribution the guesses were really
+  drawn from.
 
 Optional: `vocab_size` (checked against the target's), `reset()` (a new sequence starts),
 `kept(n)` (how many of its last guesses the big model kept: adaptive drafters listen), and
@@ -22,8 +24,9 @@ checks its guesses (anything with `score(seqs, first)` and `vocab_size`, as
 speculative.CachedScorer defines them) instead of letting speculative_generate make a plain one.
 
 The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter),
-drafts/ngram.py (a character n-gram table from the training text; no model at all) and
-drafts/early_exit.py (the big model's own first layers); drafts/adaptive.py adapts k for any.
+drafts/ngram.py (a character n-gram table from the training text; no model at all),
+drafts/early_exit.py (the big model's own first layers) and drafts/heads.py (extra heads on the
+big model's last hidden state, Medusa-style); drafts/adaptive.py adapts k for any.
 `speculative_generate(target, draft, ...)` takes a drafter, or a GPT, which it wraps.
 """
 
@@ -31,7 +34,8 @@ from dataclasses import dataclass
 
 from numpy_speculative import sample, warp
 
-NAMES = ("draft", "distilled", "names", "ngram", "exit2")  # what --draft accepts (exitL: any L)
+# What --draft accepts (exitL: any L).
+NAMES = ("draft", "distilled", "names", "ngram", "exit2", "heads")
 
 
 @dataclass
@@ -77,11 +81,14 @@ def by_name(name, folder=None, backend="numpy"):
     if name == "ngram":
         from drafts.ngram import NGramDraft
         return NGramDraft.trained(folder, prompt_lookup=True)
-    import speculative
     import checkpoint
-    if name.startswith("exit"):
-        from drafts.early_exit import first_layers
-        model = first_layers(checkpoint.load_trained("big", folder), int(name[4:]))
-    else:
-        model = checkpoint.load_trained(name, folder)
+    import speculative
+    if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
+        from drafts.heads import load
+        return load(checkpoint.load_trained("big", folder), folder)
+    if name.startswith("exit"):  # shares the big model's KV cache when the big model checks
+        from drafts.early_exit import EarlyExit
+        big = speculative.with_backend(checkpoint.load_trained("big", folder), backend)
+        return EarlyExit(big, int(name[4:]))
+    model = checkpoint.load_trained(name, folder)
     return speculative.with_backend(model, backend)

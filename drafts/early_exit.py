@@ -1,29 +1,64 @@
 """
 drafts/early_exit.py: self-speculation by early exit. The big model's own first L layers, its
-final LayerNorm and its head draft; the whole model verifies. No second model to train or load
+final LayerNorm and its head draft; the whole model checks. No second model to train or load
 (LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
 
 Measured on held-out text, with no extra training, the big model (4 layers) agrees with its own
 first 1, 2 and 3 layers on 54%, 70% and 87% of characters: its later layers mostly refine what
 the earlier ones already predict.
 
-Changes from LayerSkip: the draft keeps a KV cache of its own for its L layers instead of
-sharing the big model's (so those layers' keys and values are computed twice), and no exit head
-is trained: the big model's own head reads the L-th layer's output.
+EarlyExit(model, L) (what `--draft exitL` gives) shares ONE KV cache with the check, as
+LayerSkip does. A guess runs the lower layers (0..L-1) on one token and reads the head off their
+output, which it keeps; the check then runs the lower layers only on the last guess, the one
+token they have not seen, and the upper layers (L..n-1) on the last accepted token and every
+guess, from the kept outputs. Every token goes through every layer once, as in plain decoding:
+    window row:     ... n-1 (last accepted)  n (guess 1) ... n+k-2  n+k-1 (guess k)
+    lower layers:   drafting                 drafting        drafting  the check
+    upper layers:   the check, all k+1 rows in one pass
+The lower group may be ahead of the upper one (drafted rows not checked yet), so each keeps its
+own length. Rows are positions in the current window (speculative.py's window rule, the same as
+plain decoding's); a rejected guess, or a window jump, which moves every token to another row,
+is rolled back in both groups by comparing the cached tokens with the sequence.
+
+first_layers(model, L) is the variant without sharing: a GPT of the first L layers, an ordinary
+draft with a KV cache of its own, so those layers' keys and values are computed twice.
+
+Measured (2 CPU cores, 8 held-out prompts x 200 characters, greedy; best L and k of each):
+sharing takes early exit from 0.48x to 0.87x of plain decoding in NumPy and from 0.80x to 0.94x
+in torch (L = 3, k = 1). It still does not pay, and the formula says why: speed-up =
+(1 - a^(k+1)) / (1 - a) / (k c + verify). A guess costs c = 0.34, 0.59, 0.84 of a step for
+a = 0.54, 0.70, 0.87 (L = 1, 2, 3), and the check of k + 1 rows costs 1.1-1.3 steps in torch
+and in NumPy, where 2 or 3 rows cost as much row for row as one, L/n + (k + 1)(n - L)/n (k <= 2).
+Even a free check (verify = 1, c = L/n) would give at most 1.23x (L = 1, k = 1).
+Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
+distilled from the whole model for 55 s) lifted agreement to 72, 84 and 92% and torch to
+1.07-1.15x at k = 1, but not NumPy (0.75-0.86x), whose plain decoding stays twice as fast.
+
+Shapes: T tokens, C channels, V vocabulary, nh heads, hs head size; "rows" count positions from
+the start of the current window (the positions the model sees).
 """
 
+import contextlib
+
+import numpy as np
+import torch
 import torch.nn as nn
 
 from gpt import GPT, Config
+from numpy_gpt import NumpyGPT, normalise, normalise_vector
+from speculative import as_scorer, common_prefix, window_start
+
+
+def check_exit(n_layer, layers):
+    if not 1 <= layers <= n_layer - 1:
+        raise ValueError(f"an exit layer is between 1 and {n_layer - 1} for a {n_layer}-layer "
+                         f"model, not {layers}")
 
 
 def first_layers(model, layers):
     """A GPT made of `model`'s embeddings, first `layers` blocks, final LayerNorm and head,
     sharing their weights (nothing is copied)."""
-    n = model.c.n_layer
-    if not 1 <= layers <= n - 1:
-        raise ValueError(f"an exit layer is between 1 and {n - 1} for a {n}-layer model, "
-                         f"not {layers}")
+    check_exit(model.c.n_layer, layers)
     config = Config(**{**model.c.__dict__, "n_layer": layers})
     draft = GPT(config)
     draft.transformer = nn.ModuleDict(dict(
@@ -31,3 +66,172 @@ def first_layers(model, layers):
         h=nn.ModuleList(model.transformer.h[:layers]), ln_f=model.transformer.ln_f))
     draft.lm_head = model.lm_head
     return draft.eval()
+
+
+class EarlyExit:
+    """The drafter: `model`'s first `layers` layers (a gpt.GPT or a numpy_gpt.NumpyGPT), its
+    final LayerNorm and head. Checked by `model` itself (either backend), it shares its cache."""
+
+    def __init__(self, model, layers):
+        check_exit(model.c.n_layer, layers)
+        self.model, self.layers, self.vocab_size = model, layers, model.c.vocab_size
+        self.reset()
+
+    def reset(self):
+        self.scorer = SharedScorer(self.model, self.layers)  # drafting alone, on its own cache
+
+    def scorer_for(self, target):
+        """The target's scorer, sharing one cache with the draft: the draft then runs in the
+        target's backend. Another model than the draft's checks with a cache of its own."""
+        if not same_model(target, self.model):
+            return as_scorer(target)
+        self.scorer = SharedScorer(target, self.layers)
+        return self.scorer
+
+    def propose(self, seq, k, sampling):
+        work, tokens, probs = list(seq), [], []
+        for _ in range(k):
+            logits = self.scorer.exit_logits(work, len(work))[-1]              # (V,)
+            if sampling.greedy:
+                token = int(logits.argmax())
+            else:
+                probs.append(sampling.warp(logits))                            # (V,)
+                token = sampling.draw(probs[-1])
+            tokens.append(token)
+            work.append(token)
+        return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
+
+    def score(self, seqs, first):
+        """The exit's logits (B, T - first + 1, V), as speculative.CachedScorer.score gives a
+        model's (measure_agreement reads a drafter that is not a GPT so)."""
+        return np.stack([self.scorer.exit_logits(seq, first) for seq in seqs])
+
+
+def same_model(a, b):
+    """Are a and b the same trained model (either backend)? Same shape and embeddings."""
+    def embeddings(m):
+        if isinstance(m, NumpyGPT):
+            return m.wte, m.wpe
+        return [e.weight.detach().cpu().numpy() for e in (m.transformer.wte, m.transformer.wpe)]
+    return a is b or (getattr(a, "c", None) == getattr(b, "c", None) and all(
+        np.array_equal(x, y) for x, y in zip(embeddings(a), embeddings(b))))
+
+
+class SharedScorer:
+    """One cache for all of a model's layers: exit_logits() drafts, score() checks.
+
+    score(seqs, first) is speculative.CachedScorer's (one sequence): the whole model's logits
+    (1, T - first + 1, V) for positions first..T, under the window rule. exit_logits(seq, first)
+    gives the exit's (T - first + 1, V) and runs the lower layers only.
+    """
+
+    def __init__(self, model, layers):
+        self.run = (NumpyLayers if isinstance(model, NumpyGPT) else TorchLayers)(model, layers)
+        # The cache, in self.run: both groups' keys and values and the lower group's outputs.
+        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
+        self.fed = []    # the tokens the lower layers have seen, row by row
+        self.upper = 0   # how many of them the upper layers have seen
+        self.passes = 0  # checks (window segments) made
+
+    def score(self, seqs, first):
+        assert len(seqs) == 1, "early exit decodes one sequence at a time"
+        return self.logits(seqs[0], first, full=True)[None]
+
+    def exit_logits(self, seq, first):
+        return self.logits(seq, first, full=False)
+
+    def logits(self, seq, first, full):
+        T, out, pos = len(seq), [], first
+        assert 1 <= first <= T, f"can only score positions 1..{T}, not from {first}"
+        with self.run.mode():
+            while pos <= T:
+                start = window_start(pos, self.block_size)
+                end = min(T, start + self.block_size) - start   # rows 0..end-1: the window
+                row = pos - 1 - start                           # the row that predicts pos
+                # A row is right while the window's tokens up to it are the cached ones (after
+                # a rejection, or a window jump, which moves every token to another row).
+                keep = common_prefix(self.fed, seq, start, min(len(self.fed), end))
+                del self.fed[keep:]
+                self.upper = min(self.upper, keep)
+                self.fed += seq[start + keep:start + end]
+                if keep < end:
+                    self.run.lower(self.fed[keep:], keep)
+                if full:
+                    self.upper = min(self.upper, row)           # from the row before pos
+                    out.append(self.run.upper(self.upper, end)[row - self.upper:])
+                    self.upper = end
+                    self.passes += 1
+                else:
+                    out.append(self.run.exit(row, end))
+                pos = end + start + 1
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+class Layers:
+    """A model's layers a few at a time, on one cache: lower(tokens, row) runs layers 0..L-1
+    on tokens at rows row.. and keeps their output; upper(row, end) runs layers L..n-1 on the
+    kept rows row..end-1 -> logits (T, V); exit(row, end) reads the head off them -> (T, V).
+    A backend gives embed(tokens, row) -> (T, C), layers(x, row, lo, hi) -> (T, C), head(x)."""
+
+    def lower(self, tokens, row):
+        x = self.layers(self.embed(tokens, row), row, 0, self.exit_layer)
+        self.hidden[row:row + len(tokens)] = x                                # (T, C)
+
+    def upper(self, row, end):
+        return self.head(self.layers(self.hidden[row:end], row, self.exit_layer, self.n_layer))
+
+    def exit(self, row, end):
+        return self.head(self.hidden[row:end])
+
+
+class TorchLayers(Layers):
+    """For a gpt.GPT: its blocks, each run on the cache from `row` on."""
+
+    mode = torch.inference_mode
+
+    def __init__(self, model, layers):
+        self.m, self.exit_layer, self.n_layer = model, layers, model.c.n_layer
+        self.cache, p = model.new_cache(1), model.lm_head.weight
+        self.hidden = torch.zeros(model.c.block_size, model.c.n_embd, device=p.device,
+                                  dtype=p.dtype)                           # (block, C)
+
+    def embed(self, tokens, row):
+        t, device = self.m.transformer, self.hidden.device
+        return t.wte(torch.tensor(tokens, device=device)) + \
+            t.wpe(torch.arange(row, row + len(tokens), device=device))         # (T, C)
+
+    def layers(self, x, row, lo, hi):
+        """x (T, C), layer lo's input at rows row.. -> layer hi - 1's output (T, C)."""
+        self.cache.length, x = row, x[None]
+        for layer in range(lo, hi):
+            x = self.m.transformer.h[layer](x, self.cache, layer)
+        return x[0]
+
+    def head(self, x):
+        return self.m.lm_head(self.m.transformer.ln_f(x)).float().cpu().numpy()
+
+
+class NumpyLayers(Layers):
+    """For a numpy_gpt.NumpyGPT: its own layer code (block_layers, vector_layers), a layer
+    range at a time; one or two tokens on vectors, as NumpyGPT.logits does."""
+
+    mode = contextlib.nullcontext
+
+    def __init__(self, model, layers):
+        self.m, self.exit_layer, self.n_layer = model, layers, model.c.n_layer
+        self.cache = model.new_cache(1)
+        self.hidden = np.zeros((model.c.block_size, model.c.n_embd), np.float32)  # (block, C)
+
+    def embed(self, tokens, row):
+        return self.m.wte[tokens] + self.m.wpe[row:row + len(tokens)]           # (T, C)
+
+    def head(self, x):
+        if len(x) == 1:
+            return (normalise_vector(x[0]) @ self.m.head_w + self.m.head_b)[None]  # (1, V)
+        return normalise(x) @ self.m.head_w + self.m.head_b                  # (T, V)
+
+    def layers(self, x, row, lo, hi):
+        if len(x) <= 2:  # OpenBLAS multiplies 2 rows slower than 2 vectors one by one
+            return np.stack([self.m.vector_layers(v, row + i, self.cache, lo, hi)
+                             for i, v in enumerate(x)])
+        return self.m.block_layers(x[None], row, self.cache, lo, hi)[0]

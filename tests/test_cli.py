@@ -98,11 +98,14 @@ def commands():
     import benchmark
     import decode
     import train
-    from exercises import __main__ as lesson, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+    from drafts import heads
+    from exercises import (__main__ as lesson, drafters, ex1_watch, ex2_derive, ex3_build,
+                           ex4_break, ex5_gpu)
     return {"train.py": train.main, "decode.py": decode.main,
             "benchmark.py": benchmark.main, "python -m exercises": lesson.main,
+            "python -m drafts.heads": heads.main,
             **{f"exercises.{m.__name__.split('.')[-1]}": m.main
-               for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu)}}
+               for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, drafters)}}
 
 
 @pytest.mark.parametrize("name", list(commands()))

@@ -1,0 +1,441 @@
+"""
+drafts/heads.py: extra decoding heads on the big model's last hidden state as a drafter (Medusa:
+Cai, Li, Geng, Peng, Lee, Chen, Dao (2024), "Medusa: Simple LLM Inference Acceleration Framework
+with Multiple Decoding Heads", ICML).
+
+The big model's own head reads its final hidden state at position t (after ln_f) and predicts
+token t + 1. Head i (i = 1..h) reads the same state and guesses token t + 1 + i: a residual block
+x + SiLU(W x), then a projection to the vocabulary (at first W = 0 and a copy of the big model's
+head). The pass that checked the last round has already computed the state whose prediction was
+the last token, seq[-1], so a round's guesses cost only the heads (five in NumPy: about 10 us,
+against 310 us for one torch pass of the big model). The drafter's scorer (scorer_for) keeps the
+final state of every token the big model reads; propose() runs heads 1..k on the one at
+len(seq) - 2. The first round has no state yet: it feeds the prompt, less its last token,
+through that scorer (a pass counted as drafting time). A one-token prompt has no state before
+its token, so its first round guesses that token again (deterministic guesses are exact too).
+
+The guesses are a chain, head i's top token at draft position i, checked by the usual rule, so
+the stats' accepted_per_position[i - 1] counts the rounds in which head i's guess was kept. When
+sampling, each guess is drawn from its head's warped distribution, which comes back with it.
+A k above h gets h guesses: there is no head for a further one.
+
+Training (python -m drafts.heads: 400 steps, 3.6 minutes on 2 shared CPU cores): the big model
+stays frozen; it continues the first quarter of each training window greedily, and head i learns
+the big model's top token for position t + 1 + i of that text. Greedy decoding writes the big
+model's greedy text, so that is the text to learn. Measured with 4 heads after 300 steps, in
+characters per big-model pass (greedy, 8 held-out prompts x 200 characters, k = 4): learning
+its distributions (soft targets) on the training text 1.60, its top tokens on the training text
+1.80, its distributions on its greedy text 2.76, its top tokens on its greedy text 3.24 (600
+steps: 3.33). `python -m drafts.heads --speed` times greedy decoding against plain decoding with
+the same target: with a torch target, k = 1..5 gave 1.27, 1.50, 1.68, 1.77 and 1.79x (3.58
+characters per pass at k = 5); with a NumPy target 0.88, 0.80, 1.08, 1.04 and 1.04x, because a
+NumPy pass over k + 1 tokens costs 2.4-3 one-token passes (torch: 1.2-1.6). Hence HEADS = 5.
+
+The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
+(numpy_gpt.py), and the scorer unfolds it from there.
+
+Changes from Medusa: one chain of top guesses instead of a tree of candidates checked with tree
+attention; the heads learn from the big model's greedy text (Medusa from a chat data set, or in
+its self-distillation recipe from the model's own replies); they are evaluated in NumPy, whatever
+the target's backend.
+"""
+
+import copy
+import hashlib
+import math
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+import checkpoint
+import gpt
+import machine
+import speculative as sd
+
+HEADS = 5  # chosen by measurement: see the module docstring
+
+
+def final_states(model, idx, cache=None):
+    """A gpt.GPT's logits (B, T, V) and final hidden states after ln_f (B, T, C) for idx (B, T).
+
+    The states are caught by a forward hook on ln_f that lives only during this pass, so the
+    model stays untouched for anyone else."""
+    states = []
+    hook = model.transformer.ln_f.register_forward_hook(lambda m, i, out: states.append(out))
+    try:
+        logits, _ = model(idx, cache=cache)
+    finally:
+        hook.remove()
+    return logits, states[0]
+
+
+def fingerprint(model):
+    """A short hash of a gpt.GPT's weights: which big model a set of heads was trained for."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().float().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# The heads
+
+
+class Head(nn.Module):
+    """Medusa's head: a residual block, then a projection to the vocabulary."""
+
+    def __init__(self, n_embd, vocab_size):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        nn.init.zeros_(self.c_fc.weight)  # at first the block is the identity (as in Medusa)
+        nn.init.zeros_(self.c_fc.bias)
+
+    def forward(self, x):                            # (..., C) -> (..., V)
+        return self.lm_head(x + F.silu(self.c_fc(x)))
+
+
+class Heads(nn.Module):
+    """h heads on the big model's final hidden state; head i guesses the token i after next."""
+
+    def __init__(self, n_embd, vocab_size, n_heads=HEADS):
+        super().__init__()
+        self.h = nn.ModuleList(Head(n_embd, vocab_size) for _ in range(n_heads))
+        # The big model's final LayerNorm, for unfolding it from a NumPy target (not trained).
+        self.register_buffer("ln_f_weight", torch.ones(n_embd))
+        self.register_buffer("ln_f_bias", torch.zeros(n_embd))
+
+    @classmethod
+    def for_model(cls, big, n_heads=HEADS):
+        """Untrained heads for gpt.GPT `big`: each starts as the big model's own head."""
+        heads = cls(big.c.n_embd, big.c.vocab_size, n_heads)
+        with torch.no_grad():
+            for head in heads.h:
+                head.lm_head.weight.copy_(big.lm_head.weight)
+            heads.ln_f_weight.copy_(big.transformer.ln_f.weight)
+            heads.ln_f_bias.copy_(big.transformer.ln_f.bias)
+        return heads
+
+    def forward(self, hidden):                       # (B, T, C) -> (B, T, h, V)
+        return torch.stack([head(hidden) for head in self.h], 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# The drafter
+
+
+class HiddenScorer(sd.CachedScorer):
+    """A speculative.CachedScorer (batch 1) that also keeps the big model's final hidden state
+    (after ln_f) of every token in its cache: hidden[j] is that of the token at start + j.
+
+    A gpt.GPT gives its states through final_states(); a numpy_gpt.NumpyGPT is copied with its
+    head widened from (C, V) to (C, V + C), so that one product writes both the logits and the
+    state: the folded head is n @ (g W) + b W, the added columns n @ diag(g) + b, where n is the
+    normalised state and g, b are ln_f's gain and bias."""
+
+    def __init__(self, model, ln_f_weight, ln_f_bias):
+        if not isinstance(model, nn.Module):                       # numpy_gpt.NumpyGPT
+            model = copy.copy(model)
+            model.head_w = np.concatenate([model.head_w, np.diag(ln_f_weight)], 1)  # (C, V + C)
+            model.head_b = np.concatenate([model.head_b, ln_f_bias])              # (V + C,)
+        super().__init__(model)
+        self.hidden = np.zeros((self.block_size, model.c.n_embd), np.float32)
+
+    def forward(self, new):
+        first, V = self.cache.length, self.vocab_size
+        if isinstance(self.model, nn.Module):
+            with torch.inference_mode():
+                idx = torch.tensor(new, device=self.cache.k.device)
+                logits, hidden = final_states(self.model, idx, self.cache)
+                logits, hidden = logits.float().cpu().numpy(), hidden[0].float().cpu().numpy()
+        else:
+            both = self.model.logits(np.array(new), self.cache)     # (1, t, V + C)
+            logits, hidden = both[..., :V], both[0, :, V:]
+        self.hidden[first:first + len(hidden)] = hidden              # (t, C)
+        return logits
+
+    def state(self, seq, pos):
+        """The final hidden state (C,) at position `pos` of seq, if the cache holds seq up to
+        there; else None."""
+        j = pos - self.start
+        if 0 <= j < len(self.fed[0]) and self.fed[0][:j + 1] == seq[self.start:pos + 1]:
+            return self.hidden[j]
+        return None
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+class HeadsDraft:
+    """The drafter (drafts/__init__.py): heads 1..k guess the k tokens after seq[-1], from the
+    state the big model computed while checking the last round."""
+
+    def __init__(self, heads):
+        def stack(tensors):  # -> one float32 array, heads first
+            return np.stack([t.detach().cpu().float().numpy() for t in tensors])
+        self.fc_w = stack(head.c_fc.weight.T for head in heads.h)           # (h, C, C)
+        self.fc_b = stack(head.c_fc.bias for head in heads.h)               # (h, C)
+        self.head_w = stack(head.lm_head.weight.T for head in heads.h)      # (h, C, V)
+        self.ln_f_weight, self.ln_f_bias = stack([heads.ln_f_weight, heads.ln_f_bias])  # (C,)
+        self.n_heads, self.vocab_size = len(heads.h), self.head_w.shape[2]
+        self.scorer = None
+
+    def reset(self):
+        self.scorer = None
+
+    def scorer_for(self, target):
+        if not hasattr(target, "new_cache"):
+            raise ValueError("extra heads draft from the big model's own pass: the target must "
+                             "be a gpt.GPT or a numpy_gpt.NumpyGPT")
+        if target.c.n_embd != self.fc_w.shape[1]:
+            raise ValueError(f"these heads read {self.fc_w.shape[1]}-channel states, the "
+                             f"target's are {target.c.n_embd}: they were trained for another model")
+        self.scorer = HiddenScorer(target, self.ln_f_weight, self.ln_f_bias)
+        return self.scorer
+
+    def logits(self, state, k):
+        """Heads 1..k on one final hidden state (C,): their logits (k, V)."""
+        x = state + silu(state @ self.fc_w[:k] + self.fc_b[:k])            # (k, C)
+        return (x[:, None, :] @ self.head_w[:k])[:, 0]                     # (k, V)
+
+    def propose(self, seq, k, sampling):
+        k = min(k, self.n_heads)            # one guess per head: a longer k gets h guesses
+        if self.scorer is None:
+            raise ValueError("extra heads draft from the big model's own pass: decode with "
+                             "speculative_generate, which asks the drafter's scorer_for(target)")
+        if len(seq) < 2:  # no state before the only token: guess it again
+            tokens = [seq[-1]] * k
+            return tokens, None if sampling.greedy else np.eye(self.vocab_size)[tokens]  # (k, V)
+        state = self.scorer.state(seq, len(seq) - 2)    # the state whose prediction was seq[-1]
+        if state is None:                               # the first round: nothing has read seq
+            self.scorer.score([seq[:-1]], len(seq) - 1)
+            state = self.scorer.state(seq, len(seq) - 2)
+        logits = self.logits(state, k)                                     # (k, V)
+        if sampling.greedy:
+            return logits.argmax(-1).tolist(), None
+        probs = sampling.warp(logits)                                      # (k, V)
+        return [sampling.draw(p) for p in probs], probs
+
+
+# ----------------------------------------------------------------------------------------------
+# Training against the frozen big model, and loading
+
+
+@dataclass
+class HeadsConfig:
+    heads: int = HEADS          # extra heads: head i guesses the token i after the next one
+    steps: int = 400            # optimizer steps
+    batch_size: int = 32        # windows of training text per step (each block_size long)
+    lr: float = 3e-3            # AdamW learning rate, decaying to a tenth of it (cosine)
+    targets: str = "hard"       # hard: the big model's top tokens; soft: its distributions
+    text: str = "greedy"        # greedy: the big model's continuations of the text; real: the text
+    save_every: int = 100       # save heads.pt every this many steps (an interruption resumes)
+    seed: int = 1337            # seed of the training batches
+    threads: int = 0            # torch threads; 0: every core, or 1 if the machine is busy
+    checkpoints: str = ""       # folder of big.pt, where heads.pt goes (default: checkpoints/)
+    fresh: bool = False         # start over, even if heads.pt holds a run to resume
+    speed: bool = False         # then time greedy decoding against plain, k = 1..heads (minutes)
+
+    def __post_init__(self):
+        for name in ("heads", "steps", "batch_size", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, not {getattr(self, name)}")
+        if self.threads < 0:
+            raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
+                             f"not {self.threads}")
+        if self.targets not in ("soft", "hard"):
+            raise ValueError(f"--targets is soft or hard, not {self.targets!r}")
+        if self.text not in ("greedy", "real"):
+            raise ValueError(f"--text is greedy or real, not {self.text!r}")
+
+
+def heads_path(folder=None):
+    return Path(folder or checkpoint.CHECKPOINTS) / "heads.pt"
+
+
+def train_command(folder=None):
+    command = "python -m drafts.heads"
+    if folder and Path(folder).resolve() != checkpoint.CHECKPOINTS:
+        command += f" --checkpoints {shlex.quote(str(folder))}"
+    return command
+
+
+def loss_of(guesses, logits, targets):
+    """Mean over heads of each head's cross-entropy against the big model's prediction for
+    the token it guesses ("soft" targets: its distribution, "hard": its top token).
+    guesses (B, T, h, V) from the states at 0..T-1; logits (B, T, V), the big model's."""
+    losses = []
+    for i in range(1, guesses.shape[2] + 1):
+        guess = guesses[:, :-i, i - 1].flatten(0, 1)    # state t guesses token t + 1 + i
+        teacher = logits[:, i:].flatten(0, 1)           # the big model's prediction for it
+        want = torch.softmax(teacher, -1) if targets == "soft" else teacher.argmax(-1)
+        losses.append(F.cross_entropy(guess, want))
+    return torch.stack(losses).mean()
+
+
+def train(big, hc, path, source=None, log=print):
+    """Train heads for the frozen gpt.GPT `big` (hc: a HeadsConfig) on `source` (a 1-D token
+    tensor; default the training split), saving them atomically at `path` every hc.save_every
+    steps; a run with the same settings for the same big model resumes from there."""
+    if source is None:
+        source = gpt.train_data
+    settings = {**{k: v for k, v in asdict(hc).items()
+                   if k not in ("save_every", "threads", "checkpoints", "fresh", "speed")},
+                "target": fingerprint(big)}
+    heads = Heads.for_model(big, hc.heads)
+    optimizer = torch.optim.AdamW(heads.parameters(), lr=hc.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(hc.seed)
+    step = 0
+    path = Path(path)
+    state = read(path) if path.exists() and not hc.fresh else None
+    if state and state["settings"] == settings:
+        heads.load_state_dict(state["heads"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["rng"])
+        step = state["step"]
+        log(f"{path}: already trained ({step} steps)" if step >= hc.steps else
+            f"{path}: resuming at step {step} of {hc.steps}")
+    elif path.exists():
+        why = "--fresh" if hc.fresh else "other settings" if state else "not readable"
+        log(f"{path}: {why}; training anew")
+
+    def save():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"format": "specdec-heads/1", "heads": heads.state_dict(),
+                    "n_heads": hc.heads, "settings": settings, "step": step,
+                    "optimizer": optimizer.state_dict(), "rng": generator.get_state()}, tmp)
+        tmp.replace(path)  # atomic: the old file stays whole until the new one is
+
+    big.eval()
+    started = time.time()
+    with machine.threads(hc.threads or machine.training_threads()):
+        while step < hc.steps:
+            for group in optimizer.param_groups:  # cosine from lr down to lr / 10
+                group["lr"] = hc.lr * (0.55 + 0.45 * math.cos(math.pi * step / hc.steps))
+            x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size,
+                                 block_size=big.c.block_size, generator=generator)
+            if hc.text == "greedy":  # the big model continues the first quarter of each window
+                T = big.c.block_size
+                x = sd.generate(big, x[:, :T // 4], T - T // 4)  # one thread: a step is small
+            with torch.no_grad():
+                logits, hidden = final_states(big, x)          # (B, T, V), (B, T, C)
+            loss = loss_of(heads(hidden), logits, hc.targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if step % hc.save_every == 0 or step == hc.steps:
+                save()
+                log(f"step {step:4d} of {hc.steps} | loss {loss.item():.4f} | "
+                    f"{time.time() - started:.0f}s")
+    return heads.eval()
+
+
+def read(path):
+    """A heads checkpoint's dictionary, or None if the file is not one (truncated, not ours)."""
+    try:
+        state = torch.load(path, weights_only=True)
+        return state if state.get("format") == "specdec-heads/1" else None
+    except Exception:
+        return None
+
+
+def load(big, folder=None):
+    """The trained heads for gpt.GPT `big` as a HeadsDraft, or a one-line error saying how to
+    train them."""
+    path = heads_path(folder)
+    if not path.exists():
+        raise ValueError(f"no trained heads at {path}; train them with: {train_command(folder)}")
+    state = read(path)
+    if state is None:
+        raise ValueError(f"{path} is not a readable heads checkpoint; retrain them with: "
+                         f"{train_command(folder)} --fresh")
+    if state["settings"]["target"] != fingerprint(big):
+        raise ValueError(f"{path} holds heads trained for another big model; retrain them "
+                         f"with: {train_command(folder)}")
+    heads = Heads(big.c.n_embd, big.c.vocab_size, state["n_heads"])
+    heads.load_state_dict(state["heads"])
+    return HeadsDraft(heads.eval())
+
+
+@torch.no_grad()
+def agreement(big, heads, data, windows=64):
+    """Per head, the fraction of positions of held-out `data` (1-D tokens) where its top guess
+    is the big model's own top choice for that token (reading the real text in between)."""
+    T = big.c.block_size
+    starts = torch.linspace(0, len(data) - T - 1, windows).long()
+    x = torch.stack([data[s:s + T] for s in starts])                    # (W, T)
+    logits, hidden = final_states(big, x)                               # (W, T, V), (W, T, C)
+    best, guesses = logits.argmax(-1), heads(hidden).argmax(-1)         # (W, T), (W, T, h)
+    return [(guesses[:, :-i, i - 1] == best[:, i:]).float().mean().item()
+            for i in range(1, len(heads.h) + 1)]
+
+
+def speed_table(big, draft, ks, prompts, new_tokens=200, repeats=5, log=print):
+    """Greedy decoding with the heads against plain decoding, for a torch and a NumPy target:
+    characters per target pass and the wall-clock speed-up (median of `repeats` ratios, the two
+    timed alternately), after checking that the output is plain decoding's, token for token."""
+    for backend in ("torch", "numpy"):
+        target = sd.with_backend(big, backend)
+
+        def plain():
+            return [sd.generate(target, p, new_tokens) for p in prompts]
+
+        def speculative(k):
+            return [sd.speculative_generate(target, draft, p, new_tokens, k=k) for p in prompts]
+        want = plain()
+        for k in ks:
+            stats = sd.Stats(k=k)
+            for (out, run), expected in zip(speculative(k), want):
+                if not torch.equal(out, expected):
+                    raise SystemExit(f"greedy output with the heads differs from plain decoding "
+                                     f"({backend} target, k = {k}): a bug, please report it")
+                stats.add(run)
+            with machine.Busy() as busy:
+                plain_s, _, speedup, ratios = machine.paired_times(
+                    plain, lambda: speculative(k), repeats)
+            log(f"{backend} target, k = {k}: {stats.tokens_per_pass:.2f} characters per pass, "
+                f"{speedup:.2f}x plain decoding ({len(prompts) * new_tokens / plain_s:,.0f} "
+                f"characters/s) {busy.note([machine.spread(ratios)])}")
+
+
+def main(argv=None):
+    """Train the heads for checkpoints/big.pt, then report each head's acceptance."""
+    import benchmark
+    import cli
+    parser = cli.Parser(description=main.__doc__)
+    cli.add_fields(parser, HeadsConfig, title="heads")
+    hc = cli.take(HeadsConfig, parser.parse_args(argv))
+    folder = hc.checkpoints or None
+    big = checkpoint.load_trained("big", folder)
+    heads = train(big, hc, heads_path(folder))
+    agree = agreement(big, heads, gpt.val_data, windows=256)
+    stats = sd.Stats(k=hc.heads)
+    prompts = benchmark.held_out_prompts(8, 32)
+    for prompt in prompts:
+        stats.add(sd.speculative_generate(big, HeadsDraft(heads), prompt, 200, k=hc.heads)[1])
+    print(f"greedy, 8 held-out prompts x 200 characters, k = {hc.heads}: "
+          f"{stats.tokens_per_pass:.2f} characters per pass")
+    reached = stats.rounds
+    for i, (a, kept) in enumerate(zip(agree, stats.accepted_per_position), 1):
+        print(f"head {i}: agrees with the big model on {a:.1%} of held-out positions; "
+              f"kept in {kept / stats.rounds:.1%} of rounds "
+              f"({kept / max(1, reached):.1%} of those that reached it)")
+        reached = kept
+    if hc.speed:
+        speed_table(big, HeadsDraft(heads), range(1, hc.heads + 1), prompts)
+
+
+if __name__ == "__main__":
+    import cli
+    sys.exit(cli.run(main))

@@ -68,6 +68,7 @@ class BestK:
         # Running sums for the least-squares line check seconds = a + b (tokens checked): O(1)
         # per round, because a round of a tiny model takes only a few hundred microseconds.
         self.n = self.sx = self.sy = self.sxx = self.sxy = 0.0
+        self.check_sum, self.check_count = {}, {}   # per number of tokens checked
 
     def update(self, proposed, kept, draft_seconds=None, check_seconds=None):
         if proposed == 0:
@@ -81,6 +82,8 @@ class BestK:
             self.n += 1
             self.sx, self.sy = self.sx + x, self.sy + check_seconds
             self.sxx, self.sxy = self.sxx + x * x, self.sxy + x * check_seconds
+            self.check_sum[x] = self.check_sum.get(x, 0.0) + check_seconds
+            self.check_count[x] = self.check_count.get(x, 0) + 1
         if self.n < self.warmup:
             self.k = self.explore[int(self.n) % len(self.explore)]
             return
@@ -97,26 +100,33 @@ class BestK:
             a, b = 0.0, self.sy / self.sx
         return self.draft_seconds / max(1, self.guesses), a, b
 
+    def check_seconds(self, tokens, a, b):
+        """A check of `tokens` tokens: its own mean once seen twice (a check's cost can jump,
+        as NumPy's does from 2 tokens to 3), else the line."""
+        if self.check_count.get(tokens, 0) >= 2:
+            return self.check_sum[tokens] / self.check_count[tokens]
+        return a + b * tokens
+
     def best(self):
         guess, a, b = self.estimates()
         alpha = min(self.kept / max(1, self.checked), 0.999)
         best_k, best_speed, kept_so_far = 1, 0.0, 1.0
         for k in range(1, self.k_max + 1):
             kept_so_far += alpha ** k                         # 1 + alpha + ... + alpha^k
-            speed = kept_so_far / (k * guess + a + b * (k + 1))
+            speed = kept_so_far / (k * guess + self.check_seconds(k + 1, a, b))
             if speed > best_speed:
                 best_k, best_speed = k, speed
         return best_k
 
 
 class Confidence:
-    """Guess up to k_max tokens, but stop as soon as the drafter's confidence falls below
-    `threshold`; learn the threshold from the run.
+    """Guess up to the formula's k (as BestK), but stop as soon as the drafter's confidence
+    falls below `threshold`; learn the threshold from the run.
 
     Confidence: the drafter's own probability that every guess so far this round is right (the
     product of its probabilities for each). Drafters that guess one token at a time from a
-    distribution (drafts/model.py) honour `min_confidence` and report `confidences`; a drafter
-    that does not (the n-gram table) just guesses k_max. Learning: every guess is sorted into
+    distribution (drafts/model.py) honour `min_confidence` and report `confidences`; with a
+    drafter that does not (the n-gram table), this is BestK. Learning: every guess is sorted into
     one of BINS by its confidence, with whether it was kept (a guess after the first rejected
     one is thrown away: not kept). A guess pays when it is kept often enough: it costs a draft
     step and one more token in the check, and a kept one saves a pass of the big model (both
@@ -129,12 +139,16 @@ class Confidence:
 
     def __init__(self, start=4, k_max=16, threshold=0.5, min_count=4):
         check_range(start, k_max)
-        self.k, self.k_max, self.min_count = k_max, k_max, min_count
+        self.k_max, self.min_count = k_max, min_count
         self.threshold = self.prior = threshold
         self.seen = [0] * self.BINS
         self.kept_in = [0] * self.BINS
         self.costs = BestK(start, k_max)     # its running estimates of a guess and a check
         self.drafter = None
+
+    @property
+    def k(self):
+        return self.costs.k      # the formula's k, from BestK's running estimates
 
     def attach(self, drafter):
         self.drafter = drafter

@@ -16,8 +16,9 @@ with every adaptive schedule; every output is checked against plain decoding. Pe
     verify     one pass of the big model over k+1 tokens / one over 1 token (machine.pass_time)
     predicted  (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify): the lesson's formula
     measured   the median of --repeats ratios, plain and speculative timed alternately
-    adaptive   heuristic (+2/-1), best (the formula, online), confidence (stop when unsure) and
-               the oracle (hindsight: every round proposes exactly what will be kept), each
+    adaptive   heuristic (+2/-1), best (the formula, online), confidence (stop when unsure),
+               each one schedule for all prompts (it keeps what it learned), and the oracle
+               (hindsight: every round proposes exactly what will be kept), each
                against the best fixed k
 
 Then the ceiling: a drafter that costs nothing and is always right still pays for checking k+1
@@ -38,7 +39,7 @@ import gpt
 import machine
 import speculative as sd
 from benchmark import calibrate, held_out_prompts
-from drafts import adaptive, by_name, check_name
+from drafts import adaptive, by_name, check_name, heads
 from drafts.early_exit import first_layers
 from drafts.ngram import NGramDraft
 from exercises import common, report
@@ -57,11 +58,14 @@ class Args(common.ExerciseArgs):
 
 
 def schedules(name, k_max, traces):
-    """A function prompt index -> the k argument for that prompt's run."""
+    """A function prompt index -> the k argument for that prompt's run. An adaptive schedule
+    is one object for every prompt and run, so that what it learned about this drafter on
+    this machine carries over from one prompt to the next, as it would for a user."""
     if name == "oracle":
         return lambda i: adaptive.Oracle(traces[i])
     if name in ADAPTIVE:
-        return lambda i: adaptive.by_name(name, 4)()
+        schedule = adaptive.by_name(name, 4)()
+        return lambda i: schedule
     return lambda i: name
 
 
@@ -293,6 +297,10 @@ def run(args, log=print):
     target = common.load_models(args, ["big"], log=log)["big"]
     if any(n in gpt.PRESETS for n in draft_names):
         common.load_models(args, [n for n in draft_names if n in gpt.PRESETS], log=log)
+    if "heads" in draft_names and not heads.heads_path(folder).exists():
+        log("training the extra heads first (python -m drafts.heads: a few minutes, once)")
+        heads.train(target, heads.HeadsConfig(checkpoints=str(folder)),
+                    heads.heads_path(folder), log=log)
     rows, notes, backends = compare(args, target, draft_names, folder, log)
     log("\nthe ladder: alpha against draft cost")
     ladder_rows = ladder(target, folder, log)

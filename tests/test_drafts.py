@@ -180,13 +180,17 @@ def test_the_oracle_replays_a_run_keeping_every_guess(target):  # noqa: F811
 
 
 def test_the_confidence_schedule_stops_unsure_guesses_and_keeps_the_output(target):  # noqa: F811
-    from drafts.adaptive import Confidence
+    from drafts.adaptive import BestK, Confidence
     draft = make_model(3, n_layer=1, scale=0.3)
     for idx in prompts(2, seed=9):
-        schedule = Confidence(k_max=6, threshold=0.9)
-        got, stats = sd.speculative_generate(target, draft, idx, 50, k=schedule)
-        assert torch.equal(got, sd.generate(target, idx, 50))
-        assert stats.proposed < 6 * stats.rounds, "some rounds stopped before k_max"
+        guesses = {}
+        for schedule in (Confidence(k_max=6, threshold=0.9), BestK(k_max=6)):  # BestK: control
+            got, stats = sd.speculative_generate(target, draft, idx, 50, k=schedule)
+            assert torch.equal(got, sd.generate(target, idx, 50))
+            # The first rounds explore k = 3, 4, 6 (as BestK does): a round that guessed
+            # fewer stopped because the drafter was unsure.
+            guesses[type(schedule)] = min(len(proposed) for proposed, _, _ in stats.trace[:6])
+        assert guesses[Confidence] < 3 <= guesses[BestK]
 
 
 def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():

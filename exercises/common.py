@@ -9,7 +9,6 @@ trained for a few dozen steps, so that the test suite can run every exercise in 
 
 import json
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 

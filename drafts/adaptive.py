@@ -57,11 +57,19 @@ class BestK:
         (1 - alpha^(k+1)) / (1 - alpha)  /  (k guess + a + b (k + 1)).
     During the first rounds it explores k = start - 1, start, start + 2 in turn, so that the fit
     has more than one k to go by.
+
+    The formula assumes independent guesses and a loop that costs nothing, so it only proposes:
+    the rounds decide. Once the formula's k and its two neighbours have each run `trials`
+    rounds, the k whose rounds wrote the most tokens per second becomes the centre, and its
+    untried neighbours get their turn (a climb on measured speed, started where the formula
+    points). Keep one schedule for many texts and it keeps what it learned.
     """
 
-    def __init__(self, start=4, k_max=16, warmup_rounds=9):
+    def __init__(self, start=4, k_max=16, warmup_rounds=9, trials=16):
         check_range(start, k_max)
         self.start, self.k, self.k_max, self.warmup = start, start, k_max, warmup_rounds
+        self.trials = trials
+        self.rounds_at, self.tokens_at, self.seconds_at = {}, {}, {}   # per k: measured speed
         self.explore = [max(1, start - 1), start, min(k_max, start + 2)]
         self.checked = self.kept = self.guesses = 0
         self.draft_seconds = 0.0
@@ -84,10 +92,24 @@ class BestK:
             self.sxx, self.sxy = self.sxx + x * x, self.sxy + x * check_seconds
             self.check_sum[x] = self.check_sum.get(x, 0.0) + check_seconds
             self.check_count[x] = self.check_count.get(x, 0) + 1
+            self.rounds_at[proposed] = self.rounds_at.get(proposed, 0) + 1
+            self.tokens_at[proposed] = self.tokens_at.get(proposed, 0) + kept + 1
+            self.seconds_at[proposed] = (self.seconds_at.get(proposed, 0.0) + draft_seconds
+                                         + check_seconds)
         if self.n < self.warmup:
             self.k = self.explore[int(self.n) % len(self.explore)]
             return
-        self.k = self.best()
+        self.k = self.climb()
+
+    def climb(self):
+        """The next k: an untried neighbour of the fastest k measured so far, or that k."""
+        rated = {k: self.tokens_at[k] / self.seconds_at[k] for k, n in self.rounds_at.items()
+                 if n >= self.trials and self.seconds_at[k] > 0}
+        centre = max(rated, key=rated.get) if rated else self.best()
+        for k in (centre, centre - 1, centre + 1):
+            if 1 <= k <= self.k_max and self.rounds_at.get(k, 0) < self.trials:
+                return k
+        return centre
 
     def estimates(self):
         """Seconds of one guess, and the check's line a + b (tokens checked), so far."""

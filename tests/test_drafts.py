@@ -227,3 +227,17 @@ def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa:
     want = exact_distribution(target, prompt, 3, temperature=1.0)
     counts = sampled_counts(target, draft, prompt, lambda: Confidence(start=2, k_max=3, threshold=0.5))
     assert chi_square_p_value(counts, want) > 1e-3
+
+
+def test_best_k_climbs_to_the_fastest_measured_k_where_the_formula_misjudges():
+    from drafts.adaptive import BestK
+
+    def settle(schedule, rounds=400):
+        for _ in range(rounds):  # the first two guesses always right, the third always wrong:
+            k = schedule.k       # not the independent guesses the formula assumes
+            schedule.update(k, min(k, 2), draft_seconds=1e-4 * k, check_seconds=1e-3)
+        return schedule.k
+    # Tokens per second: k = 1: 2 / 1.1 ms, k = 2: 3 / 1.2 ms (the best), k = 3: 3 / 1.3 ms.
+    assert settle(BestK(start=4, k_max=8)) == 2
+    # Control: the formula alone (never enough trials to climb) picks a longer k.
+    assert settle(BestK(start=4, k_max=8, trials=10 ** 6)) > 2

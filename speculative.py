@@ -165,6 +165,11 @@ class Stats:
     target_passes   forward passes of the target (one per round, two if a round crosses a
                     window jump); plain decoding makes one per token
     draft_passes    forward passes of the draft (one per proposed token)
+    target_positions  positions the target scored: k_round + 1 per round (the last accepted
+                    token's and every guess's), one per token in plain decoding; so
+                    target_positions - new_tokens positions were scored and thrown away
+    draft_positions positions the draft scored to guess: one per guess (its catch-up on the
+                    target's own token is not counted: at most one position a round)
     rounds          propose-then-verify rounds
     proposed        draft tokens proposed; accepted: how many of them were kept
     accepted_per_position[i]  rounds in which draft token i was kept
@@ -174,6 +179,8 @@ class Stats:
     k: int = 0
     target_passes: int = 0
     draft_passes: int = 0
+    target_positions: int = 0
+    draft_positions: int = 0
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
@@ -198,8 +205,8 @@ class Stats:
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
     def add(self, other):
-        for name in ("target_passes", "draft_passes", "rounds", "proposed", "accepted",
-                     "new_tokens", "draft_time", "target_time"):
+        for name in ("target_passes", "draft_passes", "target_positions", "draft_positions",
+                     "rounds", "proposed", "accepted", "new_tokens", "draft_time", "target_time"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_position = [a + b for a, b in zip(
             self.accepted_per_position or [0] * len(other.accepted_per_position),
@@ -224,6 +231,12 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
     None keeps the current setting): one, because a step is too small to share (machine.py).
     """
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
+    if idx.shape[0] > 1:  # a batch: every row in one pass per token (batched.py)
+        import batched
+        if batched.batchable(model):
+            return batched.generate(model, idx, max_new_tokens, temperature=temperature,
+                                    top_k=top_k, top_p=top_p, generator=generator, stats=stats,
+                                    threads=threads)
     stats = stats if stats is not None else Stats()
     scorer = as_scorer(model, idx.shape[0])
     rng = TorchUniform(generator)
@@ -239,6 +252,7 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
             stats.target_passes += 1
+            stats.target_positions += len(seqs)
         _sync(model)
     stats.new_tokens += max_new_tokens
     stats.target_time += time.perf_counter() - started
@@ -247,33 +261,47 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature=0.0,
-                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS):
+                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS,
+                         lenience=1.0):
     """Speculative decoding. Returns (idx (B, T+new), Stats).
 
     At temperature 0 the tokens equal generate(target, ...) exactly; with sampling each output
     has exactly the distribution generate(target, ...) samples from. Rows of a batch are decoded
-    one after another (each accepts a different number of tokens per round). `threads` as in
-    generate().
+    together, each accepting its own number of tokens per round (batched.py; its Stats count
+    batched passes and keep one Stats per row in `rows`). `threads` as in generate().
+
+    lenience (off by default: 1.0 is the exact rule): a sampled guess x is kept with
+    min(1, p(x) / (lenience q(x))) and a rejection draws from norm(max(0, p - lenience q)), p the
+    target's and q the draft's distribution: more guesses kept, but the output no longer has
+    the target's distribution (exercises/sampling_costs.py measures both). Greedy decoding
+    ignores it. A lenience below 1 decodes a batch row by row.
     """
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
+    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
+        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
     if vocab_size_of(target) != vocab_size_of(draft):
         raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
                          f"the target's ({vocab_size_of(target)}); both must be trained on the "
                          f"same vocabulary")
+    if idx.shape[0] > 1 and lenience == 1:  # a batch: every row at once, each keeping its own
+        import batched                         # guesses (batched.py)
+        return batched.speculative_generate(target, draft, idx, max_new_tokens, k=k,
+                                            temperature=temperature, top_k=top_k, top_p=top_p,
+                                            generator=generator, threads=threads)
     k_max = k.k_max if hasattr(k, "update") else k
     stats = Stats(k=k_max)
     rows = []
     with machine.threads(threads):
         for row in idx.tolist():
             out, row_stats = _speculative_row(target, draft, row, max_new_tokens, k, temperature,
-                                              top_k, top_p, generator)
+                                              top_k, top_p, generator, lenience)
             rows.append(out)
             stats.add(row_stats)
     return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
 def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, top_p,
-                     generator):
+                     generator, lenience=1.0):
     """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
     schedule = k if hasattr(k, "update") else None       # an adaptive k (drafts/adaptive.py)
     k_max = schedule.k_max if schedule else k
@@ -310,7 +338,10 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
             target_probs = warp(target_logits, temperature, top_k, top_p)   # (k_round+1, V)
             draft_array = np.reshape(draft_probs if k_round else [],
                                      (k_round, target_probs.shape[1]))             # (k_round, V)
-            n_accepted, next_token = verify(target_probs, draft_array, draft_tokens, rng)
+            # The lenient rule is the exact one against lenience x the draft's distribution:
+            # verify reads it only through min(1, p/q) and norm(max(0, p - q)).
+            n_accepted, next_token = verify(target_probs, lenience * draft_array, draft_tokens,
+                                            rng)
         _sync(target)
         del seq[n + n_accepted:]  # the rejected proposals
         seq.append(next_token)
@@ -319,6 +350,8 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
         stats.target_time += time.perf_counter() - drafted
         stats.rounds += 1
         stats.draft_passes += k_round
+        stats.target_positions += k_round + 1
+        stats.draft_positions += k_round
         stats.target_passes += max(1, getattr(target_scorer, "passes", 1) - passes_before)
         stats.proposed += k_round
         stats.accepted += n_accepted

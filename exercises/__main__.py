@@ -19,19 +19,21 @@ import checkpoint
 import corpus
 import gpt
 from exercises import (common, drafters, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu,
-                       report)
+                       report, sampling_costs)
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
 # Seconds each stage took on a 2-core CPU, for the time-left estimate (0 when cached).
 EXPECTED_SECONDS = {"big": 200, "draft": 12, "names": 12, "distilled": 110,
-                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25, "drafters": 420, "transformers": 120}
+                    1: 5, 2: 3, 3: 15, 4: 12, 5: 25, "drafters": 420, "transformers": 120,
+                    "sampling": 150}
 
 
 @dataclass
 class Stages:
     drafters: bool = True      # then every drafter compared (exercises/drafters.py; minutes)
     transformers: bool = True  # then against transformers, if installed (exercises/transformers.py)
+    sampling: bool = True      # then sampling's price list (exercises/sampling_costs.py; minutes)
 
 
 @dataclass
@@ -66,6 +68,7 @@ def lesson(args):
     stages += [(n, False) for n in args.only] + ([("drafters", False)] if args.drafters else [])
     versus = args.transformers and importlib.util.find_spec("transformers") is not None
     stages += [("transformers", False)] if versus else []
+    stages += [("sampling", False)] if args.sampling else []
     progress = Progress(stages)
     for name in presets:
         progress.start(f"model {name!r}", name)
@@ -91,6 +94,12 @@ def lesson(args):
                                     checkpoints=args.checkpoints, results=args.results)
         sections["transformers"] = against.run(against_args, log=print)
         path = report.record(args, "transformers", sections["transformers"], log=None)
+    if args.sampling:
+        progress.start("sampling's price list", "sampling")
+        sampling_args = sampling_costs.Args(seed=args.seed, quick=args.quick,
+                                            checkpoints=args.checkpoints, results=args.results)
+        sections["sampling"] = sampling_costs.run(sampling_args, log=print)
+        path = report.record(args, "sampling", sections["sampling"], log=None)
     print(f"\ndone in {time.time() - started:.0f}s: {path}")
     return sections
 

@@ -18,7 +18,8 @@ from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
           "drafters": "every drafter compared",  # exercises/drafters.py, not an exercise
-          "transformers": "against Hugging Face transformers"}  # exercises/transformers.py
+          "transformers": "against Hugging Face transformers",  # exercises/transformers.py
+          "sampling": "sampling's price list"}  # exercises/sampling_costs.py
 
 
 def sections_dir(args):

@@ -1,0 +1,683 @@
+"""
+batched.py: plain and speculative decoding of a whole batch at once, every row accepting its own
+number of guesses per round ("ragged" acceptance).
+
+speculative.generate and speculative_generate come here when a batch has more than one row
+(one row keeps speculative.py's path, tuned for one sequence). Here every round makes one draft
+pass per guessed position for the whole batch, and ONE target pass over each row's last
+accepted token and its guesses; each row keeps what the target agrees with, so the rows drift
+apart in length. Prompts may differ in length too: pass a list of token lists.
+
+    outs = batched.generate(model, [ids_a, ids_b, ...], 100)                    # lists out
+    outs, stats = batched.speculative_generate(target, draft, [ids_a, ...], 100, k=4)
+
+What makes rows of different lengths share a pass:
+- RaggedCache: the keys and values of B rows, each with its own length, window and tokens, so
+  that each rolls back (a rejected guess) or starts afresh (a window jump) on its own.
+- The per-row forward (one for numpy_gpt.NumpyGPT, one for gpt.GPT from the model's own
+  submodules): row b's new token i sits at slot length_b + i (its position in its window) and
+  sees slots 0..length_b + i only, so neither the future nor stale entries of rejected guesses
+  beyond the row's length; rows are right-padded, and padding writes to a spare slot.
+- BatchScorer: CachedScorer.score for many rows, under the same window rule (speculative.py):
+  rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
+  half, on their own slots) share another, so a round whose check crosses a jump is split there.
+Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
+has exactly the target's distribution (the acceptance rule is numpy_speculative.verify).
+
+Stats: a BatchStats, whose `rows` are one Stats per row. The totals are the rows' sums, except
+target_passes (forward passes of the target over the batch: one per round, one more when some
+rows re-encode a jumped window), draft_passes (draft passes over the batch) and the times (wall
+time of the batch). So tokens_per_pass is the batch's new tokens per batched pass: up to
+B x (k+1). batch_rounds counts rounds of the batch; rounds, as before, rounds summed over rows.
+
+Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
+drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
+the rows one after another, as before. batch_curve() measures the speed-up against batch size.
+
+Shapes: B batch, R rows in a pass, T new tokens (padded), S slots (window + spare), E slots
+attended, V vocabulary, nh heads, hs head size.
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+import machine
+import speculative as sd
+from drafts import Sampling, as_drafter
+from drafts.model import ModelDraft
+from gpt import GPT
+from numpy_gpt import NumpyGPT, normalise, twice_gelu
+from numpy_speculative import greedy_verdict, verify, warp, window_start
+
+
+def batchable(model):
+    """Can `model` decode many rows in one pass here? gpt.GPT and numpy_gpt.NumpyGPT can."""
+    return isinstance(model, (GPT, NumpyGPT))
+
+
+# ----------------------------------------------------------------------------------------------
+# The ragged KV cache and the forward pass over rows of different lengths
+
+
+class RaggedCache:
+    """Keys and values of B rows, each with its own length, window start and cached tokens.
+
+    v: (n_layer, B, nh, S, hs) and k the same, torch or NumPy like the model, S = block_size + 1:
+    the last slot takes the keys and values of padding and is never attended to. NumPy keeps
+    the keys transposed, (n_layer, B, nh, hs, S), so that queries @ keys needs no copy.
+    """
+
+    def __init__(self, model, batch_size):
+        c = model.c
+        shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, c.n_embd // c.n_head)
+        if isinstance(model, NumpyGPT):
+            self.v = np.zeros(shape, np.float32)
+            self.k = np.zeros(shape[:3] + shape[:2:-1], np.float32)      # keys transposed
+        else:
+            p = model.lm_head.weight
+            self.k = torch.zeros(shape, device=p.device, dtype=p.dtype)
+            self.v = torch.zeros_like(self.k)
+        self.starts = [0] * batch_size               # each row's window start (a position)
+        self.fed = [[] for _ in range(batch_size)]   # each row's cached tokens (slots 0..)
+
+    def rollback(self, row, length):
+        """Forget all but row's first `length` cached tokens."""
+        assert 0 <= length <= len(self.fed[row]), f"row {row} holds {len(self.fed[row])} tokens"
+        del self.fed[row][length:]
+
+
+def visible(slots, E):
+    """(R, T, E): may the new token at slots[r, i] attend to slot j? Only for j <= slots[r, i]:
+    not the future, and not a stale entry beyond the row's length."""
+    return np.arange(E) <= slots[:, :, None]
+
+
+def layout(segments, block_size):
+    """Rows of a pass -> (rows (R,), tokens (R, T), slots (R, T), write (R, T), E).
+
+    segments: (row, new tokens, first slot) each. slots: where each new token sits (its
+    position in its window); write: where its keys go (padding: the spare slot block_size);
+    E: the slots any row attends to."""
+    R, T = len(segments), max(len(new) for _, new, _ in segments)
+    tokens = np.zeros((R, T), np.int64)
+    first = np.empty(R, np.int64)
+    ends = np.empty(R, np.int64)
+    for i, (_, new, slot) in enumerate(segments):
+        tokens[i, :len(new)] = new
+        first[i], ends[i] = slot, slot + len(new)
+    slots = first[:, None] + np.arange(T)                          # (R, T)
+    write = np.where(slots < ends[:, None], slots, block_size)     # padding -> the spare slot
+    rows = np.array([row for row, _, _ in segments])
+    return rows, tokens, np.minimum(slots, block_size - 1), write, int(ends.max())
+
+
+def rows_index(rows):
+    """rows as a slice when they are consecutive (a view, no copy), else as they are."""
+    if rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all():
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def numpy_forward(model, cache, rows, tokens, slots, write, E):
+    """numpy_gpt.NumpyGPT over rows of different lengths -> logits (R, T, V) (see layout).
+    The linear layers see all R x T tokens as one matrix (one product, not R small ones)."""
+    R, T = tokens.shape
+    C, nh, hs = model.c.n_embd, model.c.n_head, model.hs
+    sel, r = rows_index(rows), rows[:, None]
+    mask = np.where(visible(slots, E), np.float32(0), np.float32(-np.inf))[:, None]  # (R,1,T,E)
+    x = (model.wte[tokens] + model.wpe[slots]).reshape(R * T, C)
+    for layer, w in enumerate(model.layers):
+        qkv = linear(normalise(x), w["attn_w"], w["attn_b"])                       # (RT, 3C)
+        q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(R, T, nh, hs) for i in range(3))
+        cache.k[layer][r, :, :, write] = k                                         # slot by slot
+        cache.v[layer][r, :, write] = v
+        keys, values = cache.k[layer][sel, ..., :E], cache.v[layer][sel, :, :E]   # (R, nh, hs, E)
+        att = q.transpose(0, 2, 1, 3) @ keys + mask                                # (R, nh, T, E)
+        att = np.exp(att - att.max(-1, keepdims=True))
+        att /= att.sum(-1, keepdims=True)
+        y = (att @ values).transpose(0, 2, 1, 3).reshape(R * T, C)
+        x = x + linear(y, w["proj_w"], w["proj_b"])
+        x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
+                       w["mlp_b"])
+    return linear(normalise(x), model.head_w, model.head_b).reshape(R, T, -1)      # (R, T, V)
+
+
+def linear(x, w, b):
+    """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4 (measured, 128 x
+    512 weights: 14 and 20 us against 13, and 3 for one row): those go one row at a time."""
+    if 1 < len(x) < 4:
+        return np.stack([row @ w for row in x]) + b
+    return x @ w + b
+
+
+@torch.inference_mode()
+def torch_forward(model, cache, rows, tokens, slots, write, E):
+    """gpt.GPT over rows of different lengths, from the model's own submodules (GPT-2 names;
+    gpt.py's code is left as the lesson has it) -> logits (R, T, V) as a NumPy array."""
+    R, T = tokens.shape
+    C, nh = model.c.n_embd, model.c.n_head
+    device = cache.k.device
+    sel = rows_index(rows)
+    sel = sel if isinstance(sel, slice) else torch.from_numpy(sel).to(device)
+    r, write = torch.from_numpy(rows[:, None]).to(device), torch.from_numpy(write).to(device)
+    mask = torch.from_numpy(visible(slots, E)[:, None]).to(device)                 # (R,1,T,E)
+    tf = model.transformer
+    x = tf.wte(torch.from_numpy(tokens).to(device)) + tf.wpe(torch.from_numpy(slots).to(device))
+    for layer, block in enumerate(tf.h):
+        q, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)                # 3 x (R, T, C)
+        cache.k[layer][r, :, write] = k.view(R, T, nh, C // nh)
+        cache.v[layer][r, :, write] = v.view(R, T, nh, C // nh)
+        y = F.scaled_dot_product_attention(q.view(R, T, nh, C // nh).transpose(1, 2),
+                                           cache.k[layer][sel, :, :E], cache.v[layer][sel, :, :E],
+                                           attn_mask=mask)                        # (R, nh, T, hs)
+        x = x + block.attn.c_proj(y.transpose(1, 2).reshape(R, T, C))
+        x = x + block.mlp(block.ln_2(x))
+    return model.lm_head(tf.ln_f(x)).float().cpu().numpy()                         # (R, T, V)
+
+
+class BatchScorer:
+    """A model and a RaggedCache for B rows: speculative.CachedScorer.score for many rows."""
+
+    def __init__(self, model, batch_size):
+        self.model = model
+        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
+        self.cache = RaggedCache(model, batch_size)
+        self.forward = numpy_forward if isinstance(model, NumpyGPT) else torch_forward
+        on_cpu = isinstance(model, NumpyGPT) or not model.lm_head.weight.is_cuda
+        self.chunk = CHUNK if on_cpu else math.inf
+        self.passes = 0                        # forward passes over the batch
+        self.row_passes = [0] * batch_size     # passes each row took part in
+
+    def score(self, seqs, firsts, rows):
+        """{b: logits (len(seqs[b]) - firsts[b] + 1, V) for b in rows}: row b's predictions for
+        positions firsts[b].. of seqs[b], each from its window, as CachedScorer.score gives.
+
+        Cached tokens that still match are kept (rejected guesses rolled back, row by row).
+        Rows whose window goes on share a pass; rows whose window jumped are re-encoded from
+        the kept half in a pass of their own, after it (a row that crosses a jump takes part
+        in both: its check is split there)."""
+        cache, block = self.cache, self.block_size
+        groups = [[]]                   # the passes: rows going on; then rows re-encoding
+        parts = {b: [] for b in rows}   # row b's logits: (pass, rows to skip) per window
+        for b in rows:
+            seq, pos, jumps = seqs[b], firsts[b], 0
+            assert 1 <= pos <= len(seq), f"can only score positions 1..{len(seq)}, not {pos}"
+            while pos <= len(seq):
+                start = window_start(pos, block)
+                end = min(len(seq), start + block)    # the last position this window predicts
+                g = 0
+                if start != cache.starts[b]:          # the window jumped: start the row afresh
+                    cache.starts[b] = start
+                    cache.rollback(b, 0)
+                    jumps += 1
+                    g = jumps
+                    if g == len(groups):
+                        groups.append([])
+                fed = cache.fed[b]
+                keep = sd.common_prefix(fed, seq, start, min(len(fed), pos - 1 - start))
+                cache.rollback(b, keep)
+                new = seq[start + keep:end]           # tokens at positions start+keep..end-1
+                fed += new
+                groups[g].append((b, new, keep))
+                parts[b].append((g, pos - 1 - start - keep))
+                pos = end + 1
+        logits = [self.run(group) if group else {} for group in groups]  # a row's windows in order
+        return {b: joined([logits[g][b][skip:] for g, skip in parts[b]]) for b in rows}
+
+    def run(self, group):
+        """One pass over (row, new tokens, first slot) segments: {row: logits (len(new), V)}."""
+        logits = {}
+        for part in chunks(group, self.chunk):
+            out = self.forward(self.model, self.cache, *layout(part, self.block_size))  # (R,T,V)
+            for i, (b, new, _) in enumerate(part):
+                logits[b] = out[i, :len(new)]
+                self.row_passes[b] += 1
+        self.passes += 1
+        return logits
+
+
+# On a CPU a pass over many tokens (prompts, re-encoded windows) runs in chunks of rows of about
+# this many tokens, so that its working set stays in the CPU's caches: measured, 16 rows x 64
+# tokens took 1.9 ms a row in one call, 1.5 ms in calls of 4 rows. It still counts as one pass.
+CHUNK = 256
+
+
+def chunks(group, tokens):
+    """The rows of a pass, in chunks of at most `tokens` new tokens (one row at least)."""
+    longest = max(len(new) for _, new, _ in group)
+    size = len(group) if tokens == math.inf else max(1, tokens // longest)
+    return [group[i:i + size] for i in range(0, len(group), size)]
+
+
+def joined(arrays):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks
+
+
+def rows_of(prompts, vocab_size, models=()):
+    """Prompts ((B, T) LongTensor, or a list of token lists / 1-D tensors) -> B lists of ids,
+    after checking that the models' caches for B rows fit in memory (check_memory)."""
+    if torch.is_tensor(prompts) and prompts.dim() != 2:
+        raise ValueError("prompts are a (B, T) LongTensor or a list of token-id lists")
+    if not (torch.is_tensor(prompts) or isinstance(prompts, (list, tuple))) or not len(prompts):
+        raise ValueError("give at least one prompt: a (B, T) LongTensor or a list of token lists")
+    check_memory(models, len(prompts))
+    if torch.is_tensor(prompts):
+        prompts = prompts.tolist()
+    seqs = []
+    for b, p in enumerate(prompts):
+        seq = p.tolist() if torch.is_tensor(p) else list(p)
+        if torch.is_tensor(p) and p.dim() == 2 and len(seq) == 1:
+            seq = seq[0]                               # a (1, T) tensor, as gpt.encode users make
+        if not seq:
+            raise ValueError(f"prompt {b} is empty; give every row at least one character")
+        bad = [t for t in seq if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+               or not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt {b} holds {bad[0]!r}, not a token id of the vocabulary "
+                             f"(0..{vocab_size - 1}); encode text with gpt.encode")
+        seqs.append([int(t) for t in seq])
+    return seqs
+
+
+def cache_bytes(model, batch_size):
+    """Bytes of a RaggedCache: B x layers x (block + 1) x C x 2 (keys, values) x 4 (float32)."""
+    c = model.c
+    item = 4 if isinstance(model, NumpyGPT) else model.lm_head.weight.element_size()
+    return batch_size * c.n_layer * (c.block_size + 1) * c.n_embd * 2 * item
+
+
+def available_memory(model):
+    """Bytes free where the model's cache would live (the GPU's, or the machine's)."""
+    if not isinstance(model, NumpyGPT) and model.lm_head.weight.is_cuda:
+        return torch.cuda.mem_get_info(model.lm_head.weight.device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f
+                        if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return math.inf
+
+
+def check_memory(models, batch_size):
+    """A one-line error, before anything is allocated, when the caches would not fit."""
+    for model in models:
+        need, free = cache_bytes(model, batch_size), available_memory(model)
+        if need > free / 2:  # the other half: activations, weights, everything else
+            raise ValueError(f"a batch of {batch_size} rows needs {need / 2**30:.1f} GiB of KV "
+                             f"cache, more than half of the {free / 2**30:.1f} GiB free; decode "
+                             f"it in smaller batches")
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoding
+
+
+@dataclass
+class BatchStats(sd.Stats):
+    """speculative.Stats for a batch: totals (see the module docstring) and one Stats per row."""
+    batch_rounds: int = 0
+    rows: list = field(default_factory=list, repr=False)
+
+
+def _pick(logits, sampling):
+    """One token per row of logits (R, V): the argmax, or a draw from the warped distribution
+    (returned too, (R, V), for the acceptance rule)."""
+    if sampling.greedy:
+        return logits.argmax(-1).tolist(), None
+    probs = sampling.warp(logits)
+    return [sampling.draw(p) for p in probs], probs
+
+
+def _output(seqs, prompts):
+    """A (B, T) tensor when the prompts came as one (all rows grew alike), else lists."""
+    if torch.is_tensor(prompts) and prompts.dim() == 2:
+        return torch.tensor(seqs, dtype=torch.long, device=prompts.device)
+    return seqs
+
+
+@torch.no_grad()
+def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None,
+             generator=None, stats=None, threads=machine.DECODE_THREADS):
+    """Plain decoding of every row at once, one batched pass per token (speculative.generate's
+    arguments). Rows may differ in length; each row's output is plain decoding of it alone."""
+    seqs = rows_of(prompts, model.c.vocab_size, [model])
+    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+                           top_k, top_p)                 # (the prompts were checked above)
+    stats = stats if stats is not None else sd.Stats()
+    scorer = BatchScorer(model, len(seqs))
+    sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
+    rows = list(range(len(seqs)))
+    started = time.perf_counter()
+    with machine.threads(threads):
+        for _ in range(max_new_tokens):
+            logits = scorer.score(seqs, [len(s) for s in seqs], rows)
+            tokens, _ = _pick(np.stack([logits[b][-1] for b in rows]), sampling)      # (B,)
+            for seq, token in zip(seqs, tokens):
+                seq.append(token)
+        sd._sync(model)
+    stats.target_passes += scorer.passes
+    stats.target_positions += max_new_tokens * len(seqs)
+    stats.new_tokens += max_new_tokens * len(seqs)
+    stats.target_time += time.perf_counter() - started
+    return _output(seqs, prompts)
+
+
+def batch_draft(draft):
+    """The GPT that drafts for the whole batch at once, or None (propose row by row)."""
+    if batchable(draft):
+        return draft
+    if isinstance(draft, ModelDraft) and draft.min_confidence is None and \
+            type(draft.scorer) is sd.CachedScorer and batchable(draft.scorer.model):
+        return draft.scorer.model
+    return None
+
+
+@torch.no_grad()
+def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, temperature=0.0,
+                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS):
+    """Speculative decoding of every row at once. Returns (outputs, BatchStats): a (B, T+new)
+    tensor for a tensor of prompts, else lists (rows may differ in length).
+
+    Each round: the draft guesses up to k tokens per row (one batched pass per position), the
+    target checks every row's guesses in one batched pass, each row keeps its own number."""
+    model = batch_draft(draft)
+    seqs = rows_of(prompts, sd.vocab_size_of(target),
+                   [m for m in (target, model) if m is not None and batchable(m)])
+    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+                           top_k, top_p, k)
+    if sd.vocab_size_of(target) != sd.vocab_size_of(draft):
+        raise ValueError(f"the draft's vocabulary ({sd.vocab_size_of(draft)} tokens) differs "
+                         f"from the target's ({sd.vocab_size_of(target)}); both must be trained "
+                         f"on the same vocabulary")
+    drafter = None if model else as_drafter(draft)
+    B, V, rng = len(seqs), sd.vocab_size_of(target), sd.TorchUniform(generator)
+    if hasattr(k, "update") or hasattr(drafter, "scorer_for") or not batchable(target):
+        return _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k,
+                           top_p, generator, threads)
+    checker, guesser = BatchScorer(target, B), (BatchScorer(model, B) if model else None)
+    sampling = Sampling(temperature, top_k, top_p, rng)
+    stats = BatchStats(k=k, rows=[sd.Stats(k=k) for _ in seqs])
+    goals = [len(s) + max_new_tokens for s in seqs]
+    active = [b for b in range(B) if len(seqs[b]) < goals[b]]
+    with machine.threads(threads):
+        while active:
+            started = time.perf_counter()
+            n = {b: len(seqs[b]) for b in active}
+            k_row = {b: min(k, goals[b] - n[b] - 1) for b in active}  # never propose more
+            probs = {b: [] for b in active}
+            # 1. The draft guesses: one pass per position for every row still guessing.
+            if model:
+                for j in range(max(k_row.values())):
+                    rows = [b for b in active if k_row[b] > j]
+                    logits = guesser.score(seqs, {b: len(seqs[b]) for b in rows}, rows)
+                    tokens, p = _pick(np.stack([logits[b][-1] for b in rows]), sampling)
+                    for i, (b, token) in enumerate(zip(rows, tokens)):
+                        seqs[b].append(token)
+                        if p is not None:
+                            probs[b].append(p[i])
+            else:  # a drafter with no batched path (the n-gram table): row by row
+                for b in active:
+                    if k_row[b]:
+                        tokens, p = drafter.propose(seqs[b], k_row[b], sampling)
+                        seqs[b] += tokens
+                        probs[b] = [] if p is None else list(p)
+            sd._sync(model or target)
+            drafted = time.perf_counter()
+            # 2. The target checks every row's last accepted token and guesses in ONE pass.
+            logits = checker.score(seqs, n, active)                        # {b: (k_b+1, V)}
+            # 3. Each row keeps its own number of guesses and adds the target's token.
+            for b in active:
+                guesses, row = seqs[b][n[b]:], stats.rows[b]
+                if sampling.greedy:
+                    kept, token = greedy_verdict(guesses, logits[b].argmax(-1).tolist())
+                else:
+                    target_probs = warp(logits[b], temperature, top_k, top_p)   # (k_b+1, V)
+                    kept, token = verify(target_probs, np.reshape(probs[b], (len(guesses), V)),
+                                         guesses, rng)
+                del seqs[b][n[b] + kept:]
+                seqs[b].append(token)
+                row.rounds += 1
+                row.target_positions += len(guesses) + 1
+                row.draft_positions += len(guesses)
+                row.proposed += len(guesses)
+                row.accepted += kept
+                for i in range(kept):
+                    row.accepted_per_position[i] += 1
+                row.new_tokens += kept + 1
+                row.trace.append((guesses, kept, token))
+                if hasattr(drafter, "kept"):
+                    drafter.kept(kept)
+            sd._sync(target)
+            stats.draft_time += drafted - started
+            stats.target_time += time.perf_counter() - drafted
+            stats.batch_rounds += 1
+            active = [b for b in active if len(seqs[b]) < goals[b]]
+    for b, row in enumerate(stats.rows):
+        row.target_passes = checker.row_passes[b]
+        row.draft_passes = guesser.row_passes[b] if guesser else row.proposed
+        for name in ("rounds", "proposed", "accepted", "new_tokens", "target_positions",
+                     "draft_positions"):
+            setattr(stats, name, getattr(stats, name) + getattr(row, name))
+        stats.accepted_per_position = [a + r for a, r in zip(stats.accepted_per_position,
+                                                              row.accepted_per_position)]
+        stats.trace += row.trace
+    stats.target_passes = checker.passes
+    stats.draft_passes = guesser.passes if guesser else stats.proposed
+    return _output(seqs, prompts), stats
+
+
+def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k, top_p,
+                generator, threads):
+    """An adaptive k, or a drafter that shares the target's pass (early exit, heads), or a
+    target with no batched path: the rows one after another (speculative._speculative_row)."""
+    k_max = k.k_max if hasattr(k, "update") else k
+    stats = BatchStats(k=k_max)
+    with machine.threads(threads):
+        for seq in seqs:
+            _, row = sd._speculative_row(target, draft, seq, max_new_tokens, k, temperature,
+                                         top_k, top_p, generator)
+            stats.rows.append(row)
+            stats.add(row)
+    stats.batch_rounds = stats.rounds
+    return _output(seqs, prompts), stats
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring: batched against one row at a time, and the speed-up against batch size
+
+
+def alpha_of(stats):
+    """Guesses kept / guesses checked (a guess after a rejected one is never checked)."""
+    checked = sum(kept + (kept < len(guesses)) for guesses, kept, _ in stats.trace)
+    return stats.accepted / max(1, checked)
+
+
+def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
+    """machine.pass_time for the pass this file makes: median seconds of one BatchScorer pass
+    over batch rows x `tokens` new tokens after `context` cached ones. measure(fn, repeats) ->
+    median seconds; by default the wall clock on one torch thread."""
+    context = min(context, model.c.block_size - tokens)
+    ids = torch.randint(0, model.c.vocab_size, (batch, context + tokens),
+                        generator=torch.Generator().manual_seed(0)).tolist()
+    scorer = BatchScorer(model, batch)
+    with machine.threads():                          # the untimed set-up pass too
+        scorer.run([(b, row[:context], 0) for b, row in enumerate(ids)])
+    new = [(b, row[context:], context) for b, row in enumerate(ids)]
+    return (measure or machine.median_time)(lambda: scorer.run(new), repeats)
+
+
+def rows_vs_batch(target, prompts, new_tokens=100, repeats=5):
+    """Plain decoding of the prompts one row at a time (speculative.generate) against all at
+    once (generate here), timed alternately: (seconds of rows, seconds of the batch, median
+    ratio, ratios). Checks that the outputs are the same first."""
+    batch = [p[0].tolist() if torch.is_tensor(p) and p.dim() == 2 else list(p) for p in prompts]
+    one = [sd.generate(target, torch.tensor([p]), new_tokens)[0].tolist() for p in batch]
+    if one != generate(target, batch, new_tokens):
+        raise AssertionError("batched plain decoding differs from row-by-row: a bug")
+    return machine.paired_times(
+        lambda: [sd.generate(target, torch.tensor([p]), new_tokens) for p in batch],
+        lambda: generate(target, batch, new_tokens), repeats)
+
+
+def decoders(target, draft, rows, new_tokens):
+    """(plain(), speculative(k)) decoding `rows` as speculative.generate and speculative_generate
+    do: one row on speculative.py's own path (tuned for one sequence), more rows here. Both give
+    lists of token lists; speculative(k) gives its Stats too."""
+    if len(rows) > 1:
+        return (lambda: generate(target, rows, new_tokens),
+                lambda k: speculative_generate(target, draft, rows, new_tokens, k=k))
+    idx = torch.tensor(rows)
+
+    def speculative(k):
+        out, stats = sd.speculative_generate(target, draft, idx, new_tokens, k=k)
+        return out.tolist(), stats
+    return lambda: sd.generate(target, idx, new_tokens).tolist(), speculative
+
+
+def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2, 3, 4, 6, 8),
+                measure=None, *, new_tokens=100, repeats=3, pass_repeats=100, log=print):
+    """Speculative against plain decoding of the first b prompts, for each batch size b in
+    `sizes` and each k in `ks` (batch 1: speculative.py's one-row path, as the public functions
+    dispatch). One dict per (b, k): tokens/s of both, the measured speed-up (the median of
+    `repeats` alternating pairs) and the formula's prediction from passes timed at that size:
+    verify = a target pass over b x (k+1) new tokens / over b x 1; c = a draft pass over b x 1
+    / a target pass over b x 1 (a drafter that is not a GPT: its seconds per guess in the run
+    instead); alpha = guesses kept / guesses checked in the run. Passes are timed as decoding
+    makes them (pass_seconds; machine.pass_time at batch 1); measure(fn, repeats) -> median
+    seconds, default the wall clock on one torch thread. Every greedy output is checked against
+    plain decoding's first. pass_repeats: calls per timed pass."""
+    batch = [p[0].tolist() if torch.is_tensor(p) and p.dim() == 2 else list(p) for p in prompts]
+    if max(sizes) > len(batch):
+        raise ValueError(f"batch sizes up to {max(sizes)} need as many prompts, not {len(batch)}")
+    model = batch_draft(draft)
+    out = []
+    for b in sizes:
+        plain, speculative = decoders(target, draft, batch[:b], new_tokens)
+        timer = machine.pass_time if b == 1 else pass_seconds
+
+        def timed(m, tokens):
+            return timer(m, tokens, batch=b, measure=measure, repeats=pass_repeats)
+        want, one = plain(), timed(target, 1)
+        small = timed(model, 1) if model else None
+        for k in ks:
+            got, stats = speculative(k)
+            if got != want:
+                raise AssertionError(f"greedy batched speculative output differs from plain "
+                                     f"decoding (batch {b}, k {k}): a bug, please report it")
+            plain_s, spec_s, speedup, ratios = machine.paired_times(
+                plain, lambda: speculative(k), repeats)
+            rounds = getattr(stats, "batch_rounds", stats.rounds)
+            c = small / one if model else stats.draft_time / max(1, rounds * k) / one
+            a, verify_cost = alpha_of(stats), timed(target, k + 1) / one
+            out.append({"batch": b, "k": k, "plain_s": plain_s, "spec_s": spec_s,
+                        "plain_tokens_per_s": b * new_tokens / plain_s,
+                        "spec_tokens_per_s": b * new_tokens / spec_s, "speedup": speedup,
+                        "spread": machine.spread(ratios), "alpha": a, "c": c,
+                        "verify_cost": verify_cost,
+                        "predicted": sd.expected_speedup(a, k, c, verify_cost),
+                        "tokens_per_pass": stats.tokens_per_pass,
+                        "tokens_per_row_round": stats.new_tokens / max(1, rounds) / b,
+                        "target_pass_1_s": one})
+            log(f"batch {b:3} k {k}: plain {b * new_tokens / plain_s:8,.0f} tokens/s, "
+                f"speculative {b * new_tokens / spec_s:8,.0f} tokens/s, {speedup:.2f}x "
+                f"(predicted {out[-1]['predicted']:.2f}x: alpha {a:.2f}, c {c:.3f}, "
+                f"verify {verify_cost:.2f})")
+    return out
+
+
+def best_by_size(rows):
+    """For each batch size, the row of the k with the highest measured speed-up."""
+    best = {}
+    for r in rows:
+        if r["batch"] not in best or r["speedup"] > best[r["batch"]]["speedup"]:
+            best[r["batch"]] = r
+    return best
+
+
+@dataclass
+class CurveArgs:
+    new_tokens: int = 100         # characters written per row
+    repeats: int = 3              # alternating plain/speculative pairs per figure (medians)
+    sizes: str = "1,2,4,8,16,32,64"  # batch sizes of the curve (held-out prompts, 32 characters)
+    ks: str = "1,2,3,4,6"         # draft lengths tried at each size
+    drafts: str = "distilled,draft,ngram"  # drafters compared at batch 16 (drafts.NAMES)
+    curve_draft: str = "best"     # the drafter of the curve; best: the fastest at batch 16
+    json: str = ""                # also write every figure here
+
+
+def main(argv=None):
+    """python batched.py: issue 12's figures on the lesson's big model (NumPy). Plain decoding
+    of 16 rows batched against one row at a time (NumPy and torch); batched speculative
+    against batched plain at batch 16 for each drafter; then the speed-up against batch size
+    with the best of them (see batch_curve), next to the formula's prediction."""
+    import json
+
+    import benchmark
+    import checkpoint
+    import cli
+    from drafts import by_name
+    parser = cli.Parser(description=main.__doc__.split(".")[0])
+    cli.add_fields(parser, CurveArgs, title="batched")
+    args = cli.take(CurveArgs, parser.parse_args(argv))
+    sizes, ks = ([int(x) for x in s.split(",")] for s in (args.sizes, args.ks))
+    big = checkpoint.load_trained("big")
+    target = NumpyGPT(big)
+    prompts = benchmark.held_out_prompts(max(sizes + [16]), 32)
+    results = {"machine": machine.describe(), "settings": args.__dict__, "rows_vs_batch": {}}
+    with machine.Busy() as busy:
+        for name, model in (("numpy", target), ("torch", big)):
+            rows_s, batch_s, ratio, ratios = rows_vs_batch(model, prompts[:16], args.new_tokens,
+                                                           args.repeats)
+            results["rows_vs_batch"][name] = {"rows_s": rows_s, "batch_s": batch_s,
+                                              "speedup": ratio, "spread": machine.spread(ratios)}
+            n = 16 * args.new_tokens
+            print(f"plain, 16 rows x {args.new_tokens}, {name}: one row at a time "
+                  f"{n / rows_s:,.0f} tokens/s, batched {n / batch_s:,.0f} tokens/s: "
+                  f"{ratio:.2f}x", flush=True)
+    results["busy_plain"] = busy.note()
+    best = {}
+    for name in args.drafts.split(","):
+        print(f"\nbatch 16, draft {name}:", flush=True)
+        with machine.Busy() as busy:
+            rows = batch_curve(target, by_name(name), prompts, (16,), ks,
+                               new_tokens=args.new_tokens, repeats=args.repeats)
+        results[f"batch16_{name}"] = {"rows": rows, "busy": busy.note()}
+        best[name] = best_by_size(rows)[16]
+        print(f"best: k {best[name]['k']}, {best[name]['speedup']:.2f}x. {busy.note()}", flush=True)
+    name = max(best, key=lambda d: best[d]["speedup"]) if args.curve_draft == "best" else \
+        args.curve_draft
+    print(f"\nthe speed-up against batch size, draft {name}:", flush=True)
+    with machine.Busy() as busy:
+        rows = batch_curve(target, by_name(name), prompts, sizes, ks,
+                           new_tokens=args.new_tokens, repeats=args.repeats)
+    results["curve"] = {"draft": name, "rows": rows, "busy": busy.note()}
+    k4 = {r["batch"]: r for r in rows if r["k"] == 4}
+    print(f"\n| batch | k = 4 | predicted | best k | speed-up | predicted | verify cost (best k) |"
+          f" c |\n|---|---|---|---|---|---|---|---|")
+    for b, r in best_by_size(rows).items():
+        four = f"{k4[b]['speedup']:.2f}x | {k4[b]['predicted']:.2f}x" if b in k4 else "- | -"
+        print(f"| {b} | {four} | {r['k']} | {r['speedup']:.2f}x | {r['predicted']:.2f}x | "
+              f"{r['verify_cost']:.2f} | {r['c']:.3f} |")
+    print(busy.note() or "(the machine stayed quiet)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

@@ -1,0 +1,967 @@
+"""
+exercises/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
+lenience relaxation, and the arithmetic that speculation wastes.
+
+    python -m exercises.sampling_costs                # cached models: 65-80 s on 2 CPU cores
+    python -m exercises.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
+    python -m exercises.sampling_costs --quick        # tiny models: what the tests run
+
+1. Temperature. For each drafter (the lesson's draft and the distilled one in NumPy, the extra
+   heads on the big model's own states; the big model runs in torch) and each temperature,
+   plain, with --top-k and with --top-p: alpha and greedy agreement on held-out text (alpha with
+   the same temperature and warp that decoding uses: speculative.agreement_of), tokens per pass
+   and wall-clock speed-up at k, each measured and predicted:
+       predicted tokens per pass  expected_tokens_per_pass(alpha, k); for the heads, whose
+                                  alpha differs per head, 1 + a1 + a1 a2 + ... + a1...ak
+       predicted speed-up         that / (k c + verify(k)), c (seconds per guess in these runs /
+                                  one target step) and verify(k) (a pass over k+1 tokens / one
+                                  over 1 token) measured on this machine
+   Where measured and predicted tokens per pass differ by more than 10%, alpha measured on the
+   target's own sampled text and the acceptance inside the run say why.
+2. Lenience (speculative_generate(..., lenience=l), off by default): a guess x is kept with
+   min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)). Per lenience: the
+   speed-up, and how far the output moves from the target's distribution: exactly per token on
+   the trained pair (held-out contexts), exactly for whole 3-token outputs on a 4-token model by
+   enumerating the rule's branches (lenient_distribution), and by sampling that model.
+3. Cost. Per run: positions the target scored against tokens kept; multiply-adds of plain and
+   speculative decoding from the models' shapes (macs_per_position); bytes of weights read per
+   token. Speculation scores more positions and does more arithmetic than plain decoding, but
+   reads the big model's weights fewer times: a memory-bound GPU gains about the bytes' ratio,
+   a compute-bound machine loses the FLOPs' ratio, and an overhead-bound CPU lands in between.
+4. Formulas. Corollary 3.9 of Leviathan et al. (checked in tests/test_sampling_costs.py) and the
+   best k: measured (greedy, k = --ks, the best drafter) against speculative.best_k.
+Figures: results/sampling_temperature.png, sampling_lenience.png, sampling_costs.png; numbers in
+sampling_costs.json; the report's section "Sampling's price list".
+"""
+
+import math
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+import gpt
+import machine
+import speculative as sd
+from benchmark import held_out_prompts
+from drafts import by_name, check_name, heads
+from exercises import common, report
+from numpy_speculative import accept_probability, residual, window_start
+
+# Leviathan, Kalman, Matias (2023), Table 2: T5-XXL with T5-small drafting, English to German.
+LEVIATHAN_TABLE_2 = {"argmax": {"alpha": 0.75, "k": 7, "speedup": 3.4},
+                     "temperature 1": {"alpha": 0.62, "k": 7, "speedup": 2.6}}
+DRAFTS = ("draft", "distilled", "names", "heads")   # drafters this comparison can measure
+BYTES = 4                                           # float32 weights
+SMALL_PROMPT = [1, 2, 0]                            # the 4-token pair's prompt (as in the tests)
+
+
+@dataclass
+class Args(common.ExerciseArgs):
+    drafts: str = "draft,distilled,heads"  # drafters (draft, distilled, names, heads); big in torch
+    temperatures: str = "0,0.25,0.5,0.75,1,1.5"  # temperatures swept (0: greedy), >= 0
+    top_k: int = 10          # each temperature above 0 also runs with this top-k (0: not)
+    top_p: float = 0.9       # ... and with this top-p, in (0, 1] (1 keeps everything: not run)
+    k: int = 4               # draft tokens per round in the sweeps
+    ks: str = "1,2,3,4,5,6,8,10,12"  # draft lengths for the best k (greedy, best model drafter)
+    leniences: str = "1,0.8,0.6,0.4,0.2"  # leniences, each in (0, 1] (1: the exact rule)
+    lenience_draft: str = "draft"  # drafter for the lenience sweep (temperature 1)
+    samples: int = 2000      # sampled outputs per lenience on the 4-token pair
+    prompts: int = 4         # held-out prompts per measurement
+    new_tokens: int = 96     # characters written per prompt (32 + 96 fit the 128 window)
+    repeats: int = 3         # timings: median of this many alternated plain/speculative pairs
+    k_repeats: int = 5       # ... for the best k, whose speed-ups differ by little
+    windows: int = 64        # held-out windows alpha is measured on
+
+
+def numbers_of(text, name):
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{name} takes numbers, comma-separated, not {text!r}") from None
+
+
+def check(args):
+    """One-line errors for flags out of range; returns (temperatures, leniences, ks, drafts)."""
+    temperatures = numbers_of(args.temperatures, "temperatures")
+    if not temperatures or any(not (0 <= t < math.inf) for t in temperatures):
+        raise ValueError(f"--temperatures must be numbers >= 0 (0 is greedy), not "
+                         f"{args.temperatures!r}")
+    leniences = numbers_of(args.leniences, "leniences")
+    if not leniences or any(not (0 < x <= 1) for x in leniences):
+        raise ValueError(f"--leniences must each be in (0, 1] (1 is the exact rule), not "
+                         f"{args.leniences!r}")
+    if not (0 < args.top_p <= 1):
+        raise ValueError(f"--top_p must be in (0, 1] (1 keeps every token), not {args.top_p}")
+    if args.top_k < 0:
+        raise ValueError(f"--top_k must be a whole number >= 1 (0: no top-k runs), not "
+                         f"{args.top_k}")
+    ks = numbers_of(args.ks, "ks")
+    if not ks or any(k != int(k) or k < 1 for k in ks) or args.k < 1:
+        raise ValueError(f"--k and --ks take whole numbers >= 1, not {args.k!r} / {args.ks!r}")
+    for name in ("samples", "prompts", "new_tokens", "repeats", "k_repeats", "windows"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, not {getattr(args, name)}")
+    drafts = [d for d in args.drafts.split(",") if d]
+    for name in drafts + [args.lenience_draft]:
+        check_name(name)
+        if name not in DRAFTS:
+            raise ValueError(f"this comparison measures {', '.join(DRAFTS)}, not {name!r}")
+    if args.lenience_draft == "heads":
+        raise ValueError("--lenience_draft must be a model (draft, distilled, names)")
+    return temperatures, leniences, [int(k) for k in ks], drafts
+
+
+def warps(temperature, args):
+    """The warps a temperature runs with: plain, top-k, top-p (greedy: plain only)."""
+    out = [("none", {})]
+    if temperature > 0 and args.top_k:
+        out.append((f"top-k {args.top_k}", {"top_k": args.top_k}))
+    if temperature > 0 and args.top_p < 1:
+        out.append((f"top-p {args.top_p:g}", {"top_p": args.top_p}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. The cost side: positions, multiply-adds and bytes, from the models' shapes
+#
+# Scoring one position whose window holds `keys` tokens (the new one included) through a GPT of
+# n_layer blocks of width C with vocabulary V takes, in multiply-adds (MACs):
+#     per block  3 C^2 (queries, keys, values) + C keys (scores) + C keys (weighted values)
+#                + C^2 (attention output) + 8 C^2 (MLP: C -> 4C -> C)  =  12 C^2 + 2 C keys
+#     head       C V (the final projection to the vocabulary)
+#     total      n_layer (12 C^2 + 2 C keys) + C V;   FLOPs = 2 MACs
+# LayerNorms, GELU, softmax and the embedding look-ups are O(C) or O(keys): left out. A pass reads
+# every weight once: n_layer (12 C^2 + 13 C) (blocks) + 2 C (final LayerNorm) + V C (head, tied
+# to the token embedding) parameters, 4 bytes each; the KV cache it reads is left out too (it is
+# the same for plain and speculative decoding, per token scored). The window's re-encoding after
+# a jump is the same for both as well, and is left out. Position m (predicting token m) is scored
+# with keys = m - window_start(m) tokens in view.
+
+
+def macs_per_position(c, keys):
+    """Multiply-adds of one position through a GPT of config c with `keys` tokens in view."""
+    C = c.n_embd
+    return c.n_layer * (12 * C * C + 2 * C * keys) + C * c.vocab_size
+
+
+def weights_read(c):
+    """Parameters one forward pass of a GPT of config c reads (the position table's one row and
+    the token embedding's rows are left out; the head, tied to the embedding, is read whole)."""
+    C = c.n_embd
+    return c.n_layer * (12 * C * C + 13 * C) + 2 * C + c.vocab_size * C
+
+
+def parameter_count(c):
+    """Every parameter of a gpt.GPT of config c (the head is tied to the token embedding)."""
+    return weights_read(c) + c.block_size * c.n_embd
+
+
+def keys_at(m, block_size):
+    """Tokens in view when position m is scored: window_start(m) .. m - 1."""
+    return m - window_start(m, block_size)
+
+
+def draft_costs(draft):
+    """(MACs of one guess at position m, parameters one guess reads) for a drafter: a GPT
+    (one pass of its own per guess), or the extra heads (one residual block C x C and one
+    projection C x V on a state the big model already computed)."""
+    if hasattr(draft, "c"):
+        c = draft.c
+        return (lambda m: macs_per_position(c, keys_at(m, c.block_size))), weights_read(c)
+    if hasattr(draft, "fc_w"):
+        C, V = draft.fc_w.shape[1], draft.vocab_size
+        return (lambda m: C * C + C * V), C * C + C + C * V
+    return (lambda m: 0), 0                                          # a table look-up
+
+
+def run_costs(target_c, draft, runs):
+    """Positions, MACs and weights read of speculative runs and of plain decoding writing the
+    same tokens. runs: (prompt length, Stats) per prompt; each Stats' trace is replayed: a round
+    starting at length n with k_round guesses scores positions n .. n + k_round with the target
+    and n .. n + k_round - 1 with the draft, and adds kept + 1 tokens."""
+    guess_macs, guess_weights = draft_costs(draft)
+    block = target_c.block_size
+    out = Counter()
+    for prompt_len, stats in runs:
+        n = prompt_len
+        for proposed, kept, _ in stats.trace:
+            k_round = len(proposed)
+            out["target_macs"] += sum(macs_per_position(target_c, keys_at(m, block))
+                                      for m in range(n, n + k_round + 1))
+            out["draft_macs"] += sum(guess_macs(m) for m in range(n, n + k_round))
+            n += kept + 1
+        out["plain_macs"] += sum(macs_per_position(target_c, keys_at(m, block))
+                                 for m in range(prompt_len, n))
+        out["new_tokens"] += n - prompt_len
+        out["target_positions"] += stats.target_positions
+        out["draft_positions"] += stats.draft_positions
+        out["target_passes"] += stats.target_passes
+        out["draft_passes"] += stats.draft_passes
+    new = max(1, out["new_tokens"])
+    W = weights_read(target_c)
+    plain_bytes = BYTES * W                                          # one pass per token
+    spec_bytes = BYTES * (out["target_passes"] * W + out["draft_passes"] * guess_weights) / new
+    spec_macs = out["target_macs"] + out["draft_macs"]
+    return {**out,
+            "wasted_positions": out["target_positions"] - out["new_tokens"],
+            "positions_per_token": out["target_positions"] / new,
+            "plain_flops_per_token": 2 * out["plain_macs"] / new,
+            "spec_flops_per_token": 2 * spec_macs / new,
+            "draft_flops_share": out["draft_macs"] / max(1, spec_macs),
+            "plain_bytes_per_token": plain_bytes, "spec_bytes_per_token": spec_bytes,
+            # What the speed-up would be if time followed only one of them:
+            "compute_bound_speedup": out["plain_macs"] / max(1, spec_macs),
+            "memory_bound_speedup": plain_bytes / spec_bytes}
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Alpha on held-out text and on the target's own sampled text
+
+
+def logits_of(model, x):
+    """Logits (B, T, V) as a float32 array of a gpt.GPT or numpy_gpt.NumpyGPT on x (B, T)."""
+    with torch.no_grad():
+        return model(x)[0].float().cpu().numpy()
+
+
+def head_logits(drafter, states, i):
+    """Head i (0-based) of a heads.HeadsDraft on final hidden states (..., C): logits (..., V)."""
+    x = states + heads.silu(states @ drafter.fc_w[i] + drafter.fc_b[i])
+    return x @ drafter.head_w[i]
+
+
+class Scored:
+    """Both models' logits on some token windows (B, T), to measure alpha at any warp.
+
+    first: the first token that counts (those generated, or all of held-out text). Row t of
+    the target's logits predicts token t + 1, and so does a draft model's; head i (1..h) of the
+    heads reads the state at t and guesses token t + 1 + i, which the target predicts at row
+    t + i: one alpha per head."""
+
+    def __init__(self, big, draft, x, first=0):
+        self.first = first
+        self.shift = 0           # guess j (0-based) from row t: the target's row t + j + shift
+        if hasattr(draft, "fc_w"):                                   # the extra heads
+            self.shift = 1
+            with torch.no_grad():
+                logits, states = heads.final_states(big, x)
+            self.target = logits.float().numpy()
+            states = states.float().numpy()
+            self.guesses = [head_logits(draft, states, i) for i in range(draft.n_heads)]
+        else:
+            self.target = logits_of(big, x)
+            self.guesses = [logits_of(draft, x)]
+
+    def agreement(self, k, temperature, top_k=None, top_p=None):
+        """([alpha of guess 1..k], [greedy agreement of guess 1..k]): one entry per guess (the
+        heads), or one for every guess (a model drafts each guess alike)."""
+        alphas, agree = [], []
+        T = self.target.shape[1]
+        for i, guess in enumerate(self.guesses[:k]):
+            ahead = i + self.shift
+            rows = slice(max(0, self.first - 1 - ahead), T - 1 - ahead)  # guesses from row t
+            want = slice(rows.start + ahead, T - 1)       # the target's for the same tokens
+            a, g = sd.agreement_of(self.target[:, want], guess[:, rows],
+                                   temperature=temperature, top_k=top_k, top_p=top_p)
+            alphas.append(a)
+            agree.append(g)
+        if len(self.guesses) == 1:
+            alphas, agree = alphas * k, agree * k
+        return alphas, agree
+
+
+def chain_tokens_per_pass(alphas, is_model):
+    """Predicted tokens per pass: expected_tokens_per_pass(alpha, k) for a model (one alpha);
+    1 + a1 + a1 a2 + ... for the heads (head i kept with probability a_i)."""
+    if is_model:
+        return sd.expected_tokens_per_pass(alphas[0], len(alphas))
+    return 1 + sum(math.prod(alphas[:i + 1]) for i in range(len(alphas)))
+
+
+def held_out_windows(n, window):
+    data = gpt.val_data
+    starts = torch.linspace(0, len(data) - window - 1, n).long()
+    return torch.stack([data[s:s + window] for s in starts])
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. The temperature sweep
+
+
+class Timer:
+    """Plain and speculative decoding of the same prompts at one setting, timed alternately."""
+
+    def __init__(self, big, draft, prompts, n, seed):
+        self.big, self.draft, self.prompts, self.n, self.seed = big, draft, prompts, n, seed
+
+    def measure(self, repeats, k, **decoding):
+        generator = torch.Generator().manual_seed(self.seed)
+        plain_out, runs = [], []
+
+        def plain():
+            plain_out[:] = [sd.generate(self.big, p, self.n, generator=generator,
+                                        **{a: b for a, b in decoding.items() if a != "lenience"})
+                            for p in self.prompts]
+
+        def speculative():
+            runs[:] = [(p.shape[1], sd.speculative_generate(self.big, self.draft, p, self.n, k=k,
+                                                            generator=generator, **decoding)[1])
+                       for p in self.prompts]
+            every.extend(runs)
+        every = []
+        plain_s, spec_s, speedup, ratios = machine.paired_times(plain, speculative, repeats)
+        stats = sd.Stats(k=k)
+        for _, s in every:
+            stats.add(s)
+        return {"plain_s": plain_s, "spec_s": spec_s, "speedup": speedup,
+                "spread": machine.spread(ratios), "stats": stats, "runs": runs,
+                "plain_out": [o[0].tolist() for o in plain_out]}
+
+
+def sweep(args, big, draft, name, temperatures, step, verify, log):
+    is_model = not hasattr(draft, "fc_w")
+    window = min(big.c.block_size, draft.c.block_size if is_model else big.c.block_size)
+    held_out = Scored(big, draft, held_out_windows(args.windows, window))
+    prompts = held_out_prompts(args.prompts, 32)
+    timer = Timer(big, draft, prompts, args.new_tokens, args.seed)
+    P, k, rows = prompts[0].shape[1], args.k, []
+    for temperature in temperatures:
+        for warp_name, warp in warps(temperature, args):
+            alphas, agree = held_out.agreement(k, temperature, **warp)
+            m = timer.measure(args.repeats, k, temperature=temperature, **warp)
+            stats = m["stats"]
+            own = Scored(big, draft, torch.tensor(m["plain_out"])[:, -window:],
+                         first=P - max(0, P + args.new_tokens - window))
+            own_alphas, _ = own.agreement(k, temperature, **warp)
+            checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
+            in_run = stats.accepted / max(1, checked)
+            c = stats.draft_time / max(1, stats.proposed) / step
+            predicted = chain_tokens_per_pass(alphas, is_model)
+            row = {"draft": name, "temperature": temperature, "warp": warp_name, "k": k,
+                   "alpha": alphas[0], "alphas": alphas, "greedy_agreement": agree[0],
+                   "alpha_own_text": own_alphas[0], "alpha_in_run": in_run,
+                   "c": c, "verify": verify[k],
+                   "tokens_per_pass": stats.tokens_per_pass,
+                   "predicted_tokens_per_pass": predicted,
+                   "own_text_tokens_per_pass": chain_tokens_per_pass(own_alphas, is_model),
+                   "in_run_tokens_per_pass": sd.expected_tokens_per_pass(in_run, k),
+                   "speedup": m["speedup"],
+                   "predicted_speedup": predicted / (k * c + verify[k]),
+                   "plain_us_per_token": m["plain_s"] / (len(prompts) * args.new_tokens) * 1e6,
+                   "spread": m["spread"],
+                   "costs": run_costs(big.c, draft, m["runs"])}
+            row["why"] = why_tokens(row)
+            rows.append(row)
+            log(f"  {name:9} T {temperature:<4g} {warp_name:9} alpha {alphas[0]:.2f} "
+                f"(own text {own_alphas[0]:.2f}), {stats.tokens_per_pass:.2f} per pass "
+                f"(predicted {predicted:.2f}), {m['speedup']:.2f}x "
+                f"(predicted {row['predicted_speedup']:.2f}x)")
+    return rows
+
+
+def why_tokens(row):
+    """"" when measured tokens per pass are within 10% of the prediction, else why not."""
+    measured, predicted = row["tokens_per_pass"], row["predicted_tokens_per_pass"]
+    if abs(measured / predicted - 1) <= 0.10:
+        return ""
+    own, in_run = row["own_text_tokens_per_pass"], row["in_run_tokens_per_pass"]
+    if abs(measured / own - 1) <= 0.10:
+        return (f"the text differs: on the target's own sampled text alpha is "
+                f"{row['alpha_own_text']:.2f} (held-out {row['alpha']:.2f}), which predicts "
+                f"{own:.2f} per pass")
+    if abs(measured / in_run - 1) <= 0.10:
+        return (f"alpha differs on the text written: inside the run {row['alpha_in_run']:.0%} "
+                f"of checked guesses were kept (held-out alpha {row['alpha']:.2f}), which "
+                f"predicts {in_run:.2f}")
+    runs = "more" if measured > in_run else "fewer"
+    return (f"misses come in runs: {measured:.2f} per pass, {runs} than the {in_run:.2f} that "
+            f"independent guesses kept at the run's own rate ({row['alpha_in_run']:.0%}) give; "
+            f"own-text alpha {row['alpha_own_text']:.2f}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Lenience: the rule, its exact output distribution, and what it buys
+
+
+def lenient_step(target_probs, draft_probs, lenience):
+    """The lenient rule at one position, for every row of (..., V) arrays at once: (the
+    distribution of the token it writes there when the draft proposes from draft_probs, the
+    probability a guess is kept). The same branches as numpy_speculative.verify on
+    lenience x draft_probs: keep x with min(1, p/(l q)), else draw from norm(max(0, p - l q))."""
+    p, q = np.asarray(target_probs, np.float64), np.asarray(draft_probs, np.float64)
+    kept = np.minimum(q, p / lenience)                   # q(x) min(1, p(x) / (l q(x)))
+    leftover = np.maximum(p - lenience * q, 0.0)
+    total = leftover.sum(-1, keepdims=True)
+    fallback = p / p.sum(-1, keepdims=True)              # residual's: nothing left over
+    res = np.where(total > 0, leftover / np.where(total > 0, total, 1), fallback)
+    alpha = kept.sum(-1)
+    return kept + (1 - alpha)[..., None] * res, alpha
+
+
+def total_variation(a, b):
+    """Total variation distance of two distributions: dicts {outcome: p} or arrays (..., V)."""
+    if isinstance(a, dict):
+        return 0.5 * sum(abs(a.get(x, 0.0) - b.get(x, 0.0)) for x in set(a) | set(b))
+    return 0.5 * np.abs(np.asarray(a) - np.asarray(b)).sum(-1)
+
+
+def next_token_probs(model, **warp):
+    """seq (a tuple of ids) -> the model's warped distribution (V,) of the next token, cached."""
+    @lru_cache(maxsize=None)
+    def probs(seq):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq]))[0][0, -1].float().numpy()
+        return sd.warp(logits, **warp)
+    return probs
+
+
+def lenient_distribution(target_probs, draft_probs, prompt, n_tokens, k, lenience=1.0):
+    """{first n_tokens: probability} that speculative sampling at k with this lenience writes,
+    computed exactly by enumerating the rule's branches as speculative._speculative_row takes
+    them: rounds of k_round = min(k, tokens left - 1) guesses; guess x (drawn from q) is kept
+    with accept_probability(p(x), l q(x)) and the round goes on; a rejection writes a token from
+    residual(p, l q) and ends the round; a round whose guesses were all kept (or that had none)
+    ends with a token from the target's own p. target_probs / draft_probs: seq (tuple) -> (V,).
+    At lenience 1 this is exactly the target's distribution."""
+    out, goal = defaultdict(float), len(prompt) + n_tokens
+
+    def new_round(seq, prob):
+        if len(seq) == goal:
+            out[seq[len(prompt):]] += prob
+            return
+        guess(seq, 0, min(k, goal - len(seq) - 1), prob)
+
+    def guess(seq, i, k_round, prob):
+        p = target_probs(seq)
+        if i == k_round:                       # the bonus token (or a round without guesses)
+            for x in np.flatnonzero(p):
+                new_round(seq + (int(x),), prob * p[x])
+            return
+        lq = lenience * draft_probs(seq)
+        kept = np.array([lq[x] / lenience * accept_probability(p[x], lq[x])
+                         for x in range(len(p))])             # q(x) x P(keep x)
+        for x in np.flatnonzero(kept):
+            guess(seq + (int(x),), i + 1, k_round, prob * kept[x])
+        rejected = 1.0 - kept.sum()
+        if rejected > 1e-15:
+            correction = residual(p, lq)
+            for x in np.flatnonzero(correction):
+                new_round(seq + (int(x),), prob * rejected * correction[x])
+
+    new_round(tuple(prompt), 1.0)
+    return dict(out)
+
+
+def small_pair():
+    """The tests' 4-token pair (tests/test_speculative.py, small_pair): random GPTs whose
+    larger weights give peaked, varied distributions, so every output of 3 tokens is
+    enumerable (4^3) and the rule's effect is large enough to see by sampling."""
+    def make(seed, n_layer):
+        torch.manual_seed(seed)
+        model = gpt.GPT(gpt.Config(vocab_size=4, block_size=16, n_layer=n_layer, n_head=2,
+                                   n_embd=16)).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.normal_(0, 0.4)
+        return model
+    return make(10, 2), make(11, 1)
+
+
+def lenience_small(leniences, samples, seed, k=2, n_tokens=3):
+    """Per lenience on the 4-token pair: the exact TV distance of 3-token outputs from the
+    target's, and the same from `samples` sampled outputs (sampling noise included)."""
+    target, draft = small_pair()
+    p_of, q_of = next_token_probs(target, temperature=1.0), next_token_probs(draft,
+                                                                             temperature=1.0)
+    want = lenient_distribution(p_of, q_of, SMALL_PROMPT, n_tokens, k, 1.0)
+    prompt = torch.tensor([SMALL_PROMPT])
+    rows = []
+    for lenience in leniences:
+        exact = lenient_distribution(p_of, q_of, SMALL_PROMPT, n_tokens, k, lenience)
+        g = torch.Generator().manual_seed(seed)
+        counts, stats = Counter(), sd.Stats(k=k)
+        for _ in range(samples):
+            out, s = sd.speculative_generate(target, draft, prompt, n_tokens, k=k,
+                                             temperature=1.0, generator=g, lenience=lenience)
+            counts[tuple(out[0, len(SMALL_PROMPT):].tolist())] += 1
+            stats.add(s)
+        sampled = {x: c / samples for x, c in counts.items()}
+        rows.append({"lenience": lenience, "exact_tv": total_variation(exact, want),
+                     "sampled_tv": total_variation(sampled, want),
+                     "sampled_tv_to_lenient": total_variation(sampled, exact),
+                     "acceptance_rate": stats.acceptance_rate})
+    return rows
+
+
+def lenience_trained(args, big, draft, leniences, step, verify, log):
+    """Per lenience on the trained pair at temperature 1: speed-up and tokens per pass,
+    measured and predicted (alpha of the lenient rule: sum_x min(q, p / l)), and the exact
+    per-token TV distance from the target's distribution over held-out contexts."""
+    x = held_out_windows(args.windows, min(big.c.block_size, draft.c.block_size))
+    held_out = Scored(big, draft, x)
+    p = sd.warp(held_out.target, 1.0)
+    q = sd.warp(held_out.guesses[0], 1.0)
+    timer = Timer(big, draft, held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    rows = []
+    for lenience in leniences:
+        written, alpha = lenient_step(p, q, lenience)
+        m = timer.measure(args.repeats, args.k, temperature=1.0, lenience=lenience)
+        stats = m["stats"]
+        predicted = sd.expected_tokens_per_pass(float(alpha.mean()), args.k)
+        c = stats.draft_time / max(1, stats.proposed) / step
+        rows.append({"lenience": lenience, "alpha": float(alpha.mean()),
+                     "tv_per_token": float(total_variation(written, p).mean()),
+                     "tokens_per_pass": stats.tokens_per_pass,
+                     "predicted_tokens_per_pass": predicted, "speedup": m["speedup"],
+                     "predicted_speedup": predicted / (args.k * c + verify[args.k]),
+                     "spread": m["spread"], "acceptance_rate": stats.acceptance_rate})
+        r = rows[-1]
+        log(f"  lenience {lenience:<4g} alpha {r['alpha']:.2f}, TV per token "
+            f"{r['tv_per_token']:.3f}, {r['tokens_per_pass']:.2f} per pass (predicted "
+            f"{predicted:.2f}), {r['speedup']:.2f}x")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The best k: measured against the formula
+
+
+def best_k_sweep(args, big, draft, name, ks, step, verify, log):
+    """Greedy runs at every k: the measured speed-ups and their best k, against
+    speculative.best_k with two cost models (see markdown()): the lesson's pieces timed apart
+    (c per guess, verify(k) of a pass alone), and a round's cost as the runs paid it."""
+    timer = Timer(big, draft, held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    n_tokens = args.prompts * args.new_tokens
+    rows = []
+    for k in ks:
+        m = timer.measure(args.k_repeats, k)
+        s = m["stats"]
+        checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in s.trace)
+        plain_step = m["plain_s"] / n_tokens                 # one plain character, all included
+        rows.append({"k": k, "speedup": m["speedup"], "tokens_per_pass": s.tokens_per_pass,
+                     "alpha_in_run": s.accepted / max(1, checked),
+                     "c": s.draft_time / max(1, s.proposed) / step, "verify": verify[k],
+                     # seconds of a round (the wall clock: both models and the loop) in plain
+                     # characters' time
+                     "round_cost": m["spec_s"] / (s.rounds / args.k_repeats) / plain_step})
+    window = min(big.c.block_size, getattr(draft, "c", big.c).block_size)
+    agree = Scored(big, draft, held_out_windows(args.windows, window)).agreement(1, 0.0)[1][0]
+    in_run = statistics.median(r["alpha_in_run"] for r in rows)
+    c = statistics.median(r["c"] for r in rows)
+    kk = np.array([r["k"] for r in rows], float)
+
+    def line(values):   # least squares: value ~ intercept + slope k
+        if len(kk) < 2:
+            return 0.0, float(values[0])
+        slope, intercept = np.polyfit(kk, values, 1)
+        return float(slope), float(intercept)
+    # A check that grows by `slope` steps per token checked is a dearer draft: a round costs
+    # k c + verify(k) = k (c + slope) + verify(0), which best_k(alpha, c + slope, verify(0)) takes.
+    slope, intercept = line(np.array([r["verify"] for r in rows]))
+    per_guess, fixed = line(np.array([r["round_cost"] for r in rows]))
+    measured = max(rows, key=lambda r: r["speedup"])["k"]
+    best = {"measured": measured,
+            "best_k_lesson": sd.best_k(agree, c),                       # verify 1: the lesson's
+            "best_k_pieces": sd.best_k(in_run, c + slope, intercept),
+            "best_k_rounds": sd.best_k(in_run, per_guess, fixed, k_max=max(ks)),
+            "best_k_rounds_unbounded": sd.best_k(in_run, per_guess, fixed),
+            "alpha": agree, "alpha_in_run": in_run, "c": c, "slope": slope,
+            "intercept": intercept, "round_per_guess": per_guess, "round_fixed": fixed}
+    for r in rows:
+        r["predicted_speedup"] = sd.expected_speedup(in_run, r["k"], c, r["verify"])
+        r["predicted_speedup_rounds"] = sd.expected_speedup(in_run, r["k"], per_guess, fixed)
+    best["within_one"] = abs(best["best_k_rounds"] - measured) <= 1
+    best["pieces_within_one"] = abs(best["best_k_pieces"] - measured) <= 1
+    log(f"  best k for {name} (greedy): measured {measured}; speculative.best_k "
+        f"{best['best_k_rounds']} from the runs' round costs ({fixed:.2f} + {per_guess:.2f} k "
+        f"plain steps, alpha {in_run:.2f}), {best['best_k_pieces']} from the pieces timed apart "
+        f"(c {c:.3f}, verify {intercept:.2f} + {slope:.2f} k), {best['best_k_lesson']} with "
+        f"verify 1")
+    return rows, best
+
+
+def corollary(rows, verify1):
+    """Corollary 3.9 per drafter at each temperature (no warp): is alpha above c, and above
+    c + verify(1) - 1 once the check of 2 tokens costs verify(1) steps?"""
+    return [{"draft": r["draft"], "temperature": r["temperature"], "alpha": r["alpha"],
+             "c": r["c"], "alpha_above_c": r["alpha"] > r["c"],
+             "speedup_k1": (1 + r["alpha"]) / (r["c"] + verify1),
+             "alpha_above_c_and_check": r["alpha"] > r["c"] + verify1 - 1}
+            for r in rows if r["warp"] == "none"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures and the report
+
+
+COLOURS = {"draft": "tab:blue", "distilled": "tab:orange", "names": "tab:purple",
+           "heads": "tab:green"}
+
+
+def plot_temperature(args, rows):
+    plt = common.pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    markers = {"none": "o"}
+    for name in dict.fromkeys(r["draft"] for r in rows):
+        colour = COLOURS.get(name, "k")
+        mine = [r for r in rows if r["draft"] == name]
+        plain = [r for r in mine if r["warp"] == "none"]
+        t = [r["temperature"] for r in plain]
+        axes[0].plot(t, [r["alpha"] for r in plain], "o-", color=colour,
+                     label=f"{name}: held-out alpha")
+        axes[0].plot(t, [r["alpha_own_text"] for r in plain], "o:", color=colour,
+                     label=f"{name}: on the target's own text")
+        for ax, key in ((axes[1], "tokens_per_pass"), (axes[2], "speedup")):
+            ax.plot(t, [r[key] for r in plain], "o-", color=colour, label=f"{name} measured")
+            ax.plot(t, [r[f"predicted_{key}"] for r in plain], "x--", color=colour,
+                    label=f"{name} predicted")
+        for r in mine:
+            if r["warp"] != "none":
+                marker = markers.setdefault(r["warp"], "^" if r["warp"].startswith("top-k")
+                                            else "s")
+                for ax, key in ((axes[0], "alpha"), (axes[1], "tokens_per_pass"),
+                                (axes[2], "speedup")):
+                    ax.plot(r["temperature"], r[key], marker, color=colour, mfc="none", ms=7)
+    for warp, marker in markers.items():
+        if warp != "none":
+            axes[2].plot([], [], marker, color="grey", mfc="none", label=f"{warp} (measured)")
+    axes[2].axhline(1, color="grey", lw=0.5)
+    axes[0].set(xlabel="temperature", ylabel="alpha (greedy agreement at 0)",
+                title="Agreement against temperature")
+    axes[1].set(xlabel="temperature", ylabel=f"characters per target pass (k {args.k})",
+                title="Tokens per pass: measured and expected_tokens_per_pass")
+    axes[2].set(xlabel="temperature", ylabel="speed-up over plain sampling",
+                title="Speed-up: measured and expected_speedup")
+    axes[0].set_ylim(0, 1.0)
+    for ax in axes[1:]:
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high + 0.45 * (high - low))      # room for the legend above the lines
+    for ax in axes:
+        ax.legend(fontsize=7, ncol=2, loc="lower center" if ax is axes[0] else "upper center")
+    fig.tight_layout()
+    return common.figure(args, "sampling_temperature.png", fig)
+
+
+def plot_lenience(args, trained, small):
+    plt = common.pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    tv = [r["tv_per_token"] for r in trained]
+    left.plot(tv, [r["speedup"] for r in trained], "o-", label="measured speed-up")
+    left.plot(tv, [r["predicted_speedup"] for r in trained], "x--", label="predicted")
+    for r in trained:
+        left.annotate(f"l = {r['lenience']:g}", (r["tv_per_token"], r["speedup"]), fontsize=8,
+                      xytext=(4, 4), textcoords="offset points")
+    left.axhline(1, color="grey", lw=0.5)
+    left.set(xlabel="total variation from the target, per token (exact, held-out contexts)",
+             ylabel="speed-up over plain sampling",
+             title=f"Lenience: speed against distance ({args.lenience_draft}, T = 1, k {args.k})")
+    left.legend(fontsize=8)
+    ls = [r["lenience"] for r in small]
+    right.plot(ls, [r["exact_tv"] for r in small], "o-", label="exact (enumerated)")
+    right.plot(ls, [r["sampled_tv"] for r in small], "s", mfc="none",
+               label=f"from {args.samples} samples")
+    right.set(xlabel="lenience (1: the exact rule)", ylabel="total variation, 3-token outputs",
+              title="The 4-token pair: whole outputs against the target's")
+    right.invert_xaxis()
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return common.figure(args, "sampling_lenience.png", fig)
+
+
+def plot_costs(args, rows, k_rows, best):
+    plt = common.pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    picked = [r for r in rows if r["warp"] == "none" and r["temperature"] in
+              (min(r["temperature"] for r in rows), max_t1(rows))]
+    labels = [f"{r['draft']}\nT {r['temperature']:g}" for r in picked]
+    x = np.arange(len(picked))
+    a = axes[0, 0]
+    a.bar(x, [r["costs"]["positions_per_token"] for r in picked], color="tab:red",
+          label="scored, per token kept")
+    a.axhline(1, color="k", lw=1, label="plain decoding (1)")
+    a.set(xticks=x, xticklabels=labels, ylabel="target positions per token",
+          title="Positions the target scores per token kept")
+    a.legend(fontsize=8)
+    a = axes[0, 1]
+    width = 0.38
+    plain = np.array([r["costs"]["plain_flops_per_token"] for r in picked])
+    spec = np.array([r["costs"]["spec_flops_per_token"] for r in picked])
+    share = np.array([r["costs"]["draft_flops_share"] for r in picked])
+    a.bar(x - width / 2, plain / 1e6, width, color="grey", label="plain")
+    a.bar(x + width / 2, spec * (1 - share) / 1e6, width, color="tab:blue",
+          label="speculative: target")
+    a.bar(x + width / 2, spec * share / 1e6, width, bottom=spec * (1 - share) / 1e6,
+          color="tab:orange", label="speculative: draft")
+    a.set(xticks=x, xticklabels=labels, ylabel="MFLOP per token",
+          title="Arithmetic per token (from the shapes)")
+    a.legend(fontsize=8)
+    a = axes[1, 0]
+    a.bar(x - 0.27, [r["costs"]["memory_bound_speedup"] for r in picked], 0.27,
+          label="if time followed bytes read (memory-bound)")
+    a.bar(x, [r["speedup"] for r in picked], 0.27, label="measured here (CPU)")
+    a.bar(x + 0.27, [r["costs"]["compute_bound_speedup"] for r in picked], 0.27,
+          label="if time followed FLOPs (compute-bound)")
+    a.axhline(1, color="k", lw=0.8)
+    a.set(xticks=x, xticklabels=labels, ylabel="speed-up", title="Three machines, one run")
+    a.legend(fontsize=7)
+    a = axes[1, 1]
+    ks = [r["k"] for r in k_rows]
+    a.plot(ks, [r["speedup"] for r in k_rows], "o-", label="measured (greedy)")
+    a.plot(ks, [r["predicted_speedup"] for r in k_rows], "x--",
+           label="expected_speedup(alpha, k, c, verify(k)): pieces timed apart")
+    a.plot(ks, [r["predicted_speedup_rounds"] for r in k_rows], "+:",
+           label="expected_speedup with the runs' round cost (a line in k)")
+    a.axvline(best["measured"], color="tab:blue", lw=0.6)
+    a.axvline(best["best_k_rounds"], color="tab:green", lw=0.6, ls=":",
+              label=f"speculative.best_k: {best['best_k_rounds']}")
+    a.set(xlabel="k", ylabel="speed-up", title="The best k: measured and by the formula")
+    a.legend(fontsize=8)
+    fig.tight_layout()
+    return common.figure(args, "sampling_costs.png", fig)
+
+
+def max_t1(rows):
+    """The temperature closest to 1 that ran (the paper's sampling setting)."""
+    return min({r["temperature"] for r in rows}, key=lambda t: abs(t - 1))
+
+
+def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, machine_costs):
+    f2 = lambda v: f"{v:.2f}"  # noqa: E731
+    table = [[r["draft"], f"{r['temperature']:g}", r["warp"],
+              f2(r["alpha"]) + (f" ({'/'.join(f2(a) for a in r['alphas'])})"
+                                if len(set(r["alphas"])) > 1 else ""),
+              f2(r["greedy_agreement"]), f2(r["alpha_own_text"]),
+              f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
+              f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['c']:.3f}",
+              f"{r['plain_us_per_token']:.0f}", r["why"]] for r in rows]
+    t0, t1 = min(r["temperature"] for r in rows), max_t1(rows)
+    gap = []
+    for name in dict.fromkeys(r["draft"] for r in rows):
+        at = {r["temperature"]: r for r in rows if r["draft"] == name and r["warp"] == "none"}
+        if t0 in at and t1 in at and t0 != t1:
+            a, b = at[t0], at[t1]
+            gap.append([name, f"{a['alpha']:.2f} -> {b['alpha']:.2f}",
+                        f"{a['speedup']:.2f}x -> {b['speedup']:.2f}x",
+                        f"{a['speedup'] / b['speedup']:.2f}"])
+    lev = LEVIATHAN_TABLE_2
+    gap.append(["Leviathan et al., Table 2 (T5-small for T5-XXL, EnDe, k 7)",
+                f"{lev['argmax']['alpha']} -> {lev['temperature 1']['alpha']}",
+                f"{lev['argmax']['speedup']}x -> {lev['temperature 1']['speedup']}x",
+                f"{lev['argmax']['speedup'] / lev['temperature 1']['speedup']:.2f}"])
+    top = max(r["speedup"] for r in k_rows)
+    close = [r["k"] for r in k_rows if r["speedup"] >= 0.9 * top]
+    off = [r for r in rows if r["why"]]
+    within = len(rows) - len(off)
+    cost_rows = [[r["draft"], f"{r['temperature']:g}", r["costs"]["new_tokens"],
+                  r["costs"]["target_positions"], r["costs"]["wasted_positions"],
+                  f"{r['costs']['positions_per_token']:.2f}",
+                  f"{r['costs']['plain_flops_per_token'] / 1e6:.2f}",
+                  f"{r['costs']['spec_flops_per_token'] / 1e6:.2f}",
+                  f"{r['costs']['plain_bytes_per_token'] / 1e6:.2f}",
+                  f"{r['costs']['spec_bytes_per_token'] / 1e6:.2f}",
+                  f"{r['costs']['memory_bound_speedup']:.2f}x",
+                  f"{r['costs']['compute_bound_speedup']:.2f}x", f"{r['speedup']:.2f}x"]
+                 for r in rows if r["warp"] == "none" and r["temperature"] in (t0, t1)]
+    lines = [
+        f"Big model in torch, k = {args.k}, {args.prompts} held-out prompts x {args.new_tokens} "
+        f"characters per setting; alpha on {args.windows} held-out windows with the same "
+        f"temperature and warp as decoding (greedy agreement: temperature 0). Predicted tokens "
+        f"per pass: expected_tokens_per_pass(alpha, k) (the heads: 1 + a1 + a1 a2 + ..., one "
+        f"alpha per head, listed); predicted speed-up: that / (k c + verify), c = seconds per "
+        f"guess in these runs / one target step ({machine_costs['step_us']:.0f} us), verify = "
+        f"{machine_costs['verify_k']:.2f} (a pass over {args.k + 1} tokens / one over 1).",
+        "",
+        common.markdown_table(
+            ["drafter", "T", "warp", "alpha", "greedy agreement", "alpha, target's own text",
+             "per pass (predicted)", "speed-up (predicted)", "c", "plain us/char",
+             "why per pass differs"],
+            table),
+        "",
+        f"Speed-ups are medians of {args.repeats} alternated plain/speculative pairs. The "
+        f"prediction counts model passes only; plain sampling also pays a warp and a draw per "
+        f"character (plain us/char against one pass's {machine_costs['step_us']:.0f} us), which "
+        f"speculation pays once per round for k+1 rows at once, so sampled speed-ups tend to "
+        f"beat their prediction by that much more than greedy ones do.",
+        "",
+        f"Tokens per pass within 10% of the prediction from held-out alpha: {within} of "
+        f"{len(rows)} settings. The misses are explained in the last column: when alpha "
+        f"measured on the text the target itself samples predicts the run, the draft simply "
+        f"agrees more (or less) with the target's own text than with Shakespeare; when neither "
+        f"it nor the run's own acceptance does, hits and misses come in runs, which the formula's "
+        f"independent guesses leave out.",
+        "", "![alpha and speed-up against temperature](sampling_temperature.png)", "",
+        "**Argmax against temperature 1**, next to Leviathan et al.'s Table 2:", "",
+        common.markdown_table(["", "alpha, argmax -> T 1", "speed-up, argmax -> T 1",
+                               "ratio"], gap),
+        "",
+        "### Lenience: speed bought with exactness", "",
+        f"speculative_generate(..., lenience=l) keeps a guess x with min(1, p(x) / (l q(x))) and "
+        f"draws a rejection's token from norm(max(0, p - l q)); lenience 1 (the default) is the "
+        f"exact rule, and a lenience below 1 fails the exactness test "
+        f"(tests/test_sampling_costs.py). On the trained pair ({args.lenience_draft} drafting, "
+        f"temperature 1, k {args.k}) the distance is exact per token: the mean over held-out "
+        f"contexts of the total variation between what the rule writes at a kept-or-corrected "
+        f"position and the target's distribution (a bonus token comes from the target itself). "
+        f"On the 4-token pair it is exact for whole 3-token outputs (k 2), by enumerating the "
+        f"rule's branches (lenient_distribution), and sampled from {args.samples} runs (the "
+        f"sampled distance includes sampling noise: its value at lenience 1 is the noise floor).",
+        "",
+        common.markdown_table(
+            ["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
+             "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
+            [[f"{a['lenience']:g}", f"{a['alpha']:.2f}", f"{a['tv_per_token']:.3f}",
+              f"{a['tokens_per_pass']:.2f} ({a['predicted_tokens_per_pass']:.2f})",
+              f"{a['speedup']:.2f}x ({a['predicted_speedup']:.2f}x)", f"{b['exact_tv']:.3f}",
+              f"{b['sampled_tv']:.3f}"] for a, b in zip(trained, small)]),
+        "", "![speed against distance](sampling_lenience.png)", "",
+        "### What speculation wastes", "",
+        "Per run (the rows at the lowest temperature and at 1): positions the target scored "
+        "against tokens kept, arithmetic from the models' shapes and weights read per token. "
+        "Multiply-adds of one position with `keys` tokens in view: n_layer (12 C^2 + 2 C keys) "
+        "+ C V (per block: queries, keys and values 3 C^2, scores and weighted values 2 C keys, "
+        "attention output C^2, MLP 8 C^2; then the head C V); FLOPs = 2 MACs. A pass reads "
+        "n_layer (12 C^2 + 13 C) + 2 C + V C weights, 4 bytes each; a guess of the heads reads "
+        "one head (C^2 + C + C V). Plain decoding reads the big model once per token; "
+        "speculation once per pass plus the draft once per guess.",
+        "",
+        common.markdown_table(
+            ["drafter", "T", "tokens", "target positions", "wasted", "positions per token",
+             "MFLOP/token plain", "speculative", "MB weights/token plain", "speculative",
+             "memory-bound", "compute-bound", "measured (this CPU)"], cost_rows),
+        "",
+        "Speculation always does more arithmetic than plain decoding (every rejected guess was "
+        "scored by both models), so a machine whose time follows FLOPs can only lose. It reads "
+        "the big model's weights once per pass instead of once per token, so a GPU whose "
+        "decoding step is bound by reading weights gains about the bytes' ratio. On this CPU a "
+        "step of these tiny models is bound by per-call overhead: a pass over k+1 tokens costs "
+        f"{machine_costs['verify_k']:.2f} one-token passes and each guess c of one, so the gain "
+        "falls between the two.",
+        "", "![cost](sampling_costs.png)", "",
+        "### The formulas", "",
+        "Corollary 3.9 of Leviathan et al.: with verify cost 1, k = 1 gives (1 + alpha) / "
+        "(1 + c), above 1 exactly when alpha > c; and when alpha <= c no k helps, since "
+        "1 + alpha + ... + alpha^k <= 1 + k alpha <= 1 + k c (tests/test_sampling_costs.py "
+        "checks both over a grid). Here a check of 2 tokens costs "
+        f"{machine_costs['verify_1']:.2f} steps, so the condition becomes alpha > c + "
+        f"{machine_costs['verify_1'] - 1:.2f}:",
+        "",
+        common.markdown_table(
+            ["drafter", "T", "alpha", "c", "alpha > c", "(1 + alpha) / (c + verify(1))",
+             "alpha > c + verify(1) - 1"],
+            [[r["draft"], f"{r['temperature']:g}", f"{r['alpha']:.2f}", f"{r['c']:.3f}",
+              "yes" if r["alpha_above_c"] else "no", f"{r['speedup_k1']:.2f}",
+              "yes" if r["alpha_above_c_and_check"] else "no"] for r in corollary_rows]),
+        "",
+        f"Best k for {k_rows[0]['draft']} (greedy, k in {args.ks}, medians of "
+        f"{args.k_repeats} pairs): measured **{best['measured']}**"
+        + (f" (within 10% of its speed-up: k = {', '.join(map(str, close))})"
+           if len(close) > 1 else "")
+        + f". speculative.best_k with a round's cost as the runs paid it, a least-squares line "
+        f"{best['round_fixed']:.2f} + {best['round_per_guess']:.2f} k in plain characters' time "
+        f"(both models and the loop), and alpha {best['alpha_in_run']:.2f} (the acceptance "
+        f"inside the runs): **{best['best_k_rounds']}** (at most {max(r['k'] for r in k_rows)}; "
+        f"unbounded {best['best_k_rounds_unbounded']}), "
+        + ("within one of the measured best. " if best["within_one"] else
+           "more than one away. ")
+        + f"From the pieces timed apart, c {best['c']:.3f} and a check that grows by "
+        f"{best['slope']:.2f} steps per token checked (verify(k) ~ {best['intercept']:.2f} + "
+        f"{best['slope']:.2f} k is a draft dearer by {best['slope']:.2f}: best_k(alpha, c + "
+        f"{best['slope']:.2f}, {best['intercept']:.2f})): {best['best_k_pieces']}; with the "
+        f"lesson's verify cost 1: {best['best_k_lesson']}. The pieces miss a round's own "
+        f"overhead (calling the drafter, warping, the loop), which makes the first guess of a "
+        f"round dearer than the next (c per guess falls from {k_rows[0]['c']:.2f} at k = "
+        f"{k_rows[0]['k']} to {k_rows[-1]['c']:.2f} at k = {k_rows[-1]['k']}) and so favours "
+        f"longer rounds.",
+        "",
+        common.markdown_table(
+            ["k", "speed-up", "predicted: pieces", "predicted: round costs", "per pass",
+             "c", "verify(k)", "round cost (plain characters)"],
+            [[r["k"], f"{r['speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x",
+              f"{r['predicted_speedup_rounds']:.2f}x", f"{r['tokens_per_pass']:.2f}",
+              f"{r['c']:.3f}", f"{r['verify']:.2f}", f"{r['round_cost']:.2f}"]
+             for r in k_rows]),
+    ]
+    return "\n".join(lines + [""] + notes)
+
+
+def run(args, log=print):
+    started = time.perf_counter()
+    check(args)                    # bad flags fail even when --quick replaces them below
+    common.shrink_if_quick(args, new_tokens=20, repeats=1, k_repeats=1, prompts=2, samples=300,
+                           windows=8)
+    if args.quick:
+        args.drafts, args.temperatures, args.ks = "draft", "0,1", "1,2"
+        args.leniences, args.k = "1,0.5", min(args.k, 2)
+    temperatures, leniences, ks, draft_names = check(args)
+    folder = common.checkpoint_folder(args)
+    names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in gpt.PRESETS]
+    big = common.load_models(args, ["big"] + names, log=log)["big"]
+    if "heads" in draft_names and not heads.heads_path(folder).exists():
+        log("training the extra heads first (python -m drafts.heads: a few minutes, once)")
+        heads.train(big, heads.HeadsConfig(checkpoints=str(folder)), heads.heads_path(folder),
+                    log=log)
+    with machine.threads():  # one torch thread: these models' passes are too small to share
+        return measure(args, big, folder, temperatures, leniences, ks, draft_names, started, log)
+
+
+def measure(args, big, folder, temperatures, leniences, ks, draft_names, started, log):
+    """Every measurement, figure and table of run(), once the models are loaded."""
+    torch.manual_seed(args.seed)
+    step = machine.pass_time(big, 1)
+    verify = {k: machine.pass_time(big, k + 1) / step
+              for k in sorted(set(ks) | {1, args.k})}
+    drafters = {name: by_name(name, folder, "numpy") for name in draft_names}
+    rows, spreads = [], []
+    log(f"temperature sweep: k {args.k}, one target step {step * 1e6:.0f} us, verify "
+        f"{verify[args.k]:.2f}")
+    with machine.Busy() as busy:
+        for name, draft in drafters.items():
+            rows += sweep(args, big, draft, name, temperatures, step, verify, log)
+        spreads += [r["spread"] for r in rows]
+        log(f"lenience ({args.lenience_draft}, temperature 1):")
+        lenient_draft = drafters[args.lenience_draft] if args.lenience_draft in drafters \
+            else by_name(args.lenience_draft, folder, "numpy")
+        trained = lenience_trained(args, big, lenient_draft, leniences, step, verify, log)
+        spreads += [r["spread"] for r in trained]
+        models = [n for n in draft_names if n != "heads"] or [args.lenience_draft]
+        best_name = "distilled" if "distilled" in models else models[-1]
+        best_draft = drafters[best_name] if best_name in drafters else \
+            by_name(best_name, folder, "numpy")
+        k_rows, best = best_k_sweep(args, big, best_draft, best_name, ks, step, verify, log)
+        for r in k_rows:
+            r["draft"] = best_name
+    small = lenience_small(leniences, args.samples, args.seed)
+    note = busy.note(spreads)
+    notes = [note] if note else []
+    machine_costs = {"step_us": step * 1e6, "verify_k": verify[args.k], "verify_1": verify[1],
+                     "verify": verify}
+    corollary_rows = corollary(rows, verify[1])
+    plot_temperature(args, rows)
+    plot_lenience(args, trained, small)
+    plot_costs(args, rows, k_rows, best)
+    numbers = {"temperature": rows, "lenience": {"trained": trained, "small_pair": small},
+               "best_k": {"runs": k_rows, **best}, "corollary": corollary_rows,
+               "machine": machine_costs, "leviathan_table_2": LEVIATHAN_TABLE_2,
+               "seconds": time.perf_counter() - started}
+    common.save_json(args, "sampling_costs.json", numbers)
+    log(f"sampling's price list: {numbers['seconds']:.0f}s")
+    return {"numbers": numbers,
+            "markdown": markdown(args, rows, trained, small, k_rows, best, corollary_rows,
+                                 notes, machine_costs)}
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__, Args, argv)
+    section = run(args)
+    report.record(args, "sampling", section)
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

@@ -143,10 +143,11 @@ class NumpyGPT:
         keys and values go into the cache; returns the output of layer hi - 1 (B, T, C)."""
         B, T, C = x.shape
         end, nh, hs = start + T, self.c.n_head, self.hs
+        x = x.reshape(B * T, C)          # the linear layers: one product for every row's tokens
         for layer in range(lo, self.c.n_layer if hi is None else hi):
             w = self.layers[layer]
-            qkv = normalise(x) @ w["attn_w"] + w["attn_b"]           # (B, T, 3C)
-            q, k, v = (qkv[..., i * C:(i + 1) * C].reshape(B, T, nh, hs).transpose(0, 2, 1, 3)
+            qkv = normalise(x) @ w["attn_w"] + w["attn_b"]           # (B T, 3C)
+            q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(B, T, nh, hs).transpose(0, 2, 1, 3)
                        for i in range(3))                            # 3 x (B, nh, T, hs)
             cache.k[layer, :, :, start:end] = k
             cache.v[layer, :, :, start:end] = v
@@ -155,10 +156,10 @@ class NumpyGPT:
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
             y = att @ cache.v[layer, :, :, :end]                     # (B, nh, T, hs)
-            x = x + y.transpose(0, 2, 1, 3).reshape(B, T, C) @ w["proj_w"] + w["proj_b"]
-            u = normalise(x) @ w["fc_w"] + w["fc_b"]                 # (B, T, 4C)
+            x = x + y.transpose(0, 2, 1, 3).reshape(B * T, C) @ w["proj_w"] + w["proj_b"]
+            u = normalise(x) @ w["fc_w"] + w["fc_b"]                 # (B T, 4C)
             x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
-        return x
+        return x.reshape(B, T, C)
 
     def step(self, token, pos, cache):
         """forward_block for one token of one sequence, on vectors: -> logits (V,)."""

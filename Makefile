@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson train exercise check notebooks notebooks-html benchmark test clean
+.PHONY: setup lesson train exercise check notebooks notebooks-html benchmark gpu-check test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,10 @@ notebooks-html: setup  ## run every notebook on the trained models; HTML copies 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) benchmark.py
 
-test: setup          ## the test suite: offline, tiny models, about two minutes on 2 cores
+gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
+	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu
+
+test: setup          ## the test suite: offline, tiny models, about three minutes on 2 cores
 	$(PY) -m pytest
 
 clean:               ## generated corpora, checkpoints and results (keeps .venv)

@@ -64,3 +64,11 @@ def tiny_config(**changes):
     """A model small enough to train in seconds."""
     from gpt import Config
     return Config(**{"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32, **changes})
+
+
+def pytest_configure(config):
+    """One torch thread per test process: pytest-xdist already puts a worker on every core,
+    and two threads each would fight over them (machine.py). Tests that need more set and
+    restore their own count."""
+    import torch
+    torch.set_num_threads(1)

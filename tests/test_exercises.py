@@ -12,8 +12,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lesson")
+    # transformers and sampling have test files of their own (test_transformers_compare.py,
+    # test_sampling_costs.py): the main job here runs the exercises and the drafters.
     args = lesson.Args(quick=True, checkpoints=str(folder / "checkpoints"),
-                       results=str(folder / "results"))
+                       results=str(folder / "results"), transformers=False, sampling=False)
     sections = lesson.lesson(args)
     return folder / "results", sections
 

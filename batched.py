@@ -449,15 +449,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                                          guesses, rng)
                 del seqs[b][n[b] + kept:]
                 seqs[b].append(token)
-                row.rounds += 1
-                row.target_positions += len(guesses) + 1
-                row.draft_positions += len(guesses)
-                row.proposed += len(guesses)
-                row.accepted += kept
-                for i in range(kept):
-                    row.accepted_per_position[i] += 1
-                row.new_tokens += kept + 1
-                row.trace.append((guesses, kept, token))
+                row.count_round(guesses, kept, token)
                 if hasattr(drafter, "kept"):
                     drafter.kept(kept)
             sd._sync(target)

@@ -204,6 +204,18 @@ class Stats:
         """New tokens per target forward pass: 1 for plain decoding, up to k+1 here."""
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
+    def count_round(self, guesses, kept, token):
+        """One round: `guesses` proposed, the first `kept` of them kept, then `token` added."""
+        self.rounds += 1
+        self.target_positions += len(guesses) + 1
+        self.draft_positions += len(guesses)
+        self.proposed += len(guesses)
+        self.accepted += kept
+        for i in range(kept):
+            self.accepted_per_position[i] += 1
+        self.new_tokens += kept + 1
+        self.trace.append((guesses, kept, token))
+
     def add(self, other):
         for name in ("target_passes", "draft_passes", "target_positions", "draft_positions",
                      "rounds", "proposed", "accepted", "new_tokens", "draft_time", "target_time"):
@@ -348,17 +360,9 @@ def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, 
         # Count what happened.
         stats.draft_time += drafted - started
         stats.target_time += time.perf_counter() - drafted
-        stats.rounds += 1
         stats.draft_passes += k_round
-        stats.target_positions += k_round + 1
-        stats.draft_positions += k_round
         stats.target_passes += max(1, getattr(target_scorer, "passes", 1) - passes_before)
-        stats.proposed += k_round
-        stats.accepted += n_accepted
-        for i in range(n_accepted):
-            stats.accepted_per_position[i] += 1
-        stats.new_tokens += n_accepted + 1
-        stats.trace.append((draft_tokens, n_accepted, next_token))
+        stats.count_round(draft_tokens, n_accepted, next_token)
         if hasattr(drafter, "kept"):
             drafter.kept(n_accepted)
         if schedule:

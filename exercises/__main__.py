@@ -59,16 +59,25 @@ def _minutes(seconds):
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f}s"
 
 
+def after_the_exercises(args):
+    """(report key, title, module) of each stage the flags ask for after the exercises; the
+    comparison with transformers only where it is installed (the optional extra [hf])."""
+    stages = [("drafters", "every drafter compared", drafters) if args.drafters else None,
+              ("sampling", "sampling's price list", sampling_costs) if args.sampling else None]
+    if args.transformers and importlib.util.find_spec("transformers") is not None:
+        from exercises import transformers
+        stages.insert(1, ("transformers", "against Hugging Face transformers", transformers))
+    return [stage for stage in stages if stage]
+
+
 def lesson(args):
     started = time.time()
     corpus.prepare()
     folder = common.checkpoint_folder(args)
     presets = list(gpt.PRESETS)
     stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
-    stages += [(n, False) for n in args.only] + ([("drafters", False)] if args.drafters else [])
-    versus = args.transformers and importlib.util.find_spec("transformers") is not None
-    stages += [("transformers", False)] if versus else []
-    stages += [("sampling", False)] if args.sampling else []
+    stages += [(n, False) for n in args.only]
+    stages += [(key, False) for key, _, _ in after_the_exercises(args)]
     progress = Progress(stages)
     for name in presets:
         progress.start(f"model {name!r}", name)
@@ -81,25 +90,12 @@ def lesson(args):
                                     checkpoints=args.checkpoints, results=args.results)
         sections[n] = module.run(exercise_args, log=print)
         path = report.record(args, n, sections[n], log=None)
-    if args.drafters:
-        progress.start("every drafter compared", "drafters")
-        compare_args = drafters.Args(seed=args.seed, quick=args.quick,
-                                     checkpoints=args.checkpoints, results=args.results)
-        sections["drafters"] = drafters.run(compare_args, log=print)
-        path = report.record(args, "drafters", sections["drafters"], log=None)
-    if versus:
-        from exercises import transformers as against
-        progress.start("against Hugging Face transformers", "transformers")
-        against_args = against.Args(seed=args.seed, quick=args.quick,
-                                    checkpoints=args.checkpoints, results=args.results)
-        sections["transformers"] = against.run(against_args, log=print)
-        path = report.record(args, "transformers", sections["transformers"], log=None)
-    if args.sampling:
-        progress.start("sampling's price list", "sampling")
-        sampling_args = sampling_costs.Args(seed=args.seed, quick=args.quick,
-                                            checkpoints=args.checkpoints, results=args.results)
-        sections["sampling"] = sampling_costs.run(sampling_args, log=print)
-        path = report.record(args, "sampling", sections["sampling"], log=None)
+    for key, title, module in after_the_exercises(args):
+        progress.start(title, key)
+        stage_args = module.Args(seed=args.seed, quick=args.quick,
+                                 checkpoints=args.checkpoints, results=args.results)
+        sections[key] = module.run(stage_args, log=print)
+        path = report.record(args, key, sections[key], log=None)
     print(f"\ndone in {time.time() - started:.0f}s: {path}")
     return sections
 

@@ -306,7 +306,7 @@ def run(args, log=print):
     ladder_rows = ladder(target, folder, log)
     plot(args, rows, ladder_rows)
     numbers = {"runs": rows, "ladder": ladder_rows, "backends": backends}
-    common.save_json(args, "drafters", numbers)
+    common.save_json(args, "drafters.json", numbers)
     return {"numbers": numbers, "markdown": markdown(rows, ladder_rows, backends, notes)}
 
 

@@ -658,6 +658,33 @@ assert lesson_draft.num_params() / target.num_params() < 0.03 or QUICK
 assert c < cpu_batch[1]["c"] or QUICK
 
 # %% [markdown]
+# ## What speculation wastes, and what it saves
+#
+# Every guess the big model checks costs it a position, kept or not: `Stats.target_positions`
+# counts them. From the models' shapes, `exercises/sampling_costs.py` turns a run into
+# arithmetic (multiply-adds per position: n_layer (12 C^2 + 2 C keys) + C V) and weights read
+# (every pass reads every weight once). Speculation does more arithmetic per character and
+# reads the weights fewer times: a device whose passes are bound by reading wins, a device
+# bound by arithmetic, or by overhead like this CPU, barely does.
+
+# %%
+from exercises import sampling_costs as costs
+
+prompt = torch.tensor([gpt.encode("ROMEO:\n")])
+_, run = sd.speculative_generate(target, draft_np, prompt, 100, k=4)
+spent = costs.run_costs(target.c, draft_np, [(prompt.shape[1], run)])
+print(f"{run.target_positions} positions scored by the big model for {run.new_tokens} characters "
+      f"({spent['wasted_positions']} thrown away)")
+print(f"arithmetic per character: {spent['spec_flops_per_token'] / 1e6:.2f} MFLOP speculative, "
+      f"{spent['plain_flops_per_token'] / 1e6:.2f} plain "
+      f"(a compute-bound device: {spent['compute_bound_speedup']:.2f}x)")
+print(f"weights read per character: {spent['spec_bytes_per_token'] / 1e6:.2f} MB speculative, "
+      f"{spent['plain_bytes_per_token'] / 1e6:.2f} plain "
+      f"(a memory-bound device: {spent['memory_bound_speedup']:.2f}x)")
+assert run.target_positions == run.new_tokens + spent["wasted_positions"]
+assert spent["compute_bound_speedup"] < 1 < spent["memory_bound_speedup"] or QUICK
+
+# %% [markdown]
 # What to look for on a GPU. The lesson's small model should be bound by launching kernels
 # there, so its pass curve should be nearly flat, like a memory-bound model's: a verify cost
 # close to 1, as the lesson assumes. But the same overhead makes the draft expensive: a draft

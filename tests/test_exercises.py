@@ -90,14 +90,14 @@ def test_ex5_timings(results):
 
 def test_every_drafter_is_compared_at_every_k_and_schedule(results):
     from exercises.drafters import ADAPTIVE
-    runs = numbers(results, "drafters")["runs"]
+    runs = numbers(results, "drafters.json")["runs"]
     for backend in ("numpy", "torch"):
         for draft in ("ngram", "draft"):  # the quick comparison's drafters
             ks = {r["k"] for r in runs if r["backend"] == backend and r["draft"] == draft}
             assert ks == {1, 2, *ADAPTIVE}, (backend, draft)
     oracle = [r for r in runs if r["k"] == "oracle"]
     assert all(r["tokens_per_pass"] > 1 for r in oracle)
-    ladder = numbers(results, "drafters")["ladder"]
+    ladder = numbers(results, "drafters.json")["ladder"]
     assert ladder[-1]["draft"] == "big itself" and ladder[-1]["greedy_agreement"] == 1.0
     assert "Fastest exact setup" in results[1]["drafters"]["markdown"]
 

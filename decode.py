@@ -33,7 +33,7 @@ class DecodeArgs:
     prompt: str = "ROMEO:\n"    # \n in the prompt means a newline
     max_new_tokens: int = 200   # characters to write
     k: int = 4                  # draft tokens per round (where an adaptive k starts)
-    adaptive: str = "off"       # k that adapts: off, heuristic (+2/-1), best (the formula), confidence
+    adaptive: str = "off"       # k that adapts: off, heuristic (+2/-1), best, confidence
     temperature: float = 0.0    # sampling temperature (0: greedy)
     top_k: int = 0              # sample from the top_k most likely tokens only (0: off)
     top_p: float = 1.0          # sample from the smallest set with this much mass (1: off)

@@ -621,10 +621,11 @@ def main(argv=None):
     import checkpoint
     import cli
     from drafts import by_name
+    from exercises import common
     parser = cli.Parser(description=main.__doc__.split(".")[0])
     cli.add_fields(parser, CurveArgs, title="batched")
     args = cli.take(CurveArgs, parser.parse_args(argv))
-    sizes, ks = ([int(x) for x in s.split(",")] for s in (args.sizes, args.ks))
+    sizes, ks = common.whole_numbers(args.sizes, "sizes"), common.whole_numbers(args.ks, "ks")
     big = checkpoint.load_trained("big")
     target = NumpyGPT(big)
     prompts = benchmark.held_out_prompts(max(sizes + [16]), 32)

@@ -24,8 +24,8 @@ import drafts
 import gpt
 import machine
 from drafts import adaptive as schedules
-from speculative import (check_decoding_args, generate, origins, speculative_generate,
-                         with_backend)
+from speculative import (check_backend, check_decoding_args, generate, origins,
+                         speculative_generate, with_backend)
 
 
 @dataclass
@@ -78,8 +78,7 @@ def main(argv=None):
     gpt.preset(args.target)  # an unknown name lists the presets
     drafts.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
-        if backend not in ("torch", "numpy"):
-            raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+        check_backend(backend)
     target, draft = load_pair(args)
     out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
                                       generator=torch.Generator().manual_seed(args.seed),

@@ -493,11 +493,15 @@ def origins(trace):
     return kinds
 
 
+def check_backend(backend):
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+
+
 def with_backend(model, backend):
     """The same trained model as a torch module or as a numpy_gpt.NumpyGPT (a drafter that is
     not a GPT, such as the n-gram table, has no backend and comes back as it is)."""
-    if backend not in ("torch", "numpy"):
-        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+    check_backend(backend)
     if backend == "torch" or not hasattr(model, "new_cache"):
         return model
     from numpy_gpt import NumpyGPT

@@ -129,6 +129,21 @@ def parse_args(doc, args_class, argv=None):
     return cli.take(args_class, parser.parse_args(argv))
 
 
+def whole_numbers(text, flag):
+    """A comma-separated flag of whole numbers >= 1 as a list, or a one-line error."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or not all(v.isdigit() and int(v) >= 1 for v in values):
+        raise ValueError(f"--{flag} takes whole numbers >= 1, comma-separated, not {text!r}")
+    return [int(v) for v in values]
+
+
+def at_least_one(args, *names):
+    """A one-line error unless each named flag of args is at least 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, not {getattr(args, name)}")
+
+
 def shrink_if_quick(args, **limits):
     """With --quick, cap these sizes (tiny models have a 64-character window; tests are short)."""
     if args.quick:

@@ -72,7 +72,7 @@ def schedules(name, k_max, traces):
 def compare(args, target, draft_names, folder, log):
     prompts = held_out_prompts(args.prompts, 32)
     calibration = held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
-    n, ks = args.new_tokens, [int(k) for k in args.ks.split(",")]
+    n, ks = args.new_tokens, common.whole_numbers(args.ks, "ks")
     n_new = n * len(prompts)
     rows, busy_notes, backends = [], [], {}
     for backend in args.backends.split(","):
@@ -293,6 +293,10 @@ def run(args, log=print):
     draft_names = args.drafts.split(",")
     for name in draft_names:
         check_name(name)
+    common.whole_numbers(args.ks, "ks")
+    common.at_least_one(args, "prompts", "new_tokens", "repeats")
+    for backend in args.backends.split(","):
+        sd.check_backend(backend)          # before any work
     folder = common.checkpoint_folder(args)
     target = common.load_models(args, ["big"], log=log)["big"]
     if any(n in gpt.PRESETS for n in draft_names):

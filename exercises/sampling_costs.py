@@ -103,9 +103,8 @@ def check(args):
     ks = numbers_of(args.ks, "ks")
     if not ks or any(k != int(k) or k < 1 for k in ks) or args.k < 1:
         raise ValueError(f"--k and --ks take whole numbers >= 1, not {args.k!r} / {args.ks!r}")
-    for name in ("samples", "prompts", "new_tokens", "repeats", "k_repeats", "windows"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be at least 1, not {getattr(args, name)}")
+    common.at_least_one(args, "samples", "prompts", "new_tokens", "repeats", "k_repeats",
+                        "windows")
     drafts = [d for d in args.drafts.split(",") if d]
     for name in drafts + [args.lenience_draft]:
         check_name(name)

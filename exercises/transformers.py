@@ -202,13 +202,6 @@ def parse_native(text):
     return specs
 
 
-def whole_numbers(text, flag):
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    if not all(v.isdigit() and int(v) >= 1 for v in values):
-        raise ValueError(f"--{flag} takes whole numbers >= 1, comma-separated, not {text!r}")
-    return [int(v) for v in values]
-
-
 # ----------------------------------------------------------------------------------------------
 # Checking and timing
 
@@ -388,7 +381,9 @@ def load(args, log):
 
 
 def compare(args, log=print):
-    ks, lookups = whole_numbers(args.ks, "ks"), whole_numbers(args.lookups, "lookups")
+    common.at_least_one(args, "prompts", "prompt_chars", "new_tokens", "repeats")
+    ks = common.whole_numbers(args.ks, "ks")
+    lookups = common.whole_numbers(args.lookups, "lookups")
     folder = common.checkpoint_folder(args)
     big, big_hf, drafts_hf, difference = load(args, log)
     window = big_hf.config.n_positions

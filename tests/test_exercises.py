@@ -108,6 +108,17 @@ def test_exercise_bad_input_is_one_line(run_script):
     assert result.stderr.strip() == "error: --alpha must be in [0, 1), not 1.5"
 
 
+@pytest.mark.parametrize("command, words", [
+    (["-m", "exercises.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
+    (["-m", "exercises.drafters", "--backends", "jax"], "a backend is torch or numpy"),
+    (["-m", "exercises.drafters", "--repeats", "0"], "--repeats must be at least 1"),
+    (["batched.py", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
+def test_comparison_flags_out_of_range_are_one_line(run_script, command, words):
+    result = run_script(*command)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 def test_exercise_help(run_script):
     for n in ["ex1_watch", "ex2_derive", "ex3_build", "ex4_break", "ex5_gpu"]:
         result = run_script("-m", f"exercises.{n}", "-h")

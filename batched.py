@@ -491,12 +491,6 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
 # Measuring: batched against one row at a time, and the speed-up against batch size
 
 
-def alpha_of(stats):
-    """Guesses kept / guesses checked (a guess after a rejected one is never checked)."""
-    checked = sum(kept + (kept < len(guesses)) for guesses, kept, _ in stats.trace)
-    return stats.accepted / max(1, checked)
-
-
 def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
     """machine.pass_time for the pass this file makes: median seconds of one BatchScorer pass
     over batch rows x `tokens` new tokens after `context` cached ones. measure(fn, repeats) ->
@@ -573,7 +567,7 @@ def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2
                 plain, lambda: speculative(k), repeats)
             rounds = getattr(stats, "batch_rounds", stats.rounds)
             c = small / one if model else stats.draft_time / max(1, rounds * k) / one
-            a, verify_cost = alpha_of(stats), timed(target, k + 1) / one
+            a, verify_cost = stats.kept_of_checked, timed(target, k + 1) / one
             out.append({"batch": b, "k": k, "plain_s": plain_s, "spec_s": spec_s,
                         "plain_tokens_per_s": b * new_tokens / plain_s,
                         "spec_tokens_per_s": b * new_tokens / spec_s, "speedup": speedup,

@@ -71,8 +71,7 @@ def calibrate(target, draft, prompts, n, k=4):
     stats = sd.Stats(k=k)
     for p in prompts:
         stats.add(sd.speculative_generate(target, draft, p, n, k=k)[1])
-    checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
-    return stats.accepted / max(1, checked), stats.draft_time / max(1, stats.proposed)
+    return stats.kept_of_checked, stats.draft_time / max(1, stats.proposed)
 
 
 @torch.no_grad()

@@ -200,6 +200,13 @@ class Stats:
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
+    def kept_of_checked(self):
+        """Guesses kept / guesses checked, the run's own alpha: a round checks its guesses up
+        to and including the first rejected one; those after it are never looked at."""
+        checked = sum(kept + (kept < len(guesses)) for guesses, kept, _ in self.trace)
+        return self.accepted / checked if checked else 0.0
+
+    @property
     def tokens_per_pass(self):
         """New tokens per target forward pass: 1 for plain decoding, up to k+1 here."""
         return self.new_tokens / self.target_passes if self.target_passes else 0.0

@@ -337,8 +337,7 @@ def sweep(args, big, draft, name, temperatures, step, verify, log):
             own = Scored(big, draft, torch.tensor(m["plain_out"])[:, -window:],
                          first=P - max(0, P + args.new_tokens - window))
             own_alphas, _ = own.agreement(k, temperature, **warp)
-            checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in stats.trace)
-            in_run = stats.accepted / max(1, checked)
+            in_run = stats.kept_of_checked
             c = stats.draft_time / max(1, stats.proposed) / step
             predicted = chain_tokens_per_pass(alphas, is_model)
             row = {"draft": name, "temperature": temperature, "warp": warp_name, "k": k,

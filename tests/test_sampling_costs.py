@@ -9,24 +9,16 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import machine
 import speculative as sd
 from exercises import report, sampling_costs as sc
 from gpt import GPT, Config
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              noisy_copy, sample_counts, small_pair)  # noqa: F401
+                              noisy_copy, probability_vectors, sample_counts,
+                              small_pair)  # noqa: F401
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROMPT = [1, 2, 0]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on one torch thread: two threads beside other busy programs make every
-    forward pass many times slower (machine.py)."""
-    with machine.threads(1):
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +121,6 @@ def rule_by_branches(p, q, lenience):
     accept = np.array([sd.accept_probability(t, d) for t, d in zip(p, lq)])
     kept = q * accept
     return kept + (1 - kept.sum()) * sd.residual(p, lq), kept.sum()
-
-
-def probability_vectors(size):
-    weights = st.lists(st.sampled_from([0.0, 1e-9, 0.1, 0.5, 1.0, 3.0, 7.0]),
-                       min_size=size, max_size=size).filter(lambda w: sum(w) > 0)
-    return weights.map(lambda w: np.array(w) / np.sum(w))
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,7 +1,6 @@
 """The drafters: the n-gram table and the interface every drafter shares. Greedy output stays
 the big model's own and sampling keeps its distribution, whoever drafts."""
 
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from drafts import Sampling, as_drafter
 from drafts.model import ModelDraft
 from drafts.ngram import NGramDraft, table
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              prompts, small_pair, target)  # noqa: F401 (fixtures)
+                              prompts, sample_counts, small_pair, target)  # noqa: F401 (fixtures)
 
 
 def test_the_table_keeps_the_most_frequent_next_token_and_backs_off():
@@ -61,26 +60,16 @@ class Pretending(NGramDraft):
         return tokens, None if probs is None else np.full(probs.shape, 1 / self.vocab_size)
 
 
-def table_sample_counts(target, draft, prompt):
-    g = torch.Generator().manual_seed(0)
-    counts = Counter()
-    for _ in range(3000):
-        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), 3, k=2,
-                                         temperature=1.0, generator=g)
-        counts[tuple(out[0, len(prompt):].tolist())] += 1
-    return counts
-
-
 def test_sampling_with_the_table_keeps_the_target_distribution(small_pair):  # noqa: F811
     target, _ = small_pair
     data = np.random.default_rng(0).integers(0, SMALL_V, 500)
     prompt = [1, 2, 0]
     want = exact_distribution(target, prompt, 3, temperature=1.0)
     honest = NGramDraft.from_data(data, SMALL_V, 2)
-    assert chi_square_p_value(table_sample_counts(target, honest, prompt), want) > 1e-3
+    assert chi_square_p_value(sample_counts(target, honest, prompt, 3, 3000, 0, temperature=1.0), want) > 1e-3
     # A drafter that misreports the distribution of its guesses breaks the rule's exactness.
     pretending = Pretending(honest.tables, SMALL_V)
-    assert chi_square_p_value(table_sample_counts(target, pretending, prompt), want) < 1e-6
+    assert chi_square_p_value(sample_counts(target, pretending, prompt, 3, 3000, 0, temperature=1.0), want) < 1e-6
 
 
 def test_a_gpt_becomes_a_drafter_and_a_drafter_stays_one(target):  # noqa: F811
@@ -210,22 +199,13 @@ def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
     assert kept.threshold <= 0.3
 
 
-def sampled_counts(target, draft, prompt, new_k, runs=3000):
-    g = torch.Generator().manual_seed(0)
-    counts = Counter()
-    for _ in range(runs):
-        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), 3, k=new_k(),
-                                         temperature=1.0, generator=g)
-        counts[tuple(out[0, len(prompt):].tolist())] += 1
-    return counts
-
-
 def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa: F811
     from drafts.adaptive import Confidence
     target, draft = small_pair
     prompt = [1, 2, 0]
     want = exact_distribution(target, prompt, 3, temperature=1.0)
-    counts = sampled_counts(target, draft, prompt, lambda: Confidence(start=2, k_max=3, threshold=0.5))
+    counts = sample_counts(target, draft, prompt, 3, 3000, 0, temperature=1.0,
+                           k=lambda: Confidence(start=2, k_max=3, threshold=0.5))
     assert chi_square_p_value(counts, want) > 1e-3
 
 

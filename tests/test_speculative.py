@@ -285,12 +285,14 @@ def exact_distribution(model, prompt, n_tokens, **warp):
     return probs
 
 
-def sample_counts(target, draft, prompt, n_tokens, n, seed, **warp):
+def sample_counts(target, draft, prompt, n_tokens, n, seed, k=2, **warp):
+    """How often each continuation came out of n sampled runs; k may be a function giving a
+    fresh schedule (drafts/adaptive.py) for each run."""
     g = torch.Generator().manual_seed(seed)
     counts = Counter()
     for _ in range(n):
-        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), n_tokens, k=2,
-                                         generator=g, **warp)
+        out, _ = sd.speculative_generate(target, draft, torch.tensor([prompt]), n_tokens,
+                                         k=k() if callable(k) else k, generator=g, **warp)
         counts[tuple(out[0, len(prompt):].tolist())] += 1
     return counts
 

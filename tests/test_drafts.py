@@ -1,7 +1,6 @@
 """The drafters: the n-gram table and the interface every drafter shares. Greedy output stays
 the big model's own and sampling keeps its distribution, whoever drafts."""
 
-
 import numpy as np
 import pytest
 import torch

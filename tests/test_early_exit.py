@@ -10,9 +10,8 @@ import speculative as sd
 from drafts import by_name, check_name
 from drafts.early_exit import EarlyExit, Layers, NumpyLayers, TorchLayers, first_layers
 from numpy_gpt import NumpyGPT
-from test_drafts import table_sample_counts
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              prompts, small_pair)  # noqa: F401 (fixtures)
+                              prompts, sample_counts, small_pair)  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +120,11 @@ def test_sampling_keeps_the_target_distribution(small_pair):  # noqa: F811
     target = NumpyGPT(small_pair[0])  # 2 layers: the draft is the first
     prompt = [1, 2, 0]
     want = exact_distribution(small_pair[0], prompt, 3, temperature=1.0)
-    assert chi_square_p_value(table_sample_counts(target, EarlyExit(target, 1), prompt),
+    assert chi_square_p_value(sample_counts(target, EarlyExit(target, 1), prompt, 3, 3000, 0,
+                                            temperature=1.0),
                               want) > 1e-3
     # A drafter that misreports the distributions of its guesses breaks exactness.
-    counts = table_sample_counts(target, Pretending(target, 1), prompt)
+    counts = sample_counts(target, Pretending(target, 1), prompt, 3, 3000, 0, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
 
 

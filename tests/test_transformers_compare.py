@@ -14,7 +14,7 @@ import cli  # noqa: E402
 import gpt  # noqa: E402
 import hf  # noqa: E402
 import speculative as sd  # noqa: E402
-from exercises import report  # noqa: E402
+from exercises import common, report  # noqa: E402
 from exercises import transformers as against  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -118,7 +118,7 @@ def test_bad_settings_are_one_line_errors(quick):
         with pytest.raises(ValueError):
             against.parse_native(bad)
     with pytest.raises(ValueError, match="--ks"):
-        against.whole_numbers("2,x", "ks")
+        common.whole_numbers("2,x", "ks")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,12 +22,13 @@ lenience relaxation, and the arithmetic that speculation wastes.
    min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)). Per lenience: the
    speed-up, and how far the output moves from the target's distribution: exactly per token on
    the trained pair (held-out contexts), exactly for whole 3-token outputs on a 4-token model by
-   enumerating the rule's branches (lenient_distribution), and by sampling that model.
+   enumerating the rule's branches (exercises/lenience.py), and by sampling that model.
 3. Cost. Per run: positions the target scored against tokens kept; multiply-adds of plain and
-   speculative decoding from the models' shapes (macs_per_position); bytes of weights read per
-   token. Speculation scores more positions and does more arithmetic than plain decoding, but
-   reads the big model's weights fewer times: a memory-bound GPU gains about the bytes' ratio,
-   a compute-bound machine loses the FLOPs' ratio, and an overhead-bound CPU lands in between.
+   speculative decoding from the models' shapes and bytes of weights read per token
+   (exercises/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
+   than plain decoding, but reads the big model's weights fewer times: a memory-bound GPU gains
+   about the bytes' ratio, a compute-bound machine loses the FLOPs' ratio, and an
+   overhead-bound CPU lands in between.
 4. Formulas. Corollary 3.9 of Leviathan et al. (checked in tests/test_sampling_costs.py) and the
    best k: measured (greedy, k = --ks, the best drafter) against speculative.best_k.
 Figures: results/sampling_temperature.png, sampling_lenience.png, sampling_costs.png; numbers in
@@ -37,9 +38,7 @@ sampling_costs.json; the report's section "Sampling's price list".
 import math
 import statistics
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -50,14 +49,13 @@ import speculative as sd
 from benchmark import held_out_prompts
 from drafts import by_name, check_name, heads
 from exercises import common, report
-from numpy_speculative import accept_probability, residual, window_start
+from exercises.cost_arithmetic import run_costs
+from exercises.lenience import lenience_small, lenient_step, total_variation
 
 # Leviathan, Kalman, Matias (2023), Table 2: T5-XXL with T5-small drafting, English to German.
 LEVIATHAN_TABLE_2 = {"argmax": {"alpha": 0.75, "k": 7, "speedup": 3.4},
                      "temperature 1": {"alpha": 0.62, "k": 7, "speedup": 2.6}}
 DRAFTS = ("draft", "distilled", "names", "heads")   # drafters this comparison can measure
-BYTES = 4                                           # float32 weights
-SMALL_PROMPT = [1, 2, 0]                            # the 4-token pair's prompt (as in the tests)
 
 
 @dataclass
@@ -123,99 +121,6 @@ def warps(temperature, args):
     if temperature > 0 and args.top_p < 1:
         out.append((f"top-p {args.top_p:g}", {"top_p": args.top_p}))
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. The cost side: positions, multiply-adds and bytes, from the models' shapes
-#
-# Scoring one position whose window holds `keys` tokens (the new one included) through a GPT of
-# n_layer blocks of width C with vocabulary V takes, in multiply-adds (MACs):
-#     per block  3 C^2 (queries, keys, values) + C keys (scores) + C keys (weighted values)
-#                + C^2 (attention output) + 8 C^2 (MLP: C -> 4C -> C)  =  12 C^2 + 2 C keys
-#     head       C V (the final projection to the vocabulary)
-#     total      n_layer (12 C^2 + 2 C keys) + C V;   FLOPs = 2 MACs
-# LayerNorms, GELU, softmax and the embedding look-ups are O(C) or O(keys): left out. A pass reads
-# every weight once: n_layer (12 C^2 + 13 C) (blocks) + 2 C (final LayerNorm) + V C (head, tied
-# to the token embedding) parameters, 4 bytes each; the KV cache it reads is left out too (it is
-# the same for plain and speculative decoding, per token scored). The window's re-encoding after
-# a jump is the same for both as well, and is left out. Position m (predicting token m) is scored
-# with keys = m - window_start(m) tokens in view.
-
-
-def macs_per_position(c, keys):
-    """Multiply-adds of one position through a GPT of config c with `keys` tokens in view."""
-    C = c.n_embd
-    return c.n_layer * (12 * C * C + 2 * C * keys) + C * c.vocab_size
-
-
-def weights_read(c):
-    """Parameters one forward pass of a GPT of config c reads (the position table's one row and
-    the token embedding's rows are left out; the head, tied to the embedding, is read whole)."""
-    C = c.n_embd
-    return c.n_layer * (12 * C * C + 13 * C) + 2 * C + c.vocab_size * C
-
-
-def parameter_count(c):
-    """Every parameter of a gpt.GPT of config c (the head is tied to the token embedding)."""
-    return weights_read(c) + c.block_size * c.n_embd
-
-
-def keys_at(m, block_size):
-    """Tokens in view when position m is scored: window_start(m) .. m - 1."""
-    return m - window_start(m, block_size)
-
-
-def draft_costs(draft):
-    """(MACs of one guess at position m, parameters one guess reads) for a drafter: a GPT
-    (one pass of its own per guess), or the extra heads (one residual block C x C and one
-    projection C x V on a state the big model already computed)."""
-    if hasattr(draft, "c"):
-        c = draft.c
-        return (lambda m: macs_per_position(c, keys_at(m, c.block_size))), weights_read(c)
-    if hasattr(draft, "fc_w"):
-        C, V = draft.fc_w.shape[1], draft.vocab_size
-        return (lambda m: C * C + C * V), C * C + C + C * V
-    return (lambda m: 0), 0                                          # a table look-up
-
-
-def run_costs(target_c, draft, runs):
-    """Positions, MACs and weights read of speculative runs and of plain decoding writing the
-    same tokens. runs: (prompt length, Stats) per prompt; each Stats' trace is replayed: a round
-    starting at length n with k_round guesses scores positions n .. n + k_round with the target
-    and n .. n + k_round - 1 with the draft, and adds kept + 1 tokens."""
-    guess_macs, guess_weights = draft_costs(draft)
-    block = target_c.block_size
-    out = Counter()
-    for prompt_len, stats in runs:
-        n = prompt_len
-        for proposed, kept, _ in stats.trace:
-            k_round = len(proposed)
-            out["target_macs"] += sum(macs_per_position(target_c, keys_at(m, block))
-                                      for m in range(n, n + k_round + 1))
-            out["draft_macs"] += sum(guess_macs(m) for m in range(n, n + k_round))
-            n += kept + 1
-        out["plain_macs"] += sum(macs_per_position(target_c, keys_at(m, block))
-                                 for m in range(prompt_len, n))
-        out["new_tokens"] += n - prompt_len
-        out["target_positions"] += stats.target_positions
-        out["draft_positions"] += stats.draft_positions
-        out["target_passes"] += stats.target_passes
-        out["draft_passes"] += stats.draft_passes
-    new = max(1, out["new_tokens"])
-    W = weights_read(target_c)
-    plain_bytes = BYTES * W                                          # one pass per token
-    spec_bytes = BYTES * (out["target_passes"] * W + out["draft_passes"] * guess_weights) / new
-    spec_macs = out["target_macs"] + out["draft_macs"]
-    return {**out,
-            "wasted_positions": out["target_positions"] - out["new_tokens"],
-            "positions_per_token": out["target_positions"] / new,
-            "plain_flops_per_token": 2 * out["plain_macs"] / new,
-            "spec_flops_per_token": 2 * spec_macs / new,
-            "draft_flops_share": out["draft_macs"] / max(1, spec_macs),
-            "plain_bytes_per_token": plain_bytes, "spec_bytes_per_token": spec_bytes,
-            # What the speed-up would be if time followed only one of them:
-            "compute_bound_speedup": out["plain_macs"] / max(1, spec_macs),
-            "memory_bound_speedup": plain_bytes / spec_bytes}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -383,118 +288,7 @@ def why_tokens(row):
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. Lenience: the rule, its exact output distribution, and what it buys
-
-
-def lenient_step(target_probs, draft_probs, lenience):
-    """The lenient rule at one position, for every row of (..., V) arrays at once: (the
-    distribution of the token it writes there when the draft proposes from draft_probs, the
-    probability a guess is kept). The same branches as numpy_speculative.verify on
-    lenience x draft_probs: keep x with min(1, p/(l q)), else draw from norm(max(0, p - l q))."""
-    p, q = np.asarray(target_probs, np.float64), np.asarray(draft_probs, np.float64)
-    kept = np.minimum(q, p / lenience)                   # q(x) min(1, p(x) / (l q(x)))
-    leftover = np.maximum(p - lenience * q, 0.0)
-    total = leftover.sum(-1, keepdims=True)
-    fallback = p / p.sum(-1, keepdims=True)              # residual's: nothing left over
-    res = np.where(total > 0, leftover / np.where(total > 0, total, 1), fallback)
-    alpha = kept.sum(-1)
-    return kept + (1 - alpha)[..., None] * res, alpha
-
-
-def total_variation(a, b):
-    """Total variation distance of two distributions: dicts {outcome: p} or arrays (..., V)."""
-    if isinstance(a, dict):
-        return 0.5 * sum(abs(a.get(x, 0.0) - b.get(x, 0.0)) for x in set(a) | set(b))
-    return 0.5 * np.abs(np.asarray(a) - np.asarray(b)).sum(-1)
-
-
-def next_token_probs(model, **warp):
-    """seq (a tuple of ids) -> the model's warped distribution (V,) of the next token, cached."""
-    @lru_cache(maxsize=None)
-    def probs(seq):
-        with torch.no_grad():
-            logits = model(torch.tensor([seq]))[0][0, -1].float().numpy()
-        return sd.warp(logits, **warp)
-    return probs
-
-
-def lenient_distribution(target_probs, draft_probs, prompt, n_tokens, k, lenience=1.0):
-    """{first n_tokens: probability} that speculative sampling at k with this lenience writes,
-    computed exactly by enumerating the rule's branches as speculative._speculative_row takes
-    them: rounds of k_round = min(k, tokens left - 1) guesses; guess x (drawn from q) is kept
-    with accept_probability(p(x), l q(x)) and the round goes on; a rejection writes a token from
-    residual(p, l q) and ends the round; a round whose guesses were all kept (or that had none)
-    ends with a token from the target's own p. target_probs / draft_probs: seq (tuple) -> (V,).
-    At lenience 1 this is exactly the target's distribution."""
-    out, goal = defaultdict(float), len(prompt) + n_tokens
-
-    def new_round(seq, prob):
-        if len(seq) == goal:
-            out[seq[len(prompt):]] += prob
-            return
-        guess(seq, 0, min(k, goal - len(seq) - 1), prob)
-
-    def guess(seq, i, k_round, prob):
-        p = target_probs(seq)
-        if i == k_round:                       # the bonus token (or a round without guesses)
-            for x in np.flatnonzero(p):
-                new_round(seq + (int(x),), prob * p[x])
-            return
-        lq = lenience * draft_probs(seq)
-        kept = np.array([lq[x] / lenience * accept_probability(p[x], lq[x])
-                         for x in range(len(p))])             # q(x) x P(keep x)
-        for x in np.flatnonzero(kept):
-            guess(seq + (int(x),), i + 1, k_round, prob * kept[x])
-        rejected = 1.0 - kept.sum()
-        if rejected > 1e-15:
-            correction = residual(p, lq)
-            for x in np.flatnonzero(correction):
-                new_round(seq + (int(x),), prob * rejected * correction[x])
-
-    new_round(tuple(prompt), 1.0)
-    return dict(out)
-
-
-def small_pair():
-    """The tests' 4-token pair (tests/test_speculative.py, small_pair): random GPTs whose
-    larger weights give peaked, varied distributions, so every output of 3 tokens is
-    enumerable (4^3) and the rule's effect is large enough to see by sampling."""
-    def make(seed, n_layer):
-        torch.manual_seed(seed)
-        model = gpt.GPT(gpt.Config(vocab_size=4, block_size=16, n_layer=n_layer, n_head=2,
-                                   n_embd=16)).eval()
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() >= 2:
-                    p.normal_(0, 0.4)
-        return model
-    return make(10, 2), make(11, 1)
-
-
-def lenience_small(leniences, samples, seed, k=2, n_tokens=3):
-    """Per lenience on the 4-token pair: the exact TV distance of 3-token outputs from the
-    target's, and the same from `samples` sampled outputs (sampling noise included)."""
-    target, draft = small_pair()
-    p_of, q_of = next_token_probs(target, temperature=1.0), next_token_probs(draft,
-                                                                             temperature=1.0)
-    want = lenient_distribution(p_of, q_of, SMALL_PROMPT, n_tokens, k, 1.0)
-    prompt = torch.tensor([SMALL_PROMPT])
-    rows = []
-    for lenience in leniences:
-        exact = lenient_distribution(p_of, q_of, SMALL_PROMPT, n_tokens, k, lenience)
-        g = torch.Generator().manual_seed(seed)
-        counts, stats = Counter(), sd.Stats(k=k)
-        for _ in range(samples):
-            out, s = sd.speculative_generate(target, draft, prompt, n_tokens, k=k,
-                                             temperature=1.0, generator=g, lenience=lenience)
-            counts[tuple(out[0, len(SMALL_PROMPT):].tolist())] += 1
-            stats.add(s)
-        sampled = {x: c / samples for x, c in counts.items()}
-        rows.append({"lenience": lenience, "exact_tv": total_variation(exact, want),
-                     "sampled_tv": total_variation(sampled, want),
-                     "sampled_tv_to_lenient": total_variation(sampled, exact),
-                     "acceptance_rate": stats.acceptance_rate})
-    return rows
+# 2. Lenience: what it buys on the trained pair (the rule itself: exercises/lenience.py)
 
 
 def lenience_trained(args, big, draft, leniences, step, verify, log):

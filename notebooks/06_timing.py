@@ -661,18 +661,18 @@ assert c < cpu_batch[1]["c"] or QUICK
 # ## What speculation wastes, and what it saves
 #
 # Every guess the big model checks costs it a position, kept or not: `Stats.target_positions`
-# counts them. From the models' shapes, `exercises/sampling_costs.py` turns a run into
+# counts them. From the models' shapes, `exercises/cost_arithmetic.py` turns a run into
 # arithmetic (multiply-adds per position: n_layer (12 C^2 + 2 C keys) + C V) and weights read
 # (every pass reads every weight once). Speculation does more arithmetic per character and
 # reads the weights fewer times: a device whose passes are bound by reading wins, a device
 # bound by arithmetic, or by overhead like this CPU, barely does.
 
 # %%
-from exercises import sampling_costs as costs
+from exercises import cost_arithmetic
 
 prompt = torch.tensor([gpt.encode("ROMEO:\n")])
 _, run = sd.speculative_generate(target, draft_np, prompt, 100, k=4)
-spent = costs.run_costs(target.c, draft_np, [(prompt.shape[1], run)])
+spent = cost_arithmetic.run_costs(target.c, draft_np, [(prompt.shape[1], run)])
 print(f"{run.target_positions} positions scored by the big model for {run.new_tokens} characters "
       f"({spent['wasted_positions']} thrown away)")
 print(f"arithmetic per character: {spent['spec_flops_per_token'] / 1e6:.2f} MFLOP speculative, "

@@ -1,5 +1,6 @@
-"""Sampling's price list (exercises/sampling_costs.py): the lenient rule (exact only at 1), the
-cost arithmetic against hand computations, Corollary 3.9 and the best k, and the quick run."""
+"""Sampling's price list (exercises/sampling_costs.py): the lenient rule (exact only at 1;
+exercises/lenience.py), the cost arithmetic against hand computations
+(exercises/cost_arithmetic.py), Corollary 3.9 and the best k, and the quick run."""
 
 import json
 import math
@@ -11,6 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 import speculative as sd
 from exercises import report, sampling_costs as sc
+from exercises.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
+                                       weights_read)
+from exercises.lenience import lenient_distribution, lenient_step, next_token_probs, total_variation
 from gpt import GPT, Config
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
@@ -85,31 +89,31 @@ def test_lenience_one_passes_the_exactness_test_and_below_one_fails_it(small_pai
 def small_probs():
     target = make_model(10, vocab_size=SMALL_V, scale=0.4)   # = small_pair
     draft = make_model(11, vocab_size=SMALL_V, n_layer=1, scale=0.4)
-    return target, draft, sc.next_token_probs(target, temperature=1.0), \
-        sc.next_token_probs(draft, temperature=1.0)
+    return target, draft, next_token_probs(target, temperature=1.0), \
+        next_token_probs(draft, temperature=1.0)
 
 
 def test_enumerated_lenient_rule_is_the_target_at_one(small_probs):
     target, _, p_of, q_of = small_probs
     want = exact_distribution(target, PROMPT, 3, temperature=1.0)
-    got = sc.lenient_distribution(p_of, q_of, PROMPT, 3, k=2, lenience=1.0)
-    assert sc.total_variation(got, want) < 1e-6   # float32 logits, from other sequence lengths
+    got = lenient_distribution(p_of, q_of, PROMPT, 3, k=2, lenience=1.0)
+    assert total_variation(got, want) < 1e-6   # float32 logits, from other sequence lengths
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.floats(0.01, 0.99), st.integers(1, 3))
 def test_any_lenience_below_one_moves_the_output(small_probs, lenience, k):
     _, _, p_of, q_of = small_probs
-    want = sc.lenient_distribution(p_of, q_of, PROMPT, 3, k=k, lenience=1.0)
-    got = sc.lenient_distribution(p_of, q_of, PROMPT, 3, k=k, lenience=lenience)
+    want = lenient_distribution(p_of, q_of, PROMPT, 3, k=k, lenience=1.0)
+    got = lenient_distribution(p_of, q_of, PROMPT, 3, k=k, lenience=lenience)
     assert abs(sum(got.values()) - 1) < 1e-12
-    assert sc.total_variation(got, want) > 1e-4
+    assert total_variation(got, want) > 1e-4
 
 
 def test_enumeration_matches_what_the_decoder_samples(small_probs):
     # The enumeration models speculative_generate's branches: its samples agree with it.
     target, draft, p_of, q_of = small_probs
-    want = sc.lenient_distribution(p_of, q_of, PROMPT, 3, k=2, lenience=0.5)
+    want = lenient_distribution(p_of, q_of, PROMPT, 3, k=2, lenience=0.5)
     counts = sample_counts(target, draft, PROMPT, 3, 2000, seed=1, temperature=1.0,
                            lenience=0.5)
     assert chi_square_p_value(counts, want) > 1e-3
@@ -129,7 +133,7 @@ def test_lenient_step_is_the_rule(data):
     size = data.draw(st.integers(2, 6))
     p, q = data.draw(probability_vectors(size)), data.draw(probability_vectors(size))
     lenience = data.draw(st.sampled_from([1.0, 0.9, 0.5, 0.1]))
-    written, alpha = sc.lenient_step(p, q, lenience)
+    written, alpha = lenient_step(p, q, lenience)
     want, kept = rule_by_branches(p, q, lenience)
     np.testing.assert_allclose(written, want, atol=1e-12)
     assert alpha == pytest.approx(kept, abs=1e-12)
@@ -182,13 +186,13 @@ TINY = Config(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16)
 
 def test_macs_and_weights_by_hand():
     # Per block 12 C^2 + 2 C keys, with C = 16: 3072 + 32 keys; two blocks; head C V = 176.
-    assert sc.macs_per_position(TINY, 5) == 2 * (3072 + 32 * 5) + 176 == 6640
+    assert macs_per_position(TINY, 5) == 2 * (3072 + 32 * 5) + 176 == 6640
     # Per block 12 C^2 + 13 C = 3280; final LayerNorm 32; head (tied) 176.
-    assert sc.weights_read(TINY) == 2 * 3280 + 32 + 176 == 6768
+    assert weights_read(TINY) == 2 * 3280 + 32 + 176 == 6768
     model = GPT(TINY)
-    assert sc.parameter_count(TINY) == sum(p.numel() for p in model.parameters())
+    assert parameter_count(TINY) == sum(p.numel() for p in model.parameters())
     # Under the window rule: position 17 of a 16-token window is scored from 9..16 (8 tokens).
-    assert sc.keys_at(5, 16) == 5 and sc.keys_at(16, 16) == 16 and sc.keys_at(17, 16) == 8
+    assert keys_at(5, 16) == 5 and keys_at(16, 16) == 16 and keys_at(17, 16) == 8
 
 
 def test_run_costs_replay_a_trace_by_hand():
@@ -198,7 +202,7 @@ def test_run_costs_replay_a_trace_by_hand():
     stats.target_positions, stats.draft_positions = 3 + 2, 2 + 1
     stats.target_passes, stats.draft_passes = 2, 3
     draft = GPT(Config(vocab_size=11, block_size=16, n_layer=1, n_head=2, n_embd=8))
-    costs = sc.run_costs(TINY, draft, [(3, stats)])
+    costs = run_costs(TINY, draft, [(3, stats)])
     base = 2 * 3072 + 176                                     # a position with no keys
     assert costs["new_tokens"] == 3 and costs["wasted_positions"] == 2
     # The target scored positions 3, 4, 5 then 5, 6; plain decoding 3, 4, 5.

@@ -10,6 +10,7 @@ drafts/) never imports the trainer and the trainer never imports the decoder's c
 A missing checkpoint is a one-line error that gives the command that trains it.
 """
 
+import hashlib
 import shlex
 from pathlib import Path
 
@@ -37,3 +38,13 @@ def load_trained(name, folder=None, device="cpu"):
     model, _ = gpt.load_checkpoint(checkpoint_path(name, folder), device=device,
                                    hint=train_command(name, folder))
     return model
+
+
+def fingerprint(model):
+    """A short hash of a gpt.GPT's weights: which big model a drafter was made for (heads,
+    the table of its own text), so that one made for another is never used by mistake."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().float().numpy().tobytes())
+    return digest.hexdigest()[:16]

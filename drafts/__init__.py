@@ -24,7 +24,8 @@ checks its guesses (anything with `score(seqs, first)` and `vocab_size`, as
 speculative.CachedScorer defines them) instead of letting speculative_generate make a plain one.
 
 The drafters, one file each: drafts/model.py (any GPT, torch or NumPy, as a drafter),
-drafts/ngram.py (a character n-gram table from the training text; no model at all),
+drafts/ngram.py (a character n-gram table from the training text, or from the big model's own
+greedy text; no model at all),
 drafts/early_exit.py (the big model's own first layers) and drafts/heads.py (extra heads on the
 big model's last hidden state, Medusa-style); drafts/adaptive.py adapts k for any.
 `speculative_generate(target, draft, ...)` takes a drafter, or a GPT, which it wraps.
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from numpy_speculative import sample, warp
 
 # What --draft accepts (exitL: any L).
-NAMES = ("draft", "distilled", "names", "ngram", "exit2", "heads")
+NAMES = ("draft", "distilled", "names", "ngram", "ngram-big", "exit2", "heads")
 
 
 @dataclass
@@ -75,7 +76,8 @@ def check_name(name):
 
 
 def by_name(name, folder=None, backend="numpy"):
-    """The drafter a command line names: a trained GPT preset, "ngram", or "exitL" (the big
+    """The drafter a command line names: a trained GPT preset, "ngram" (the training text's
+    table), "ngram-big" (the table of the big model's own text), "heads", or "exitL" (the big
     model's own first L layers)."""
     check_name(name)
     if name == "ngram":
@@ -83,6 +85,9 @@ def by_name(name, folder=None, backend="numpy"):
         return NGramDraft.trained(folder, prompt_lookup=True)
     import checkpoint
     import speculative
+    if name == "ngram-big":  # the table of the big model's own greedy text
+        from drafts.ngram import NGramDraft
+        return NGramDraft.of_target(checkpoint.load_trained("big", folder), folder)
     if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
         from drafts.heads import load
         return load(checkpoint.load_trained("big", folder), folder)

@@ -41,7 +41,6 @@ the target's backend.
 """
 
 import copy
-import hashlib
 import math
 import shlex
 import sys
@@ -74,15 +73,6 @@ def final_states(model, idx, cache=None):
     finally:
         hook.remove()
     return logits, states[0]
-
-
-def fingerprint(model):
-    """A short hash of a gpt.GPT's weights: which big model a set of heads was trained for."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().float().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,7 +280,7 @@ def train(big, hc, path, source=None, log=print):
         source = gpt.train_data
     settings = {**{k: v for k, v in asdict(hc).items()
                    if k not in ("save_every", "threads", "checkpoints", "fresh", "speed")},
-                "target": fingerprint(big)}
+                "target": checkpoint.fingerprint(big)}
     heads = Heads.for_model(big, hc.heads)
     optimizer = torch.optim.AdamW(heads.parameters(), lr=hc.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(hc.seed)
@@ -360,7 +350,7 @@ def load(big, folder=None):
     if state is None:
         raise ValueError(f"{path} is not a readable heads checkpoint; retrain them with: "
                          f"{train_command(folder)} --fresh")
-    if state["settings"]["target"] != fingerprint(big):
+    if state["settings"]["target"] != checkpoint.fingerprint(big):
         raise ValueError(f"{path} holds heads trained for another big model; retrain them "
                          f"with: {train_command(folder)}")
     heads = Heads(big.c.n_embd, big.c.vocab_size, state["n_heads"])

@@ -51,6 +51,34 @@ def test_greedy_with_the_table_is_the_big_models_output(target, lookup):  # noqa
         assert torch.equal(got, want) and stats.new_tokens == 40
 
 
+def test_the_table_of_a_models_own_text_drafts_best_for_that_model(tmp_path):
+    """NGramDraft.of_target: built from the model's own greedy text, it keeps more guesses of
+    that model than the training text's table, and more than the table of another model's text
+    (the negative control: a table made for the wrong model). Greedy output stays exact. The
+    table is cached once per model: built again only for a model with other weights."""
+    vocab = len(gpt.vocab())
+    model, other = (make_model(seed, vocab_size=vocab, scale=0.3) for seed in (0, 1))
+    built = []
+    own = NGramDraft.of_target(model, tmp_path, runs=8, length=40, log=built.append)
+    assert len(built) == 1 and not list(tmp_path.glob("*.tmp"))
+    foreign = NGramDraft.of_target(other, tmp_path / "other", runs=8, length=40, log=None)
+    text = gpt.decode(gpt.val_data)
+
+    def kept(draft):
+        stats = sd.Stats(k=4)
+        for start in range(0, len(text) - 8, len(text) // 8):
+            idx = torch.tensor([gpt.encode(text[start:start + 8])])
+            got, run = sd.speculative_generate(model, draft, idx, 40, k=4)
+            assert torch.equal(got, sd.generate(model, idx, 40))
+            stats.add(run)
+        return stats.kept_of_checked
+    assert kept(own) > max(kept(NGramDraft.trained(tmp_path)), kept(foreign))
+    NGramDraft.of_target(model, tmp_path, runs=8, length=40, log=built.append)
+    assert len(built) == 1                                               # cached
+    NGramDraft.of_target(other, tmp_path, runs=8, length=40, log=built.append)
+    assert len(built) == 2                                               # another model
+
+
 class Pretending(NGramDraft):
     """Negative control: guesses deterministically but claims they were drawn uniformly."""
 

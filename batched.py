@@ -32,7 +32,7 @@ B x (k+1). batch_rounds counts rounds of the batch; rounds, as before, rounds su
 
 Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
 drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
-the rows one after another, as before. batch_curve() measures the speed-up against batch size.
+the rows one after another, as before. exercises/batch_curve.py measures what batching buys.
 
 Shapes: B batch, R rows in a pass, T new tokens (padded), S slots (window + spare), E slots
 attended, V vocabulary, nh heads, hs head size.
@@ -193,6 +193,7 @@ class BatchScorer:
         self.chunk = CHUNK if on_cpu else math.inf
         self.passes = 0                        # forward passes over the batch
         self.row_passes = [0] * batch_size     # passes each row took part in
+        self.encode_seconds = 0.0              # in passes where some row starts its window
 
     def score(self, seqs, firsts, rows):
         """{b: logits (len(seqs[b]) - firsts[b] + 1, V) for b in rows}: row b's predictions for
@@ -232,13 +233,15 @@ class BatchScorer:
 
     def run(self, group):
         """One pass over (row, new tokens, first slot) segments: {row: logits (len(new), V)}."""
-        logits = {}
+        logits, started = {}, time.perf_counter()
         for part in chunks(group, self.chunk):
             out = self.forward(self.model, self.cache, *layout(part, self.block_size))  # (R,T,V)
             for i, (b, new, _) in enumerate(part):
                 logits[b] = out[i, :len(new)]
                 self.row_passes[b] += 1
         self.passes += 1
+        if any(slot == 0 for _, _, slot in group):  # the prompt, or a window re-encoded
+            self.encode_seconds += time.perf_counter() - started
         return logits
 
 
@@ -327,8 +330,11 @@ def check_memory(models, batch_size):
 
 @dataclass
 class BatchStats(sd.Stats):
-    """speculative.Stats for a batch: totals (see the module docstring) and one Stats per row."""
+    """speculative.Stats for a batch: totals (see the module docstring) and one Stats per row.
+    encode_time: seconds (within draft_time and target_time) of the passes, of either model,
+    that encode rows from the start of their window: the prompts, and windows that jumped."""
     batch_rounds: int = 0
+    encode_time: float = 0.0
     rows: list = field(default_factory=list, repr=False)
 
 
@@ -369,6 +375,8 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
                 seq.append(token)
         sd._sync(model)
     stats.target_passes += scorer.passes
+    if isinstance(stats, BatchStats):
+        stats.encode_time += scorer.encode_seconds
     stats.target_positions += max_new_tokens * len(seqs)
     stats.new_tokens += max_new_tokens * len(seqs)
     stats.target_time += time.perf_counter() - started
@@ -468,6 +476,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
         stats.trace += row.trace
     stats.target_passes = checker.passes
     stats.draft_passes = guesser.passes if guesser else stats.proposed
+    stats.encode_time = checker.encode_seconds + (guesser.encode_seconds if guesser else 0.0)
     return _output(seqs, prompts), stats
 
 
@@ -485,186 +494,3 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
             stats.add(row)
     stats.batch_rounds = stats.rounds
     return _output(seqs, prompts), stats
-
-
-# ----------------------------------------------------------------------------------------------
-# Measuring: batched against one row at a time, and the speed-up against batch size
-
-
-def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
-    """machine.pass_time for the pass this file makes: median seconds of one BatchScorer pass
-    over batch rows x `tokens` new tokens after `context` cached ones. measure(fn, repeats) ->
-    median seconds; by default the wall clock on one torch thread."""
-    context = min(context, model.c.block_size - tokens)
-    ids = torch.randint(0, model.c.vocab_size, (batch, context + tokens),
-                        generator=torch.Generator().manual_seed(0)).tolist()
-    scorer = BatchScorer(model, batch)
-    with machine.threads():                          # the untimed set-up pass too
-        scorer.run([(b, row[:context], 0) for b, row in enumerate(ids)])
-    new = [(b, row[context:], context) for b, row in enumerate(ids)]
-    return (measure or machine.median_time)(lambda: scorer.run(new), repeats)
-
-
-def rows_vs_batch(target, prompts, new_tokens=100, repeats=5):
-    """Plain decoding of the prompts one row at a time (speculative.generate) against all at
-    once (generate here), timed alternately: (seconds of rows, seconds of the batch, median
-    ratio, ratios). Checks that the outputs are the same first."""
-    batch = [p[0].tolist() if torch.is_tensor(p) and p.dim() == 2 else list(p) for p in prompts]
-    one = [sd.generate(target, torch.tensor([p]), new_tokens)[0].tolist() for p in batch]
-    if one != generate(target, batch, new_tokens):
-        raise AssertionError("batched plain decoding differs from row-by-row: a bug")
-    return machine.paired_times(
-        lambda: [sd.generate(target, torch.tensor([p]), new_tokens) for p in batch],
-        lambda: generate(target, batch, new_tokens), repeats)
-
-
-def decoders(target, draft, rows, new_tokens):
-    """(plain(), speculative(k)) decoding `rows` as speculative.generate and speculative_generate
-    do: one row on speculative.py's own path (tuned for one sequence), more rows here. Both give
-    lists of token lists; speculative(k) gives its Stats too."""
-    if len(rows) > 1:
-        return (lambda: generate(target, rows, new_tokens),
-                lambda k: speculative_generate(target, draft, rows, new_tokens, k=k))
-    idx = torch.tensor(rows)
-
-    def speculative(k):
-        out, stats = sd.speculative_generate(target, draft, idx, new_tokens, k=k)
-        return out.tolist(), stats
-    return lambda: sd.generate(target, idx, new_tokens).tolist(), speculative
-
-
-def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2, 3, 4, 6, 8),
-                measure=None, *, new_tokens=100, repeats=3, pass_repeats=100, log=print):
-    """Speculative against plain decoding of the first b prompts, for each batch size b in
-    `sizes` and each k in `ks` (batch 1: speculative.py's one-row path, as the public functions
-    dispatch). One dict per (b, k): tokens/s of both, the measured speed-up (the median of
-    `repeats` alternating pairs) and the formula's prediction from passes timed at that size:
-    verify = a target pass over b x (k+1) new tokens / over b x 1; c = a draft pass over b x 1
-    / a target pass over b x 1 (a drafter that is not a GPT: its seconds per guess in the run
-    instead); alpha = guesses kept / guesses checked in the run. Passes are timed as decoding
-    makes them (pass_seconds; machine.pass_time at batch 1); measure(fn, repeats) -> median
-    seconds, default the wall clock on one torch thread. Every greedy output is checked against
-    plain decoding's first. pass_repeats: calls per timed pass."""
-    batch = [p[0].tolist() if torch.is_tensor(p) and p.dim() == 2 else list(p) for p in prompts]
-    if max(sizes) > len(batch):
-        raise ValueError(f"batch sizes up to {max(sizes)} need as many prompts, not {len(batch)}")
-    model = batch_draft(draft)
-    out = []
-    for b in sizes:
-        plain, speculative = decoders(target, draft, batch[:b], new_tokens)
-        timer = machine.pass_time if b == 1 else pass_seconds
-
-        def timed(m, tokens):
-            return timer(m, tokens, batch=b, measure=measure, repeats=pass_repeats)
-        want, one = plain(), timed(target, 1)
-        small = timed(model, 1) if model else None
-        for k in ks:
-            got, stats = speculative(k)
-            if got != want:
-                raise AssertionError(f"greedy batched speculative output differs from plain "
-                                     f"decoding (batch {b}, k {k}): a bug, please report it")
-            plain_s, spec_s, speedup, ratios = machine.paired_times(
-                plain, lambda: speculative(k), repeats)
-            rounds = getattr(stats, "batch_rounds", stats.rounds)
-            c = small / one if model else stats.draft_time / max(1, rounds * k) / one
-            a, verify_cost = stats.kept_of_checked, timed(target, k + 1) / one
-            out.append({"batch": b, "k": k, "plain_s": plain_s, "spec_s": spec_s,
-                        "plain_tokens_per_s": b * new_tokens / plain_s,
-                        "spec_tokens_per_s": b * new_tokens / spec_s, "speedup": speedup,
-                        "spread": machine.spread(ratios), "alpha": a, "c": c,
-                        "verify_cost": verify_cost,
-                        "predicted": sd.expected_speedup(a, k, c, verify_cost),
-                        "tokens_per_pass": stats.tokens_per_pass,
-                        "tokens_per_row_round": stats.new_tokens / max(1, rounds) / b,
-                        "target_pass_1_s": one})
-            log(f"batch {b:3} k {k}: plain {b * new_tokens / plain_s:8,.0f} tokens/s, "
-                f"speculative {b * new_tokens / spec_s:8,.0f} tokens/s, {speedup:.2f}x "
-                f"(predicted {out[-1]['predicted']:.2f}x: alpha {a:.2f}, c {c:.3f}, "
-                f"verify {verify_cost:.2f})")
-    return out
-
-
-def best_by_size(rows):
-    """For each batch size, the row of the k with the highest measured speed-up."""
-    best = {}
-    for r in rows:
-        if r["batch"] not in best or r["speedup"] > best[r["batch"]]["speedup"]:
-            best[r["batch"]] = r
-    return best
-
-
-@dataclass
-class CurveArgs:
-    new_tokens: int = 100         # characters written per row
-    repeats: int = 3              # alternating plain/speculative pairs per figure (medians)
-    sizes: str = "1,2,4,8,16,32,64"  # batch sizes of the curve (held-out prompts, 32 characters)
-    ks: str = "1,2,3,4,6"         # draft lengths tried at each size
-    drafts: str = "distilled,draft,ngram"  # drafters compared at batch 16 (drafts.NAMES)
-    curve_draft: str = "best"     # the drafter of the curve; best: the fastest at batch 16
-    json: str = ""                # also write every figure here
-
-
-def main(argv=None):
-    """python batched.py: issue 12's figures on the lesson's big model (NumPy). Plain decoding
-    of 16 rows batched against one row at a time (NumPy and torch); batched speculative
-    against batched plain at batch 16 for each drafter; then the speed-up against batch size
-    with the best of them (see batch_curve), next to the formula's prediction."""
-    import json
-
-    import benchmark
-    import checkpoint
-    import cli
-    from drafts import by_name
-    from exercises import common
-    parser = cli.Parser(description=main.__doc__.split(".")[0])
-    cli.add_fields(parser, CurveArgs, title="batched")
-    args = cli.take(CurveArgs, parser.parse_args(argv))
-    sizes, ks = common.whole_numbers(args.sizes, "sizes"), common.whole_numbers(args.ks, "ks")
-    big = checkpoint.load_trained("big")
-    target = NumpyGPT(big)
-    prompts = benchmark.held_out_prompts(max(sizes + [16]), 32)
-    results = {"machine": machine.describe(), "settings": args.__dict__, "rows_vs_batch": {}}
-    with machine.Busy() as busy:
-        for name, model in (("numpy", target), ("torch", big)):
-            rows_s, batch_s, ratio, ratios = rows_vs_batch(model, prompts[:16], args.new_tokens,
-                                                           args.repeats)
-            results["rows_vs_batch"][name] = {"rows_s": rows_s, "batch_s": batch_s,
-                                              "speedup": ratio, "spread": machine.spread(ratios)}
-            n = 16 * args.new_tokens
-            print(f"plain, 16 rows x {args.new_tokens}, {name}: one row at a time "
-                  f"{n / rows_s:,.0f} tokens/s, batched {n / batch_s:,.0f} tokens/s: "
-                  f"{ratio:.2f}x", flush=True)
-    results["busy_plain"] = busy.note()
-    best = {}
-    for name in args.drafts.split(","):
-        print(f"\nbatch 16, draft {name}:", flush=True)
-        with machine.Busy() as busy:
-            rows = batch_curve(target, by_name(name), prompts, (16,), ks,
-                               new_tokens=args.new_tokens, repeats=args.repeats)
-        results[f"batch16_{name}"] = {"rows": rows, "busy": busy.note()}
-        best[name] = best_by_size(rows)[16]
-        print(f"best: k {best[name]['k']}, {best[name]['speedup']:.2f}x. {busy.note()}", flush=True)
-    name = max(best, key=lambda d: best[d]["speedup"]) if args.curve_draft == "best" else \
-        args.curve_draft
-    print(f"\nthe speed-up against batch size, draft {name}:", flush=True)
-    with machine.Busy() as busy:
-        rows = batch_curve(target, by_name(name), prompts, sizes, ks,
-                           new_tokens=args.new_tokens, repeats=args.repeats)
-    results["curve"] = {"draft": name, "rows": rows, "busy": busy.note()}
-    k4 = {r["batch"]: r for r in rows if r["k"] == 4}
-    print(f"\n| batch | k = 4 | predicted | best k | speed-up | predicted | verify cost (best k) |"
-          f" c |\n|---|---|---|---|---|---|---|---|")
-    for b, r in best_by_size(rows).items():
-        four = f"{k4[b]['speedup']:.2f}x | {k4[b]['predicted']:.2f}x" if b in k4 else "- | -"
-        print(f"| {b} | {four} | {r['k']} | {r['speedup']:.2f}x | {r['predicted']:.2f}x | "
-              f"{r['verify_cost']:.2f} | {r['c']:.3f} |")
-    print(busy.note() or "(the machine stayed quiet)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return results
-
-
-if __name__ == "__main__":
-    import cli
-    cli.run(main)

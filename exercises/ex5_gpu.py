@@ -30,14 +30,13 @@ from dataclasses import dataclass
 
 import torch
 
-import batched
 import benchmark
 import checkpoint
 import gpt
 import machine
 import speculative as sd
 import train
-from exercises import common, report
+from exercises import batch_curve, common, report
 from gpt import TrainConfig
 
 
@@ -140,10 +139,10 @@ def run(args, log=print):
         batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
         ks = sorted({1, 2, 4, k}) if not args.quick else [1, 2]
         many = [p.to(device) for p in benchmark.held_out_prompts(max(batches), 32)]
-        curve = batched.batch_curve(target, draft, many, batches, ks, measure,
+        curve = batch_curve.batch_curve(target, draft, many, batches, ks, measure,
                                     new_tokens=n, repeats=max(1, decode_repeats // 2),
                                     pass_repeats=repeats, log=log)
-        best = batched.best_by_size(curve)
+        best = batch_curve.best_by_size(curve)
         at_k = {r["batch"]: r for r in curve if r["k"] == ks[-1]}
     note = busy.note()
     if note:

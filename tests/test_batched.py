@@ -14,6 +14,7 @@ import speculative as sd
 from drafts.adaptive import Heuristic
 from drafts.early_exit import EarlyExit
 from drafts.ngram import NGramDraft
+from exercises import batch_curve
 from numpy_gpt import NumpyGPT
 from test_speculative import (V, Contrarian, broken_verify, chi_square_p_value,
                               exact_distribution, make_model, noisy_copy, small_pair,
@@ -306,10 +307,31 @@ def test_a_batch_too_big_for_memory_is_refused_before_allocating(target, monkeyp
 
 def test_batch_curve_and_rows_vs_batch_run(target):
     prompts = ragged(4, seed=8)
-    rows = batched.batch_curve(target, noisy_copy(target, 0.05, 1), prompts, (1, 4), (1, 2),
+    rows = batch_curve.batch_curve(target, noisy_copy(target, 0.05, 1), prompts, (1, 4), (1, 2),
                                new_tokens=6, repeats=1, pass_repeats=3, log=lambda *a: None)
     assert [(r["batch"], r["k"]) for r in rows] == [(1, 1), (1, 2), (4, 1), (4, 2)]
     assert all(r["speedup"] > 0 and r["predicted"] > 0 for r in rows)
-    assert set(batched.best_by_size(rows)) == {1, 4}
-    rows_s, batch_s, ratio, _ = batched.rows_vs_batch(target, prompts, 6, repeats=1)
+    # A row writes 1..k+1 tokens a round; the batch runs as many rounds as its slowest row.
+    assert all(1 <= r["tokens_per_row_round"] <= r["k"] + 1 for r in rows)
+    assert all(r["rounds_over_row_mean"] >= 1 for r in rows)
+    assert all(r["rounds_over_row_mean"] == 1 for r in rows if r["batch"] == 1)
+    assert set(batch_curve.best_by_size(rows)) == {1, 4}
+    rows_s, batch_s, ratio, _ = batch_curve.rows_vs_batch(target, prompts, 6, repeats=1)
     assert rows_s > 0 and batch_s > 0 and ratio > 0
+    bound = batch_curve.ceiling([r for r in rows if r["batch"] == 4], 1.5)
+    assert set(bound["free"]) == set(bound["alpha"]) == {1, 2}
+    assert "the bound: a free, always-right drafter" in batch_curve.ceiling_text(bound, 1.5)
+
+
+def test_ceiling_on_known_costs():
+    """The bound at one batch size, on made-up checks: at k = 3 a check of 4 tokens costs 2
+    steps (a free, always-right drafter gains 2x); at k = 1 it costs 2 (gains 1x: no alpha
+    gives 1.5x). The alpha it names gives exactly 1.5x with the drafter's c."""
+    rows = [{"k": 1, "verify_cost": 2.0, "c": 0.05, "alpha": 0.8},
+            {"k": 3, "verify_cost": 2.0, "c": 0.05, "alpha": 0.8}]
+    bound = batch_curve.ceiling(rows, 1.5)
+    assert bound["free"] == {1: pytest.approx(1.0), 3: pytest.approx(2.0)}
+    assert bound["alpha"][1] != bound["alpha"][1]                      # nan: out of reach
+    assert sd.expected_speedup(bound["alpha"][3], 3, 0.05, 2.0) == pytest.approx(1.5)
+    text = batch_curve.ceiling_text(bound, 1.5)
+    assert "at most 2.00x (k = 3)" in text and f"alpha of {bound['alpha'][3]:.2f} (k = 3)" in text

@@ -112,7 +112,7 @@ def test_exercise_bad_input_is_one_line(run_script):
     (["-m", "exercises.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
     (["-m", "exercises.drafters", "--backends", "jax"], "a backend is torch or numpy"),
     (["-m", "exercises.drafters", "--repeats", "0"], "--repeats must be at least 1"),
-    (["batched.py", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
+    (["-m", "exercises.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
 def test_comparison_flags_out_of_range_are_one_line(run_script, command, words):
     result = run_script(*command)
     assert result.returncode == 2 and "Traceback" not in result.stderr

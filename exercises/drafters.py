@@ -49,7 +49,7 @@ ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
 
 @dataclass
 class Args(common.ExerciseArgs):
-    drafts: str = "ngram,distilled,draft,exit2,heads"  # drafters to compare (drafts.NAMES)
+    drafts: str = "ngram,ngram-big,distilled,draft,exit2,heads"  # drafters compared (drafts.NAMES)
     backends: str = "numpy,torch"  # target backends to try (drafts in NumPy where they can)
     ks: str = "1,2,4,6,8"          # fixed draft lengths; every adaptive schedule runs as well
     prompts: int = 8               # held-out prompts (and as many others to calibrate on)

@@ -24,11 +24,14 @@ Every output is checked against the big model's own greedy output: one of ours t
 stops the run (a bug), one of transformers' is reported in the table and left out of "fastest
 exact". Each comparison is timed alternately (machine.paired_times), medians over --repeats;
 then one more run of every mode with the models' forward calls timed (forward hooks) says
-where the time goes: inside the models, or around them.
+where the time goes: inside the models, or around them. Last, the bound on our side: what a
+drafter that cost nothing and was always right could gain beside the NumPy big model, from its
+passes over k+1 tokens timed against one (ceiling()).
 """
 
 import contextlib
 import copy
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -47,7 +50,7 @@ FAMILIES = ("transformers", "ours via the adapter", "ours native")
 COLOURS = {"transformers": "tab:orange", "ours via the adapter": "tab:blue",
            "ours native": "tab:green"}
 # Our own fastest exact setups (drafter/target backend/k); heads only where they are trained.
-NATIVE = "ngram/numpy/6,ngram/numpy/8,distilled/numpy/4,heads/torch/4,heads/numpy/3"
+NATIVE = "ngram/numpy/8,ngram-big/numpy/8,ngram-big/numpy/10,distilled/numpy/4,heads/torch/4"
 GOALS = {"fastest": 10.0, "adapter plain": 1.5, "adapter speculative": 1.5}
 
 
@@ -343,10 +346,34 @@ def one_pass(big, big_hf, context=64, repeats=300):
             inside = statistics.median(_block_times(fn, clocks, repeats))
         out[name] = {"pass_us": total * 1e6, "blocks_us": inside * 1e6,
                      "blocks": len(blocks)}
-    out["NumpyGPT"] = {"pass_us": machine.pass_time(sd.with_backend(big, "numpy"), 1,
-                                                   repeats=repeats, context=context) * 1e6,
-                       "blocks_us": None}
+    numpy_big = sd.with_backend(big, "numpy")
+    step = machine.pass_time(numpy_big, 1, repeats=repeats, context=context)
+    out["NumpyGPT"] = {"pass_us": step * 1e6, "blocks_us": None,
+                       "verify": {k: machine.pass_time(numpy_big, k + 1, repeats=repeats,
+                                                       context=context) / step
+                                  for k in CEILING_KS}}
     return out
+
+
+# The draft lengths at which the bound on our fastest setup is measured (see ceiling()).
+CEILING_KS = (1, 2, 4, 6, 8)
+
+
+def ceiling(rows, passes):
+    """What no drafter beside the NumPy big model can beat: one that costs nothing and is always
+    right gains (k+1) / verify(k) over plain NumPy decoding (exercises/drafters.py, limits).
+    -> {k, gain, chars_per_s, vs_theirs (that over transformers' fastest), alpha: the agreement
+    a free drafter needs for the fastest-setup goal at its best k <= 8 (nan: none suffices)}."""
+    verify = passes["NumpyGPT"]["verify"]
+    k = max(verify, key=lambda k: (k + 1) / verify[k])
+    gain = (k + 1) / verify[k]
+    plain = next(r for r in rows if r["mode"] == "NumPy: generate")
+    needed = GOALS["fastest"] / plain["vs_fastest_transformers"]   # over plain NumPy
+    # speed-up(alpha, k, c=0, v) = needed  <=>  speed-up(alpha, k, 0, v * needed) = 1
+    alphas = [sd.break_even_alpha(k, 0.0, v * needed) for k, v in verify.items()]
+    return {"k": k, "gain": gain, "chars_per_s": plain["chars_per_s"] * gain,
+            "vs_theirs": plain["vs_fastest_transformers"] * gain,
+            "alpha": min((a for a in alphas if a == a), default=math.nan)}
 
 
 def _block_times(fn, clocks, repeats):
@@ -604,6 +631,17 @@ def explain(by_mode, passes):
             f"per target pass), but assisted generation runs the draft through a full "
             f"`generate()` call every round: {t['rest_us']:.0f} us per character around the "
             f"models against our {r['rest_us']:.0f}.")
+    bound, verify = ceiling(by_mode.values(), passes), passes["NumpyGPT"]["verify"]
+    text.append(
+        f"Our fastest setups are bounded the same way, by the NumPy forward: checking k+1 "
+        f"tokens costs " + ", ".join(f"{v:.2f}" for v in verify.values())
+        + f" one-token steps at k = {', '.join(map(str, verify))}, so even a drafter that cost "
+        f"nothing and was always right would gain at most {bound['gain']:.2f}x over plain "
+        f"NumPy decoding (k = {bound['k']}): {bound['chars_per_s']:,.0f} characters/s, "
+        f"{bound['vs_theirs']:.1f}x transformers' fastest exact mode here. "
+        + (f"A free drafter would need to agree on {bound['alpha']:.1%} of its guesses to reach "
+           f"{GOALS['fastest']:.0f}x." if bound["alpha"] == bound["alpha"] else
+           f"No drafter at k <= {max(verify)} can reach {GOALS['fastest']:.0f}x."))
     return " ".join(text)
 
 
@@ -620,8 +658,14 @@ def run(args, log=print):
     finally:
         tf.logging.set_verbosity(verbosity)
     rows = rows_of(modes, info["n_new"])
+    bound = ceiling(rows, passes)
+    log(f"  the bound: a free, always-right drafter beside the NumPy big model gains at most "
+        f"{bound['gain']:.2f}x (k = {bound['k']}): {bound['chars_per_s']:,.0f} characters/s, "
+        f"{bound['vs_theirs']:.1f}x transformers' fastest exact mode; a free drafter needs "
+        f"alpha {bound['alpha']:.3f} for {GOALS['fastest']:.0f}x")
     plot(args, rows)
     numbers = {"rows": rows, "pairs": pairs, "goals": goals(pairs), "one_pass": passes,
+               "bound": bound,
                "notes": notes, **info}
     common.save_json(args, "transformers.json", numbers)
     return {"numbers": numbers, "markdown": markdown(rows, pairs, passes, notes, info)}

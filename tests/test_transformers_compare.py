@@ -72,6 +72,24 @@ def test_the_time_split_adds_up_and_counts_passes(quick):
     passes = quick[1]["numbers"]["one_pass"]
     assert set(passes) == {"transformers GPT2LMHeadModel", "gpt.GPT (torch)", "NumpyGPT"}
     assert all(p["pass_us"] > 0 for p in passes.values())
+    assert set(passes["NumpyGPT"]["verify"]) == set(against.CEILING_KS)
+    assert quick[1]["numbers"]["bound"]["gain"] > 0
+
+
+def test_ceiling_on_known_costs():
+    """The bound on our fastest setup, on made-up pass costs: plain NumPy is 4x transformers'
+    fastest, so the 10x goal needs 2.5x over it; checking k+1 tokens costs (k+1)/3 steps at
+    k = 8 (gain 3 there) and k+1 steps elsewhere (gain 1)."""
+    verify = {k: (k + 1) / 3 if k == 8 else k + 1 for k in against.CEILING_KS}
+    rows = [{"mode": "NumPy: generate", "chars_per_s": 1000.0, "vs_fastest_transformers": 4.0}]
+    bound = against.ceiling(rows, {"NumpyGPT": {"verify": verify}})
+    assert bound["k"] == 8 and bound["gain"] == pytest.approx(3)
+    assert bound["chars_per_s"] == pytest.approx(3000) and bound["vs_theirs"] == pytest.approx(12)
+    # The agreement a free drafter needs: at k = 8 it gains exactly the 2.5x that 10x needs.
+    assert sd.expected_speedup(bound["alpha"], 8, 0.0, verify[8]) == pytest.approx(2.5)
+    # Where no k can reach the goal (every check costs k+1 steps), no agreement suffices.
+    flat = against.ceiling(rows, {"NumpyGPT": {"verify": {k: k + 1 for k in verify}}})
+    assert flat["gain"] == pytest.approx(1) and flat["alpha"] != flat["alpha"]   # nan
 
 
 def test_goals_pairs_and_notes(quick):

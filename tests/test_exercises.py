@@ -99,7 +99,21 @@ def test_every_drafter_is_compared_at_every_k_and_schedule(results):
     assert all(r["tokens_per_pass"] > 1 for r in oracle)
     ladder = numbers(results, "drafters.json")["ladder"]
     assert ladder[-1]["draft"] == "big itself" and ladder[-1]["greedy_agreement"] == 1.0
+    assert any(r["draft"] == "6-gram of the big model's text" for r in ladder)
     assert "Fastest exact setup" in results[1]["drafters"]["markdown"]
+
+
+def test_the_own_text_note_says_what_was_measured():
+    from exercises.drafters import OWN_TEXT, own_text_note
+    ladder = [{"draft": OWN_TEXT, "greedy_agreement": 0.67},
+              {"draft": "4-gram", "greedy_agreement": 0.77}]
+    runs = [{"draft": "ngram", "alpha": 0.87}, {"draft": "ngram-big", "alpha": 0.91}]
+    note = own_text_note(runs, ladder)
+    assert "agrees less than the 4-gram" in note and "keeps more of its guesses (0.91" in note
+    ladder[0]["greedy_agreement"], runs[1]["alpha"] = 0.8, 0.8     # the other way round
+    note = own_text_note(runs, ladder)
+    assert "agrees more than the 4-gram" in note and "keeps no more of its guesses" in note
+    assert "keeps" not in own_text_note(runs[:1], ladder)         # ngram-big not compared
 
 
 def test_exercise_bad_input_is_one_line(run_script):

@@ -52,7 +52,7 @@ import speculative as sd
 from drafts import Sampling, as_drafter
 from drafts.model import ModelDraft
 from gpt import GPT
-from numpy_gpt import NumpyGPT, normalise, twice_gelu
+from numpy_gpt import NumpyGPT, linear, normalise, twice_gelu
 from numpy_speculative import greedy_verdict, verify, warp, window_start
 
 
@@ -146,14 +146,6 @@ def numpy_forward(model, cache, rows, tokens, slots, write, E):
         x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
                        w["mlp_b"])
     return linear(normalise(x), model.head_w, model.head_b).reshape(R, T, -1)      # (R, T, V)
-
-
-def linear(x, w, b):
-    """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4 (measured, 128 x
-    512 weights: 14 and 20 us against 13, and 3 for one row): those go one row at a time."""
-    if 1 < len(x) < 4:
-        return np.stack([row @ w for row in x]) + b
-    return x @ w + b
 
 
 @torch.inference_mode()

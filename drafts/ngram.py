@@ -96,7 +96,7 @@ class NGramDraft:
     def of_target(cls, target, folder=None, order=OWN_ORDER, runs=OWN_RUNS, length=OWN_LENGTH,
                   log=print):
         """The table of the target's own greedy text (own_text), backing off to the training
-        text's table where it has not seen a context. Built once per target (15-25 s for the
+        text's table where it has not seen a context. Built once per target (about 12 s for the
         big model on 2 cores) and cached (.npz), tied to the target's weights."""
         import checkpoint
         import gpt

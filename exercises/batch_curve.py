@@ -157,9 +157,7 @@ def ceiling(rows, goal):
     own drafter (its measured c) would need for `goal` at each k (nan: none suffices).
     -> {"free": {k: gain}, "alpha": {k: alpha}, "measured_alpha": {k: alpha}}."""
     free = {r["k"]: (r["k"] + 1) / r["verify_cost"] for r in rows}
-    # speed-up(alpha, k, c, v) = goal  <=>  speed-up(alpha, k, c * goal, v * goal) = 1
-    alpha = {r["k"]: sd.break_even_alpha(r["k"], r["c"] * goal, r["verify_cost"] * goal)
-             for r in rows}
+    alpha = {r["k"]: common.alpha_for(goal, r["k"], r["c"], r["verify_cost"]) for r in rows}
     return {"free": free, "alpha": alpha, "measured_alpha": {r["k"]: r["alpha"] for r in rows}}
 
 

@@ -17,6 +17,7 @@ import torch
 
 import checkpoint
 import gpt
+import speculative as sd
 import train
 from gpt import TrainConfig
 
@@ -149,3 +150,10 @@ def shrink_if_quick(args, **limits):
     if args.quick:
         for name, limit in limits.items():
             setattr(args, name, min(getattr(args, name), limit))
+
+
+def alpha_for(goal, k, c, verify_cost=1.0):
+    """The agreement alpha at which the formula's speed-up reaches `goal` at k (nan if no alpha
+    below 1 does): speed-up(alpha, k, c, v) = goal exactly where speed-up(alpha, k, c goal,
+    v goal) = 1, which speculative.break_even_alpha finds."""
+    return sd.break_even_alpha(k, c * goal, verify_cost * goal)

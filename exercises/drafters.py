@@ -39,9 +39,8 @@ import gpt
 import machine
 import speculative as sd
 from benchmark import calibrate, held_out_prompts
-from drafts import adaptive, by_name, check_name, heads
+from drafts import adaptive, by_name, check_name, heads, ngram
 from drafts.early_exit import first_layers
-from drafts import ngram
 from drafts.ngram import NGramDraft
 from exercises import common, report
 

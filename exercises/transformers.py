@@ -369,8 +369,7 @@ def ceiling(rows, passes):
     gain = (k + 1) / verify[k]
     plain = next(r for r in rows if r["mode"] == "NumPy: generate")
     needed = GOALS["fastest"] / plain["vs_fastest_transformers"]   # over plain NumPy
-    # speed-up(alpha, k, c=0, v) = needed  <=>  speed-up(alpha, k, 0, v * needed) = 1
-    alphas = [sd.break_even_alpha(k, 0.0, v * needed) for k, v in verify.items()]
+    alphas = [common.alpha_for(needed, k, 0.0, v) for k, v in verify.items()]
     return {"k": k, "gain": gain, "chars_per_s": plain["chars_per_s"] * gain,
             "vs_theirs": plain["vs_fastest_transformers"] * gain,
             "alpha": min((a for a in alphas if a == a), default=math.nan)}
@@ -593,11 +592,11 @@ def markdown(rows, pairs, passes, notes, info):
         "One forward pass over one token after 64 cached: " + "; ".join(
             f"{name} {p['pass_us']:.0f} us" + ("" if p["blocks_us"] is None else
                                                f" ({p['blocks_us']:.0f} in its blocks)")
-            for name, p in passes.items()) + ".", "", explain(by_mode, passes)]
+            for name, p in passes.items()) + ".", "", explain(by_mode, passes, info["bound"])]
     return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
 
 
-def explain(by_mode, passes):
+def explain(by_mode, passes, bound):
     """Why the ratios are what they are, from the split measured above."""
     g, a = by_mode["generate(do_sample=False)"], by_mode["adapter: generate"]
     theirs = passes["transformers GPT2LMHeadModel"]
@@ -631,7 +630,7 @@ def explain(by_mode, passes):
             f"per target pass), but assisted generation runs the draft through a full "
             f"`generate()` call every round: {t['rest_us']:.0f} us per character around the "
             f"models against our {r['rest_us']:.0f}.")
-    bound, verify = ceiling(by_mode.values(), passes), passes["NumpyGPT"]["verify"]
+    verify = passes["NumpyGPT"]["verify"]
     text.append(
         f"Our fastest setups are bounded the same way, by the NumPy forward: checking k+1 "
         f"tokens costs " + ", ".join(f"{v:.2f}" for v in verify.values())
@@ -658,14 +657,13 @@ def run(args, log=print):
     finally:
         tf.logging.set_verbosity(verbosity)
     rows = rows_of(modes, info["n_new"])
-    bound = ceiling(rows, passes)
+    bound = info["bound"] = ceiling(rows, passes)
     log(f"  the bound: a free, always-right drafter beside the NumPy big model gains at most "
         f"{bound['gain']:.2f}x (k = {bound['k']}): {bound['chars_per_s']:,.0f} characters/s, "
         f"{bound['vs_theirs']:.1f}x transformers' fastest exact mode; a free drafter needs "
         f"alpha {bound['alpha']:.3f} for {GOALS['fastest']:.0f}x")
     plot(args, rows)
     numbers = {"rows": rows, "pairs": pairs, "goals": goals(pairs), "one_pass": passes,
-               "bound": bound,
                "notes": notes, **info}
     common.save_json(args, "transformers.json", numbers)
     return {"numbers": numbers, "markdown": markdown(rows, pairs, passes, notes, info)}

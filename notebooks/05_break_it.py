@@ -545,7 +545,7 @@ assert models["distilled"].c.n_layer == 1 and models["distilled"].c.n_embd == ta
 # next (`drafts/ngram.py`; a guess is a dictionary look-up, so c is nearly 0). Built from the
 # training text (`--draft ngram`), the table knows Shakespeare. Built from the big model's own
 # greedy text (`NGramDraft.of_target`, `--draft ngram-big`: 1,024 greedy runs of 200
-# characters, about 15 s once, then cached), it knows the big model, and a small model's
+# characters, about 12 s once, then cached), it knows the big model, and a small model's
 # greedy text repeats its habits: distillation again, into a table.
 #
 # Which is better depends on where you measure. On held-out text, as in the agreement table

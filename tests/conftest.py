@@ -66,6 +66,17 @@ def tiny_config(**changes):
     return Config(**{"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32, **changes})
 
 
+def quick_run(exercise, section, folder):
+    """An exercise module's quick run (tiny models) into folder, recorded as `section` of its
+    report, silently: (args, the section run() returned)."""
+    from exercises import report
+    args = exercise.Args(quick=True, checkpoints=str(folder / "checkpoints"),
+                         results=str(folder / "results"))
+    result = exercise.run(args, log=lambda *a: None)
+    report.record(args, section, result, log=None)
+    return args, result
+
+
 def pytest_configure(config):
     """One torch thread per test process: pytest-xdist already puts a worker on every core,
     and two threads each would fight over them (machine.py). Tests that need more set and

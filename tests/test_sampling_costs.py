@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import speculative as sd
+from conftest import quick_run
 from exercises import report, sampling_costs as sc
 from exercises.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
                                        weights_read)
@@ -28,10 +29,7 @@ PROMPT = [1, 2, 0]
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sampling")
-    args = sc.Args(quick=True, checkpoints=str(folder / "checkpoints"),
-                   results=str(folder / "results"))
-    section = sc.run(args, log=lambda *a: None)
-    report.record(args, "sampling", section, log=None)
+    _, section = quick_run(sc, "sampling", folder)
     return folder / "results", section
 
 

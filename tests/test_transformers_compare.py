@@ -11,6 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import cli  # noqa: E402
+from conftest import quick_run  # noqa: E402
 import gpt  # noqa: E402
 import hf  # noqa: E402
 import speculative as sd  # noqa: E402
@@ -32,10 +33,7 @@ QUICK_MODES = [  # --quick: drafts distilled and draft, k 2, prompt lookup 2, ng
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     folder = tmp_path_factory.mktemp("against")
-    args = against.Args(quick=True, checkpoints=str(folder / "checkpoints"),
-                        results=str(folder / "results"))
-    section = against.run(args, log=lambda *a: None)
-    report.record(args, "transformers", section, log=None)
+    args, section = quick_run(against, "transformers", folder)
     return args, section, folder / "results"
 
 

@@ -36,12 +36,12 @@ ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
 
 # "ngram-big": the table of the big model's own greedy text, which models the model rather than
-# the language. Measured on greedy runs of the big model (8 held-out prompts x 200 characters,
-# no prompt lookup): tables of order 6 / 8 / 10 from 1,024 runs of 200 characters kept 0.912 /
-# 0.913 / 0.918 of the guesses at k = 4 and wrote 5.86 / 5.90 / 5.97 characters per pass at
-# k = 8; 4,096 runs gained nothing (order 6: 0.913, 5.95). The training text's table with prompt
-# lookup kept 0.880 and wrote 4.94. Prompt lookup on top of this table lowered what it kept
-# (0.903): the table already knows the model's habits.
+# the language. Measured by `python -m drafts.ngram` (greedy runs of the big model, 8 held-out
+# prompts x 200 characters, no prompt lookup): tables of order 6 / 8 / 10 from 1,024 runs of 200
+# characters kept 0.910 / 0.910 / 0.915 of the guesses at k = 4 and wrote 5.86 / 5.90 / 5.95
+# characters per pass at k = 8; 4,096 runs gained nothing (order 6: 0.913, 5.90). The training
+# text's table with prompt lookup kept 0.880 and wrote 4.94. Prompt lookup on top of this table
+# lowered it (0.901, 5.56): the table already knows the model's habits.
 OWN_ORDER, OWN_RUNS, OWN_LENGTH, OWN_PROMPT = 6, 1024, 200, 32
 
 
@@ -199,16 +199,41 @@ def saved(path, stamp, tables):
 
 
 def main():
-    """Agreement of orders 2-9 with the big model on held-out text (the choice of ORDER)."""
+    """The choices above, measured. Agreement of orders 2-9 with the big model on held-out
+    text (ORDER); then tables of the big model's own text of several orders and sizes against
+    the training text's table, while decoding (OWN_ORDER, OWN_RUNS, no prompt lookup)."""
+    import tempfile
+
+    import benchmark
     import checkpoint
     import gpt
     import speculative as sd
+    from numpy_gpt import NumpyGPT
     target = checkpoint.load_trained("big")
     for order in range(2, 10):
         draft = NGramDraft.from_data(gpt.train_data.numpy(), len(gpt.vocab()), order)
         a = sd.measure_agreement(target, draft, gpt.val_data, windows=64)
         print(f"order {order}: greedy agreement with the big model {a.greedy_agreement:.3f}",
               flush=True)
+    print("\nwhile decoding 8 held-out prompts x 200 characters greedily (NumPy big model): "
+          "guesses kept at k = 4, characters per pass at k = 8", flush=True)
+    big, prompts = NumpyGPT(target), benchmark.held_out_prompts(8, 32)
+
+    def decoding(label, draft):
+        kept, per_pass = sd.Stats(k=4), sd.Stats(k=8)
+        for p in prompts:
+            kept.add(sd.speculative_generate(big, draft, p, 200, k=4)[1])
+            per_pass.add(sd.speculative_generate(big, draft, p, 200, k=8)[1])
+        print(f"  {label:48} {kept.kept_of_checked:.3f}  {per_pass.tokens_per_pass:.2f}",
+              flush=True)
+    decoding("training text, order 5, prompt lookup", NGramDraft.trained(prompt_lookup=True))
+    with tempfile.TemporaryDirectory() as folder:   # the trials are not kept
+        for order, runs in ((6, OWN_RUNS), (8, OWN_RUNS), (10, OWN_RUNS), (6, 4 * OWN_RUNS)):
+            own = NGramDraft.of_target(target, folder, order, runs, log=None)
+            decoding(f"big model's text, order {order}, {runs} runs", own)
+            if (order, runs) == (OWN_ORDER, OWN_RUNS):
+                own.prompt_lookup = True
+                decoding(f"big model's text, order {order}, {runs} runs, prompt lookup", own)
 
 
 if __name__ == "__main__":

@@ -305,6 +305,45 @@ def test_a_batch_too_big_for_memory_is_refused_before_allocating(target, monkeyp
 # The measurement exercise 5 can call
 
 
+class Ticks:
+    """A clock that moves one second per reading: a pass timed with it lasts exactly 1 s."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_encode_time_counts_the_passes_that_start_a_window(target, monkeypatch):  # noqa: F811
+    """BatchStats.encode_time holds the passes where some row encodes from the start of its
+    window: the prompts, and each window jump (block 16: the window jumps to predict positions
+    17 and 26), never the decoding steps. With a clock that ticks once per reading, each such
+    pass adds exactly 1 s."""
+    monkeypatch.setattr(batched, "time", Ticks())
+    rows = [[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]]
+    short, long_ = batched.BatchStats(), batched.BatchStats()
+    batched.generate(target, rows, 6, stats=short)      # up to position 11: the prompt alone
+    batched.generate(target, rows, 22, stats=long_)     # up to 26: the prompt and two jumps
+    assert short.encode_time == 1 and short.target_passes == 6
+    assert long_.encode_time == 3
+    draft = make_model(1)
+    _, stats = batched.speculative_generate(target, draft, rows, 6, k=2)
+    assert stats.encode_time == 2                        # each model's prompt pass
+
+
+def test_encoding_splits_a_run_into_encoding_and_the_rest():
+    plain = batched.BatchStats(target_time=10.0, encode_time=3.0)
+    speculative = batched.BatchStats(draft_time=1.0, target_time=5.0, encode_time=3.0)
+    split = batch_curve.encoding(plain, speculative)
+    assert split["encode_share_plain"] == pytest.approx(0.3)
+    assert split["encode_share_spec"] == pytest.approx(0.5)
+    assert split["steps_speedup"] == pytest.approx(7 / 3)
+    assert "the rest 2.33x" in batch_curve.split_text(split)
+    assert batch_curve.encoding(plain, None)["steps_speedup"] is None     # batch 1
+
+
 def test_batch_curve_and_rows_vs_batch_run(target):
     prompts = ragged(4, seed=8)
     rows = batch_curve.batch_curve(target, noisy_copy(target, 0.05, 1), prompts, (1, 4), (1, 2),

@@ -19,9 +19,6 @@ import sys
 import tokenize
 from dataclasses import MISSING, fields, is_dataclass
 
-from corpus import CorpusError
-from gpt import CheckpointError
-
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad flag gets one line instead of the usage block."""
@@ -74,8 +71,9 @@ def take(cls, args, **changes):
     return cls(**{**values, **changes})
 
 
-# OSError: a folder that cannot be written, a file that is not there (the message names it).
-USER_ERRORS = (ValueError, CheckpointError, CorpusError, NotImplementedError, OSError)
+# ValueError: a bad value, a missing checkpoint (gpt.CheckpointError), an unbuildable corpus
+# (corpus.CorpusError); OSError: a folder that cannot be written, a file that is not there.
+USER_ERRORS = (ValueError, NotImplementedError, OSError)
 
 
 def run(main, argv=None):

@@ -15,7 +15,9 @@ Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 charact
 plays rather than a selection, so about four times the text; stray characters are normalised
 (em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
 
-Run `python corpus.py` (or let gpt.py call `prepare()` the first time it needs data).
+Run `python corpus.py` (or let the first read of the data, such as gpt.encode, call `prepare()`).
+The rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
+tensors train_data, val_data and names_data, which gpt.py re-exports for lesson code.
 Preparation is idempotent: a second run checks the SHA-256 recorded in data/meta.json and
 does nothing.
 """
@@ -31,6 +33,8 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+
+import torch
 
 # Where the corpora live. Tests point SPECDEC_DATA at a temporary folder.
 DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parent / "data"))
@@ -53,7 +57,7 @@ ALLOWED = set("\n !&',-.:;?" "ABCDEFGHIJKLMNOPQRSTUVWXYZ" "abcdefghijklmnopqrstu
 REPLACE = {"\u2014": "--", "\u2013": "-", '"': "'", "\u2019": "'", "\u2018": "'"}
 
 
-class CorpusError(Exception):
+class CorpusError(ValueError):
     """A problem the user can fix; the message says how."""
 
 
@@ -278,6 +282,99 @@ def read_text_file(path):
         raise CorpusError(f"no such file: {path}") from None
     except UnicodeDecodeError:
         raise CorpusError(f"{path} is not UTF-8 text") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# The corpora as token ids: one vocabulary for both, read on first use (gpt.py re-exports these)
+
+
+_loaded = {}
+TENSORS = ("train_data", "val_data", "names_data")
+
+
+def loaded():
+    """The prepared corpora's meta.json, with the vocabulary's lookup table (prepared on first
+    use, with a progress line, and kept in memory)."""
+    if not _loaded:
+        meta = prepare()
+        _loaded.update(meta=meta, vocab=meta["vocab"],
+                       stoi={ch: i for i, ch in enumerate(meta["vocab"])})
+    return _loaded
+
+
+def vocab():
+    """The vocabulary as a string: character i has id i."""
+    return loaded()["vocab"]
+
+
+def encode(text):
+    """Text -> list of ids. Raises ValueError naming any character outside the vocabulary."""
+    stoi = loaded()["stoi"]
+    unknown = sorted(set(text) - set(stoi))
+    if unknown:
+        raise ValueError(f"unknown characters {''.join(unknown)!r} (the vocabulary has "
+                         f"{len(stoi)}: letters, space, newline and !&',-.:;?); remove them")
+    return [stoi[ch] for ch in text]
+
+
+def decode(ids):
+    """List or tensor of ids -> text."""
+    if torch.is_tensor(ids):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):
+        if len(ids) != 1:
+            raise ValueError(f"decode takes one sequence; got a batch of {len(ids)}")
+        ids = ids[0]
+    chars = vocab()
+    return "".join(chars[i] for i in ids)
+
+
+def _tensor(name):
+    text = (DATA_DIR / f"{name}.txt").read_text(encoding="utf-8")
+    return torch.tensor(encode(text), dtype=torch.long)
+
+
+def __getattr__(name):
+    """train_data, val_data (90/10 split of Shakespeare) and names_data, built on first use."""
+    if name in TENSORS:
+        if name not in _loaded:
+            loaded()  # builds the corpus files if needed
+            _loaded["train_data"], _loaded["val_data"] = split_source(_tensor("shakespeare"))
+            _loaded["names_data"] = _tensor("names")
+        return _loaded[name]
+    raise AttributeError(f"module 'corpus' has no attribute {name!r}")
+
+
+def split_source(source):
+    """A 1-D token tensor -> (train part, validation part), 90/10, as for Shakespeare."""
+    n = int(0.9 * len(source))
+    return source[:n], source[n:]
+
+
+def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=None,
+              device="cpu"):
+    """Random windows: x (B, T) and y (B, T), y shifted one to the left (the next tokens).
+
+    split is "train" or "val"; `source`, a 1-D LongTensor, replaces the split's data.
+    """
+    if source is None:
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+        source = __getattr__("train_data" if split == "train" else "val_data")
+    if len(source) <= block_size:
+        raise ValueError(f"the data ({len(source)} tokens) is shorter than one window "
+                         f"({block_size} + 1 tokens); use more text or a smaller block_size")
+    ix = torch.randint(len(source) - block_size, (batch_size,), generator=generator)
+    x = torch.stack([source[i:i + block_size] for i in ix])          # (B, T)
+    y = torch.stack([source[i + 1:i + 1 + block_size] for i in ix])  # (B, T)
+    return x.to(device), y.to(device)
+
+
+def held_out_prompts(n, chars):
+    """n prompts of `chars` characters, each the start of a speech in the validation text."""
+    text = decode(__getattr__("val_data"))
+    starts = [text.find("\n\n", i * len(text) // n) + 2 for i in range(n)]
+    return [torch.tensor([encode(text[s:s + chars])]) for s in starts]
 
 
 def main(argv=None):

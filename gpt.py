@@ -22,7 +22,6 @@ Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, h
 import json
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -35,6 +34,7 @@ from torch.nn import functional as F
 
 import corpus
 import machine
+from corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
 
 # ----------------------------------------------------------------------------------------------
 # Configuration
@@ -44,17 +44,21 @@ import machine
 class Config:
     """The model's shape. Config() is the lesson's big model (4 x 128, about 0.8M parameters)."""
     block_size: int = 128   # context window in characters: the most the model sees at once
-    vocab_size: int = 0     # 0: the corpus' vocabulary (63 characters for Shakespeare)
+    vocab_size: int = 0     # 0: the corpus' vocabulary (63 characters), read by GPT(config)
     n_layer: int = 4        # transformer blocks
     n_head: int = 4         # attention heads (n_embd must be a multiple)
     n_embd: int = 128       # width: channels of every token's vector
     dropout: float = 0.0    # dropout probability while training
 
-    def __post_init__(self):
-        if self.vocab_size == 0:
-            self.vocab_size = len(vocab())
+    def __post_init__(self):  # reads nothing: the vocabulary is filled in by fill_vocab()
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+
+    def fill_vocab(self):
+        """vocab_size 0 becomes the corpus' vocabulary (prepared on first use); returns self."""
+        if self.vocab_size == 0:
+            self.vocab_size = len(vocab())
+        return self
 
 
 # The lesson's models: the big target, its small draft, and a draft of the same shape that
@@ -94,17 +98,14 @@ def preset(name, size="lesson"):
 class KVCache:
     """Every layer's keys and values for the tokens seen so far, preallocated to block_size.
 
-    `length` tokens are cached. A forward pass with the cache appends its T tokens (at positions
-    length .. length+T-1) and attends to everything before them; `rollback(n)` forgets all but
-    the first n, which is how rejected draft tokens are thrown away.
+    k, v: (n_layer, B, nh, block_size, hs), torch tensors (or NumPy arrays, for the fast NumPy
+    forward in beyond/fast_numpy.py). `length` tokens are cached. A forward pass with the cache
+    appends its T tokens (positions length .. length+T-1) and attends to everything before
+    them; `rollback(n)` forgets all but the first n: that is how rejected guesses go.
     """
 
-    def __init__(self, config, batch_size=1, device="cpu", dtype=torch.float32):
-        hs = config.n_embd // config.n_head
-        shape = (config.n_layer, batch_size, config.n_head, config.block_size, hs)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
+    def __init__(self, k, v):
+        self.k, self.v, self.length = k, v, 0
 
     def rollback(self, length):
         assert 0 <= length <= self.length, f"cannot roll back to {length} of {self.length} tokens"
@@ -181,7 +182,7 @@ class GPT(nn.Module):
 
     def __init__(self, config=None):
         super().__init__()
-        self.c = c = config if config is not None else Config()
+        self.c = c = (config if config is not None else Config()).fill_vocab()
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(c.vocab_size, c.n_embd),
             wpe=nn.Embedding(c.block_size, c.n_embd),
@@ -206,8 +207,10 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def new_cache(self, batch_size=1):
-        p = self.lm_head.weight
-        return KVCache(self.c, batch_size, p.device, p.dtype)
+        c, p = self.c, self.lm_head.weight
+        shape = (c.n_layer, batch_size, c.n_head, c.block_size, c.n_embd // c.n_head)
+        return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
+                       torch.zeros(shape, device=p.device, dtype=p.dtype))
 
     def forward(self, idx, targets=None, cache=None):
         """idx (B, T) -> (logits (B, T, V), loss or None). With a cache, idx continues it."""
@@ -231,92 +234,25 @@ class GPT(nn.Module):
         return logits, loss
 
 
+@torch.no_grad()
+def recompute_generate(model, idx, max_new_tokens):
+    """The lesson's first loop: no cache, the whole (cropped) context through the model per
+    token, greedy (speculative.generate is the one with a KV cache)."""
+    for _ in range(max_new_tokens):
+        logits, _ = model(idx[:, -model.c.block_size:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
 # ----------------------------------------------------------------------------------------------
-# Data: one vocabulary (the Shakespeare corpus' characters) for both corpora, loaded lazily
-
-
-_loaded = {}
-
-
-def _data():
-    """Prepare the corpora on first use (see corpus.py) and keep them in memory."""
-    if not _loaded:
-        meta = corpus.prepare()
-        chars = meta["vocab"]
-        _loaded["vocab"] = chars
-        _loaded["stoi"] = {ch: i for i, ch in enumerate(chars)}
-        _loaded["meta"] = meta
-    return _loaded
-
-
-def vocab():
-    """The vocabulary as a string: character i has id i."""
-    return _data()["vocab"]
-
-
-def encode(text):
-    """Text -> list of ids. Raises ValueError naming any character outside the vocabulary."""
-    stoi = _data()["stoi"]
-    unknown = sorted(set(text) - set(stoi))
-    if unknown:
-        raise ValueError(f"unknown characters {''.join(unknown)!r} (the vocabulary has "
-                         f"{len(stoi)}: letters, space, newline and !&',-.:;?); remove them")
-    return [stoi[ch] for ch in text]
-
-
-def decode(ids):
-    """List or tensor of ids -> text."""
-    if torch.is_tensor(ids):
-        ids = ids.tolist()
-    if ids and isinstance(ids[0], list):
-        if len(ids) != 1:
-            raise ValueError(f"decode takes one sequence; got a batch of {len(ids)}")
-        ids = ids[0]
-    chars = vocab()
-    return "".join(chars[i] for i in ids)
-
-
-def _load_corpus(name):
-    _data()  # builds the corpus files if needed
-    text = (corpus.DATA_DIR / f"{name}.txt").read_text(encoding="utf-8")
-    return torch.tensor(encode(text), dtype=torch.long)
+# Data (corpus.py): one vocabulary for both corpora, read on first use
 
 
 def __getattr__(name):
-    """train_data, val_data (90/10 split of Shakespeare) and names_data, built on first use."""
-    if name in ("train_data", "val_data", "names_data"):
-        if name not in _loaded:
-            data = _load_corpus("shakespeare")
-            n = int(0.9 * len(data))
-            _loaded["train_data"], _loaded["val_data"] = data[:n], data[n:]
-            _loaded["names_data"] = _load_corpus("names")
-        return _loaded[name]
+    """train_data, val_data (90/10 split of Shakespeare) and names_data, read on first use."""
+    if name in corpus.TENSORS:
+        return getattr(corpus, name)
     raise AttributeError(f"module 'gpt' has no attribute {name!r}")
-
-
-def split_source(source):
-    """A 1-D token tensor -> (train part, validation part), 90/10, as for Shakespeare."""
-    n = int(0.9 * len(source))
-    return source[:n], source[n:]
-
-
-def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=None,
-              device="cpu"):
-    """Random windows: x (B, T) and y (B, T), y shifted one to the left (the next tokens).
-
-    split is "train" or "val"; `source`, a 1-D LongTensor, replaces the split's data.
-    """
-    if source is None:
-        if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', not {split!r}")
-        source = __getattr__("train_data" if split == "train" else "val_data")
-    if len(source) <= block_size:
-        raise ValueError(f"the data ({len(source)} tokens) is shorter than one window "
-                         f"({block_size} + 1 tokens); use more text or a smaller block_size")
-    ix = torch.randint(len(source) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([source[i:i + block_size] for i in ix])          # (B, T)
-    y = torch.stack([source[i + 1:i + 1 + block_size] for i in ix])  # (B, T)
-    return x.to(device), y.to(device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,14 +297,6 @@ def estimate_loss(model, source, tc, device):
     return sum(losses) / len(losses)
 
 
-def resolve_device(device="auto"):
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
-    return device
-
-
 def train(model, steps=1500, log_every=100, source=None, *, config=None, device=None,
           checkpoint=None, resume=None, progress=False, on_eval=None, corpus_name=None,
           extra=None, teacher=None):
@@ -391,9 +319,9 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     resumed run keeps it, so that resuming gives exactly the model of an uninterrupted run.
     """
     tc = TrainConfig(**{**asdict(config or TrainConfig()), "steps": steps})
-    device = model.lm_head.weight.device if device is None else resolve_device(device)
+    device = model.lm_head.weight.device if device is None else machine.resolve_device(device)
     if source is None:
-        train_source, val_source = __getattr__("train_data"), __getattr__("val_data")
+        train_source, val_source = corpus.train_data, corpus.val_data
     else:
         train_source, val_source = split_source(source)
     corpus_name = corpus_name or ("shakespeare" if source is None else "custom")
@@ -430,7 +358,7 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
         bar = tqdm(total=tc.steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
     say = bar.write if bar else print
     started = time.time()
-    stop = _StopOnInterrupt()
+    stop = machine.StopOnInterrupt()
     with machine.threads(threads):  # one setting for the whole run (see the docstring)
         try:
             while step < tc.steps and not stop.asked:
@@ -475,32 +403,11 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
     return model
 
 
-class _StopOnInterrupt:
-    """The first Ctrl-C asks the training loop to stop after the current step (so the weights
-    and optimizer are never saved half-updated); a second one stops at once."""
-
-    def __init__(self):
-        self.asked = False
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._ask)
-        except ValueError:  # not the main thread: leave Ctrl-C alone
-            self.previous = None
-
-    def _ask(self, signum, frame):
-        if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
-
-    def restore(self):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-
 # ----------------------------------------------------------------------------------------------
 # Checkpoints: one self-describing file, written atomically, loaded with weights_only=True
 
 
-class CheckpointError(Exception):
+class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or made for other data; the message says why."""
 
 

@@ -20,6 +20,7 @@ a speed-up measured on a crowded machine as if it were real.
 import contextlib
 import os
 import platform
+import signal
 import statistics
 import time
 
@@ -212,3 +213,32 @@ def pass_time(model, tokens, *, batch=1, repeats=300, measure=None, context=64,
         cache.rollback(context)
         forward(idx[:, context:], cache)
     return (measure or (lambda fn, n: median_time(fn, n, n_threads)))(one_pass, repeats)
+
+
+def resolve_device(device="auto"):
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
+    return device
+
+
+class StopOnInterrupt:
+    """The first Ctrl-C asks the training loop to stop after the current step (so the weights
+    and optimizer are never saved half-updated); a second one stops at once."""
+
+    def __init__(self):
+        self.asked = False
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._ask)
+        except ValueError:  # not the main thread: leave Ctrl-C alone
+            self.previous = None
+
+    def _ask(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def restore(self):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)

@@ -198,20 +198,30 @@ def window_start(n, block_size):
     return -(-(n - block_size) // stride) * stride  # ceil((n - block_size) / stride) * stride
 
 
+def windows(first, T, block_size):
+    """The passes that score positions first..T of a sequence of T tokens, one per window:
+    (pos, start, end), the window starting at `start` predicting positions pos..end. A check
+    that crosses a window jump is split there. Every scorer in the project walks these."""
+    if not 1 <= first <= T:
+        raise ValueError(f"can only score positions 1..{T}, not from {first}")
+    pos = first
+    while pos <= T:
+        start = window_start(pos, block_size)
+        end = min(T, start + block_size)          # the last position this window predicts
+        yield pos, start, end
+        pos = end + 1
+
+
 def score(model, cache, seq, first):
     """Logits (len(seq) - first + 1, V): row i predicts position first + i of seq from the
     tokens before it, each from its window (window_start). Feeds the cache what it lacks.
 
     The cache must hold tokens of seq: after a rejection, forget the rejected tokens
-    (cache.forget_from) before scoring again.
+    (cache.forget_from) before scoring again. (The exercise's own scorer, strict so that a
+    forgotten forget_from shows; speculative.Scorer walks the same windows() for every model.)
     """
-    T = len(seq)
-    if not 1 <= first <= T:
-        raise ValueError(f"can only score positions 1..{T}, not from {first}")
-    rows, pos = [], first
-    while pos <= T:
-        start = window_start(pos, model.block_size)
-        end = min(T, start + model.block_size)   # the last position this window predicts
+    rows = []
+    for pos, start, end in windows(first, len(seq), model.block_size):
         if start != cache.start:                 # the window jumped: a fresh cache
             cache.reset(start)
         if cache.tokens != seq[start:start + cache.length]:
@@ -222,7 +232,6 @@ def score(model, cache, seq, first):
         cached = cache.length
         logits = forward(model, seq[start + cached:end], cache)  # predicts start+cached+1..end
         rows.append(logits[pos - 1 - start - cached:])
-        pos = end + 1
     return np.concatenate(rows)
 
 
@@ -265,6 +274,23 @@ def replay(prompt, rounds):
         seq += list(draft_tokens[:kept]) + [added]
     return seq
     # END SOLUTION
+
+
+def verdicts(proposed, n_accepted):
+    """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
+    thrown away unchecked) and the kind of token the target added: "bonus" when every guess was
+    kept, else "correction" (the target's own token in place of the first rejected guess)."""
+    fates = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
+             + ["thrown-away"] * (len(proposed) - n_accepted - 1))
+    return fates, "bonus" if proposed and n_accepted == len(proposed) else "correction"
+
+
+def origins(trace):
+    """Where each generated token came from: "accepted" (a kept guess), "correction" or "bonus"."""
+    kinds = []
+    for proposed, n_accepted, _ in trace:
+        kinds += ["accepted"] * n_accepted + [verdicts(proposed, n_accepted)[1]]
+    return kinds
 
 
 def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):

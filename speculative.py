@@ -1,30 +1,28 @@
 """
 speculative.py: plain decoding and speculative decoding, side by side.
 
-A big model writes one token per forward pass, and on an accelerator, where a pass is bound by
-reading the weights, a pass costs about the same whether it scores one token or five (on a CPU
-with tiny models, five cost 1.4-2 one-token passes). Speculative decoding lets a cheap draft
-model guess k tokens, scores them all in one pass of the big (target) model, keeps the guesses
-the target agrees with and replaces the first one it rejects with its own token: 1 to k+1
-tokens per target pass, with exactly the target's output (greedy) or exactly the target's
-distribution (sampling).
+A big model writes one token per forward pass. Speculative decoding lets a cheap draft guess k
+tokens, scores them all in one pass of the big (target) model, keeps the guesses the target
+agrees with and replaces the first one it rejects with its own token: 1 to k+1 tokens per pass,
+with exactly the target's output (greedy) or exactly its distribution (sampling). Read
+`speculative_decode` first; the rest is what it stands on. The acceptance rule and the window
+rule live in numpy_speculative.py (NumPy only, so that exercise 3 runs without torch).
 
-References:
-- Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative Decoding",
-  ICML. Algorithm 1 is the acceptance rule below; Table 1 checks our expected speed-ups.
-- Chen, Borgeaud, Irving, Lespiau, Sifre, Jumper (2023), "Accelerating Large Language Model
-  Decoding with Speculative Sampling", DeepMind.
-The two papers use p and q the opposite way round (Leviathan: p target, q draft; Chen: q target,
-p draft). This file says `target_probs` and `draft_probs` instead.
+References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
+Decoding" (Algorithm 1 is speculative_decode, section 3 the formulas at the end); Chen et al.
+(2023), "Accelerating Large Language Model Decoding with Speculative Sampling". The papers use p
+and q the opposite way round; this file says `target_probs` and `draft_probs` instead.
 
-The window rule (contexts longer than block_size). Token n (0-based) is predicted from the
-tokens [window_start(n), n). The window starts at 0; when it would hold more than block_size
-tokens it jumps forward so that only the last block_size // 2 are kept, and those are re-encoded
-into a fresh cache. window_start depends on n alone, so plain and speculative decoding change
-windows at exactly the same positions and the target scores every token from exactly the same
-context; a verification pass that crosses a window change is split there.
+The drafter protocol, the one interface every drafter implements:
+    guesses, draft_probs = drafter.propose(seq, k, sampling)
+seq: the token ids so far (read, never changed); k >= 1; sampling: the run's Sampling. Returns
+1 to k guesses and, when sampling, the (k, V) distributions they were drawn from (None when
+greedy; a deterministic drafter returns one-hot rows). Optional: `vocab_size`, `reset()` (a new
+sequence starts), `kept(n)` (how many of its last guesses were kept) and `scorer_for(target)`
+(a drafter inside the big model returns the scorer that checks for it, to share its work).
+A GPT passed as a draft is wrapped as a ModelDraft.
 
-Shapes: B batch, T time, V vocabulary, k draft tokens per round.
+Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
@@ -35,67 +33,272 @@ import numpy as np
 import torch
 
 import machine
-# The NumPy half: the window rule, the sampling distribution and the acceptance rule live once,
-# in numpy_speculative.py (torch-free, so that exercise 3 can be built and graded without torch).
-from numpy_speculative import (accept_probability, greedy_verdict, residual, sample, verify,
-                               warp, window_start)
-from drafts import Sampling, as_drafter
+from numpy_speculative import (accept_probability, greedy_verdict, residual, sample,  # noqa: F401
+                               softmax, verify, warp, windows)
 
 # ----------------------------------------------------------------------------------------------
-# Scoring a growing sequence with a KV cache, under the window rule
+# Algorithm 1: speculative decoding of one sequence
 
 
-class CachedScorer:
-    """Wraps a GPT and its KV cache; scores positions of sequences that grow and shrink.
+def speculative_decode(scorer, drafter, seq, max_new_tokens, schedule, sampling, after_round):
+    """Extend seq (a list of token ids) by max_new_tokens, guessing and checking. Returns seq.
 
-    score(seqs, first): seqs is a list of B token-id lists of equal length T; returns logits
-    (B, T - first + 1, V), a NumPy array, whose row i is the model's prediction for position
-    first + i from the tokens before it. Only tokens not yet in the cache are fed; cached
-    tokens that no longer match (rejected draft tokens) are rolled back first. Sequences are
-    plain lists because decoding appends, trims and compares one token at a time, which tensors
-    do slowly. This is the draft interface too: anything with `vocab_size` and `score(seqs, first)` (and,
-    optionally, `reset()`) can draft.
+    scorer: the target and its KV cache (Scorer.score); drafter: the protocol above;
+    schedule.k: guesses per round; sampling: greedy, or the warp and the random numbers;
+    after_round(guesses, kept, token) is told what each round did (counting, adapting k).
+    """
+    goal = len(seq) + max_new_tokens
+    while len(seq) < goal:
+        n = len(seq)
+        k = min(schedule.k, goal - n - 1)          # never guess a token past the goal
+        # 1. The draft guesses k tokens, one after another (and, sampling, their distributions).
+        guesses, draft_probs = drafter.propose(seq, k, sampling) if k else ([], None)
+        # 2. The target scores the last accepted token and every guess in one pass.
+        target_logits = scorer.score([seq + guesses], n)[0]              # (len(guesses) + 1, V)
+        # 3. Keep the guesses it agrees with, then add its own token: the correction of the
+        #    first rejected guess, or a bonus token when every guess was kept.
+        kept, token = sampling.verdict(target_logits, guesses, draft_probs)
+        seq += guesses[:kept] + [token]
+        after_round(guesses, kept, token)
+    return seq
+
+
+@dataclass
+class Sampling:
+    """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1)).
+
+    lenience (1.0, the exact rule, unless asked): a sampled guess x is kept with
+    min(1, p(x) / (lenience q(x))) and a rejection draws from norm(max(0, p - lenience q)): more
+    guesses kept, but no longer the target's distribution (beyond/studies/lenience.py)."""
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+    rng: object = None
+    lenience: float = 1.0
+
+    @property
+    def greedy(self):
+        return self.temperature == 0
+
+    def warp(self, logits):
+        return warp(logits, self.temperature, self.top_k, self.top_p)
+
+    def draw(self, probs):
+        return sample(probs, self.rng)
+
+    def verdict(self, target_logits, guesses, draft_probs):
+        """Step 3 of a round: (how many guesses are kept, the token the target adds)."""
+        if self.greedy:
+            return greedy_verdict(guesses, target_logits.argmax(-1).tolist())
+        target_probs = self.warp(target_logits)                             # (k+1, V)
+        draft_probs = np.reshape(draft_probs if guesses else [],
+                                 (len(guesses), target_probs.shape[1]))            # (k, V)
+        # The lenient rule is the exact one against lenience x the draft's distribution.
+        return verify(target_probs, self.lenience * draft_probs, guesses, self.rng)
+
+
+@torch.no_grad()
+def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature=0.0,
+                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS,
+                         lenience=1.0):
+    """Speculative decoding. Returns (idx (B, T+new), Stats).
+
+    At temperature 0 the tokens equal generate(target, ...) exactly; with sampling each output
+    has exactly the distribution generate(target, ...) samples from. The rows of a batch are
+    decoded one after another (beyond/batched.py decodes them together). k: guesses per round,
+    or a schedule that adapts it (beyond/adaptive.py). `threads` as in generate(); lenience as
+    in Sampling (off by default).
+    """
+    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
+    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
+        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
+    check_vocabularies(target, draft)
+    sampling = Sampling(temperature, top_k, top_p, TorchUniform(generator), lenience)
+    schedule = k if hasattr(k, "update") else FixedK(k)
+    stats, rows = Stats(k=schedule.k_max), []
+    with machine.threads(threads):
+        for row in idx.tolist():
+            out, row_stats = decode_row(target, draft, row, max_new_tokens, schedule, sampling)
+            rows.append(out)
+            stats.add(row_stats)
+    return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
+
+
+def decode_row(target, draft, seq, max_new_tokens, schedule, sampling):
+    """speculative_decode, measured: the drafter and the target's scorer are set up for a new
+    sequence and timed from outside the loop; every round is counted. -> (seq, Stats)."""
+    stats = Stats(k=schedule.k_max)
+    drafter = as_drafter(draft)
+    scorer = drafter.scorer_for(target) if hasattr(drafter, "scorer_for") else as_scorer(target)
+    if hasattr(schedule, "attach"):                  # it tunes the drafter itself
+        schedule.attach(drafter)
+    timed_drafter, timed_scorer = Timed(drafter, draft), Timed(scorer, target)
+    kept_hook = getattr(drafter, "kept", None)       # an adaptive drafter listens
+
+    def after_round(guesses, kept, token):
+        stats.count_round(guesses, kept, token)
+        if kept_hook:
+            kept_hook(kept)
+        schedule.update(len(guesses), kept, timed_drafter.take(), timed_scorer.take())
+
+    speculative_decode(timed_scorer, timed_drafter, seq, max_new_tokens, schedule, sampling,
+                       after_round)
+    stats.draft_time, stats.target_time = timed_drafter.seconds, timed_scorer.seconds
+    stats.target_passes = timed_scorer.passes
+    return seq, stats
+
+
+@dataclass
+class FixedK:
+    """The schedule of a fixed k (beyond/adaptive.py has ones that adapt)."""
+    k: int
+
+    @property
+    def k_max(self):
+        return self.k
+
+    def update(self, proposed, kept, draft_seconds, check_seconds):
+        pass
+
+
+class Timed:
+    """A drafter or a scorer whose propose() / score() calls are timed from outside (after
+    waiting for the GPU): `seconds` in all, take() the seconds since the last take(), and for a
+    scorer `passes`, the forward passes its calls made (at least one each)."""
+
+    def __init__(self, inner, model):
+        self.inner, self.on_gpu = inner, on_gpu(model)
+        self.seconds = self.pending = 0.0
+        self.passes = 0
+
+    def __getattr__(self, name):                     # vocab_size, reset, ...: the inner one's
+        return getattr(self.inner, name)
+
+    def propose(self, seq, k, sampling):
+        return self._timed(self.inner.propose, seq, k, sampling)
+
+    def score(self, seqs, first):
+        before = getattr(self.inner, "passes", 0)
+        logits = self._timed(self.inner.score, seqs, first)
+        self.passes += max(1, getattr(self.inner, "passes", 0) - before)
+        return logits
+
+    def _timed(self, call, *args):
+        started = time.perf_counter()
+        out = call(*args)
+        if self.on_gpu:
+            torch.cuda.synchronize()
+        self.pending += time.perf_counter() - started
+        return out
+
+    def take(self):
+        seconds, self.pending = self.pending, 0.0
+        self.seconds += seconds
+        return seconds
+
+
+def on_gpu(model):
+    """Does `model` run on a GPU (whose work must be waited for before a timing is read)?"""
+    p = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    return p is not None and p.is_cuda
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain decoding, the baseline
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None,
+             generator=None, stats=None, threads=machine.DECODE_THREADS):
+    """Plain decoding with a KV cache: one forward pass per new token. Returns idx (B, T+new).
+
+    Temperature 0 is greedy (argmax); otherwise tokens are sampled from warp(...). Pass a Stats
+    to `stats` to have it counted. `threads`: torch threads while decoding (restored after;
+    None keeps the current setting): one, because a step is too small to share (machine.py).
+    """
+    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
+    stats = stats if stats is not None else Stats()
+    scorer = Timed(as_scorer(model, idx.shape[0]), model)
+    sampling = Sampling(temperature, top_k, top_p, TorchUniform(generator))
+    seqs = idx.tolist()                                      # B lists of token ids
+    with machine.threads(threads):
+        for _ in range(max_new_tokens):
+            logits = scorer.score(seqs, len(seqs[0]))[:, -1]                   # (B, V)
+            for seq, row in zip(seqs, logits):
+                seq.append(int(row.argmax()) if sampling.greedy else
+                           sampling.draw(sampling.warp(row)))
+    stats.target_passes += scorer.passes
+    stats.target_positions += max_new_tokens * len(seqs)
+    stats.new_tokens += max_new_tokens
+    stats.target_time += scorer.take()
+    return torch.tensor(seqs, dtype=torch.long, device=idx.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scoring growing sequences with a KV cache, under the window rule
+
+
+class Scorer:
+    """A model (gpt.GPT, or beyond/fast_numpy.py's NumpyGPT) and its KV cache, scoring positions
+    of sequences that grow and shrink: the one place that applies the window rule to a cache.
+
+    score(seqs, first): B token lists of equal length T -> logits (B, T - first + 1, V), row i
+    the prediction for position first + i from the tokens before it. score_rows(seqs, firsts)
+    scores row b from firsts[b] -> {b: logits}. Only tokens not yet cached are fed: cached ones
+    that no longer match (rejected guesses) are rolled back first, and a row whose window jumps
+    starts afresh, in a pass after the others. Here all rows of a pass share one cache length
+    (rows decoded in step); beyond/batched.py's subclass lets them drift apart.
     """
 
     def __init__(self, model, batch_size=1):
         self.model = model
-        self.vocab_size = model.c.vocab_size
-        self.block_size = model.c.block_size
+        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
         self.cache = model.new_cache(batch_size)
-        self.fed = [[] for _ in range(batch_size)]  # the tokens in the cache, per sequence
-        self.start = 0   # position of the first cached token
-        self.passes = 0  # forward passes made
+        self.starts = [0] * batch_size              # each row's window start
+        self.fed = [[] for _ in range(batch_size)]  # each row's cached tokens, from its start
+        self.passes = 0                             # forward passes made
 
-    def forward(self, new):
-        """Feed new tokens (B lists of t ids) through the model and the cache: logits (B, t, V)."""
+    def score(self, seqs, first):
+        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))
+        return np.stack([rows[b] for b in range(len(seqs))])
+
+    def score_rows(self, seqs, firsts):
+        passes = [[]]                               # each pass: (row, new tokens, kept) segments
+        parts = {b: [] for b in firsts}             # row b's logits: (pass, rows to skip) each
+        for b, first in firsts.items():
+            jumps = 0
+            for pos, start, end in windows(first, len(seqs[b]), self.block_size):
+                pass_ = 0
+                if start != self.starts[b]:         # the window jumped: start the row afresh
+                    self.starts[b], self.fed[b] = start, []
+                    jumps = pass_ = jumps + 1
+                    passes += [] if pass_ < len(passes) else [[]]
+                fed = self.fed[b]                   # keep the cached tokens that still match,
+                keep = common_prefix(fed, seqs[b], start, min(len(fed), pos - 1 - start))
+                fed[keep:] = seqs[b][start + keep:end]  # up to the one before pos: feed the rest
+                passes[pass_].append((b, fed[keep:], keep))
+                parts[b].append((pass_, pos - 1 - start - keep))
+        logits = [self.run(segments) if segments else {} for segments in passes]
+        return {b: joined([logits[p][b][skip:] for p, skip in parts[b]]) for b in firsts}
+
+    def run(self, segments):
+        """One forward pass over (row, new tokens, kept) segments -> {row: (len(new), V)}."""
+        keep = segments[0][2]
+        assert len(segments) == len(self.fed) and all(
+            s[2] == keep and len(s[1]) == len(segments[0][1]) for s in segments), \
+            "rows out of step: beyond/batched.py scores rows of different lengths"
+        self.cache.rollback(keep)
+        logits = self.logits([new for _, new, _ in segments])                # (B, t, V)
+        self.passes += 1
+        return {b: logits[i] for i, (b, _, _) in enumerate(segments)}
+
+    def logits(self, new):
+        """Feed B lists of t new tokens through the model and its cache: logits (B, t, V)."""
         if isinstance(self.model, torch.nn.Module):
             with torch.inference_mode():
                 idx = torch.tensor(new, device=self.cache.k.device)
                 return self.model(idx, cache=self.cache)[0].float().cpu().numpy()
-        return self.model.logits(np.array(new), self.cache)  # numpy_gpt.NumpyGPT
-
-    def score(self, seqs, first):
-        T = len(seqs[0])
-        assert 1 <= first <= T, f"can only score positions 1..{T}, not from {first}"
-        out, pos = [], first
-        while pos <= T:
-            start = window_start(pos, self.block_size)
-            end = min(T, start + self.block_size)    # the last position this window predicts
-            if start != self.start:                  # the window jumped: start a fresh cache
-                self.start, self.fed = start, [[] for _ in seqs]
-            # Keep the cached tokens that still match, up to the one before `pos`.
-            keep = min(len(self.fed[0]), pos - 1 - start)
-            for fed, seq in zip(self.fed, seqs):
-                keep = common_prefix(fed, seq, start, keep)
-            self.cache.rollback(keep)
-            for fed, seq in zip(self.fed, seqs):
-                del fed[keep:]
-                fed += seq[start + keep:end]         # tokens at positions start+keep..end-1
-            logits = self.forward([fed[keep:] for fed in self.fed])
-            self.passes += 1
-            out.append(logits[:, pos - 1 - start - keep:])  # (B, end - pos + 1, V): pos..end
-            pos = end + 1
-        return out[0] if len(out) == 1 else np.concatenate(out, 1)
+        return self.model.logits(np.array(new), self.cache)     # beyond.fast_numpy.NumpyGPT
 
 
 def common_prefix(fed, seq, start, limit):
@@ -105,10 +308,14 @@ def common_prefix(fed, seq, start, limit):
     return next(i for i in range(limit) if fed[i] != seq[start + i])
 
 
+def joined(arrays):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
 def as_scorer(model, batch_size=1):
-    """A fresh scorer for a GPT; anything else with score() is used as it is (after reset())."""
+    """A fresh Scorer for a GPT; anything else with score() is used as it is (after reset())."""
     if hasattr(model, "new_cache"):
-        return CachedScorer(model, batch_size)
+        return Scorer(model, batch_size)
     if not (hasattr(model, "score") and hasattr(model, "vocab_size")):
         raise TypeError(f"{type(model).__name__} is neither a GPT nor a draft with "
                         f"vocab_size and score(seqs, first)")
@@ -117,12 +324,55 @@ def as_scorer(model, batch_size=1):
     return model
 
 
-def vocab_size_of(model):
-    return model.c.vocab_size if hasattr(model, "c") else model.vocab_size
+# ----------------------------------------------------------------------------------------------
+# A language model as a drafter
+
+
+class ModelDraft:
+    """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: one guess per
+    forward pass, through its own KV cache, which rolls back by itself after a rejection.
+    With `min_confidence` set (beyond/adaptive.py's Confidence sets it) it stops guessing
+    early, when its probability that all its guesses so far are right falls below it, and
+    leaves those products in `confidences` for the schedule to learn from."""
+
+    def __init__(self, model):
+        self.scorer = as_scorer(model)
+        self.vocab_size = self.scorer.vocab_size
+        self.min_confidence = None      # a number: stop guessing below it
+        self.confidences = []
+
+    def propose(self, seq, k, sampling):
+        work, tokens, probs = list(seq), [], []
+        self.confidences, sure = [], 1.0
+        for _ in range(k):
+            logits = self.scorer.score([work], len(work))[0, -1]           # (V,)
+            if sampling.greedy:
+                token = int(logits.argmax())
+                if self.min_confidence is not None:
+                    sure *= float(softmax(logits.astype(np.float64))[token])
+            else:
+                probs.append(sampling.warp(logits))                        # (V,)
+                token = sampling.draw(probs[-1])
+                sure *= float(probs[-1][token])
+            self.confidences.append(sure)
+            tokens.append(token)
+            work.append(token)
+            if self.min_confidence is not None and sure < self.min_confidence:
+                break                                  # not sure enough to guess further
+        return tokens, (np.array(probs) if probs else None)                # (k, V) or None
+
+
+def as_drafter(draft):
+    """A drafter as it is (after reset()), or a GPT / anything with score() wrapped as one."""
+    if hasattr(draft, "propose"):
+        if hasattr(draft, "reset"):
+            draft.reset()
+        return draft
+    return ModelDraft(draft)
 
 
 # ----------------------------------------------------------------------------------------------
-# Arguments and randomness (warp, sample and verify come from numpy_speculative.py)
+# Arguments and randomness
 
 
 def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
@@ -133,7 +383,7 @@ def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
         raise ValueError("the prompt is empty; give at least one character")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
-    adaptive = hasattr(k, "update")  # a schedule (drafts/adaptive.py) checks its own k
+    adaptive = hasattr(k, "update")  # a schedule (beyond/adaptive.py) checks its own k
     if not adaptive and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
     if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
@@ -142,6 +392,17 @@ def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
         raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
+
+
+def vocab_size_of(model):
+    return model.c.vocab_size if hasattr(model, "c") else model.vocab_size
+
+
+def check_vocabularies(target, draft):
+    if vocab_size_of(target) != vocab_size_of(draft):
+        raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
+                         f"the target's ({vocab_size_of(target)}); both must be trained on the "
+                         f"same vocabulary")
 
 
 class TorchUniform:
@@ -155,26 +416,18 @@ class TorchUniform:
 
 
 # ----------------------------------------------------------------------------------------------
-# Decoding
+# What a run did
 
 
 @dataclass
 class Stats:
-    """What a decoding run did. The bonus token and corrections are not counted as accepted.
+    """What a decoding run did; corrections and bonus tokens are not counted as accepted.
 
-    target_passes   forward passes of the target (one per round, two if a round crosses a
-                    window jump); plain decoding makes one per token
-    draft_passes    forward passes of the draft (one per proposed token)
-    target_positions  positions the target scored: k_round + 1 per round (the last accepted
-                    token's and every guess's), one per token in plain decoding; so
-                    target_positions - new_tokens positions were scored and thrown away
-    draft_positions positions the draft scored to guess: one per guess (its catch-up on the
-                    target's own token is not counted: at most one position a round)
-    rounds          propose-then-verify rounds
-    proposed        draft tokens proposed; accepted: how many of them were kept
-    accepted_per_position[i]  rounds in which draft token i was kept
-    new_tokens      tokens generated; draft_time / target_time: seconds in each model
-    trace           one (proposed tokens, n_accepted, target's token) tuple per round
+    target_passes, draft_passes: forward passes of each model (a round whose check crosses a
+    window jump makes two); rounds; proposed and accepted guesses, accepted_per_position[i]
+    the rounds that kept guess i; new_tokens; target_positions: positions the target scored
+    (k + 1 a round, one a token in plain decoding), draft_positions: one a guess; draft_time,
+    target_time: seconds in each; trace: (guesses, kept, target's token) for every round.
     """
     k: int = 0
     target_passes: int = 0
@@ -196,13 +449,13 @@ class Stats:
 
     @property
     def acceptance_rate(self):
-        """Fraction of proposed draft tokens the target kept."""
+        """Fraction of proposed guesses the target kept."""
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
     def kept_of_checked(self):
-        """Guesses kept / guesses checked, the run's own alpha: a round checks its guesses up
-        to and including the first rejected one; those after it are never looked at."""
+        """Kept guesses / checked ones, the run's own alpha: a round checks its guesses up to
+        and including the first rejected one; those after it are never looked at."""
         checked = sum(kept + (kept < len(guesses)) for guesses, kept, _ in self.trace)
         return self.accepted / checked if checked else 0.0
 
@@ -215,8 +468,9 @@ class Stats:
         """One round: `guesses` proposed, the first `kept` of them kept, then `token` added."""
         self.rounds += 1
         self.target_positions += len(guesses) + 1
-        self.draft_positions += len(guesses)
         self.proposed += len(guesses)
+        self.draft_positions += len(guesses)
+        self.draft_passes += len(guesses)
         self.accepted += kept
         for i in range(kept):
             self.accepted_per_position[i] += 1
@@ -233,153 +487,8 @@ class Stats:
         self.trace += other.trace
 
 
-def _sync(model):
-    """Wait for the GPU so that timings are real (a no-op on the CPU)."""
-    p = next(model.parameters(), None) if hasattr(model, "parameters") else None
-    if p is not None and p.is_cuda:
-        torch.cuda.synchronize(p.device)
-
-
-@torch.no_grad()
-def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None,
-             generator=None, stats=None, threads=machine.DECODE_THREADS):
-    """Plain decoding with a KV cache: one forward pass per new token. Returns idx (B, T+new).
-
-    Temperature 0 is greedy (argmax); otherwise tokens are sampled from warp(...). Pass a Stats
-    to `stats` to have it counted. `threads`: torch threads while decoding (restored after;
-    None keeps the current setting): one, because a step is too small to share (machine.py).
-    """
-    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
-    if idx.shape[0] > 1:  # a batch: every row in one pass per token (batched.py)
-        import batched
-        if batched.batchable(model):
-            return batched.generate(model, idx, max_new_tokens, temperature=temperature,
-                                    top_k=top_k, top_p=top_p, generator=generator, stats=stats,
-                                    threads=threads)
-    stats = stats if stats is not None else Stats()
-    scorer = as_scorer(model, idx.shape[0])
-    rng = TorchUniform(generator)
-    seqs = idx.tolist()                                      # B lists of token ids
-    started = time.perf_counter()
-    with machine.threads(threads):
-        for _ in range(max_new_tokens):
-            logits = scorer.score(seqs, len(seqs[0]))[:, -1]     # (B, V)
-            if temperature == 0:
-                tokens = logits.argmax(-1).tolist()
-            else:
-                tokens = [sample(p, rng) for p in warp(logits, temperature, top_k, top_p)]
-            for seq, token in zip(seqs, tokens):
-                seq.append(token)
-            stats.target_passes += 1
-            stats.target_positions += len(seqs)
-        _sync(model)
-    stats.new_tokens += max_new_tokens
-    stats.target_time += time.perf_counter() - started
-    return torch.tensor(seqs, dtype=torch.long, device=idx.device)
-
-
-@torch.no_grad()
-def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature=0.0,
-                         top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS,
-                         lenience=1.0):
-    """Speculative decoding. Returns (idx (B, T+new), Stats).
-
-    At temperature 0 the tokens equal generate(target, ...) exactly; with sampling each output
-    has exactly the distribution generate(target, ...) samples from. Rows of a batch are decoded
-    together, each accepting its own number of tokens per round (batched.py; its Stats count
-    batched passes and keep one Stats per row in `rows`). `threads` as in generate().
-
-    lenience (off by default: 1.0 is the exact rule): a sampled guess x is kept with
-    min(1, p(x) / (lenience q(x))) and a rejection draws from norm(max(0, p - lenience q)), p the
-    target's and q the draft's distribution: more guesses kept, but the output no longer has
-    the target's distribution (exercises/sampling_costs.py measures both). Greedy decoding
-    ignores it. A lenience below 1 decodes a batch row by row.
-    """
-    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
-    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
-        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
-    if vocab_size_of(target) != vocab_size_of(draft):
-        raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
-                         f"the target's ({vocab_size_of(target)}); both must be trained on the "
-                         f"same vocabulary")
-    if idx.shape[0] > 1 and lenience == 1:  # a batch: every row at once, each keeping its own
-        import batched                         # guesses (batched.py)
-        return batched.speculative_generate(target, draft, idx, max_new_tokens, k=k,
-                                            temperature=temperature, top_k=top_k, top_p=top_p,
-                                            generator=generator, threads=threads)
-    k_max = k.k_max if hasattr(k, "update") else k
-    stats = Stats(k=k_max)
-    rows = []
-    with machine.threads(threads):
-        for row in idx.tolist():
-            out, row_stats = _speculative_row(target, draft, row, max_new_tokens, k, temperature,
-                                              top_k, top_p, generator, lenience)
-            rows.append(out)
-            stats.add(row_stats)
-    return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
-
-
-def _speculative_row(target, draft, seq, max_new_tokens, k, temperature, top_k, top_p,
-                     generator, lenience=1.0):
-    """Decode one sequence (a list of token ids, extended in place); return it and its Stats."""
-    schedule = k if hasattr(k, "update") else None       # an adaptive k (drafts/adaptive.py)
-    k_max = schedule.k_max if schedule else k
-    stats = Stats(k=k_max)
-    drafter = as_drafter(draft)
-    # A drafter that shares work with the target's pass (early exit, extra heads) scores
-    # for it too: drafts/__init__.py, scorer_for.
-    target_scorer = drafter.scorer_for(target) if hasattr(drafter, "scorer_for") else \
-        as_scorer(target)
-    if hasattr(schedule, "attach"):                      # it tunes the drafter itself
-        schedule.attach(drafter)
-    rng = TorchUniform(generator)
-    sampling = Sampling(temperature, top_k, top_p, rng)
-    goal = len(seq) + max_new_tokens
-    while len(seq) < goal:
-        n = len(seq)
-        k_round = min(schedule.k if schedule else k, goal - n - 1)  # never propose more
-        # 1. The draft proposes k_round tokens (drafts/__init__.py: the drafter interface).
-        started = time.perf_counter()
-        draft_tokens, draft_probs = drafter.propose(seq, k_round, sampling) if k_round else \
-            ([], None)
-        k_round = len(draft_tokens)           # a drafter may stop early (drafts/model.py)
-        seq.extend(draft_tokens)
-        _sync(draft)
-        # 2. The target scores the last accepted token and all proposals in one pass.
-        drafted = time.perf_counter()
-        passes_before = getattr(target_scorer, "passes", 0)
-        target_logits = target_scorer.score([seq], n)[0]                   # (k_round+1, V)
-        # 3. Keep the proposals the target agrees with, and add the target's own next token.
-        if temperature == 0:
-            choices = target_logits.argmax(-1).tolist()                    # (k_round+1,)
-            n_accepted, next_token = greedy_verdict(draft_tokens, choices)
-        else:
-            target_probs = warp(target_logits, temperature, top_k, top_p)   # (k_round+1, V)
-            draft_array = np.reshape(draft_probs if k_round else [],
-                                     (k_round, target_probs.shape[1]))             # (k_round, V)
-            # The lenient rule is the exact one against lenience x the draft's distribution:
-            # verify reads it only through min(1, p/q) and norm(max(0, p - q)).
-            n_accepted, next_token = verify(target_probs, lenience * draft_array, draft_tokens,
-                                            rng)
-        _sync(target)
-        del seq[n + n_accepted:]  # the rejected proposals
-        seq.append(next_token)
-        # Count what happened.
-        stats.draft_time += drafted - started
-        stats.target_time += time.perf_counter() - drafted
-        stats.draft_passes += k_round
-        stats.target_passes += max(1, getattr(target_scorer, "passes", 1) - passes_before)
-        stats.count_round(draft_tokens, n_accepted, next_token)
-        if hasattr(drafter, "kept"):
-            drafter.kept(n_accepted)
-        if schedule:
-            schedule.update(k_round, n_accepted, drafted - started,
-                            time.perf_counter() - drafted)
-    return seq, stats
-
-
 # ----------------------------------------------------------------------------------------------
-# Acceptance measured on held-out text
+# Agreement measured on held-out text, and the lesson's formulas (Leviathan et al., section 3)
 
 
 @dataclass
@@ -392,29 +501,28 @@ class Agreement:
 @torch.no_grad()
 def measure_agreement(target, draft, data, *, windows=64, window=None, temperature=1.0,
                       top_k=None, top_p=None):
-    """alpha and greedy agreement of draft with target on `data` (a 1-D LongTensor).
-
-    Both models read the same `windows` evenly spaced windows of `data`; every position of every
-    window counts. alpha is measured on the distributions decoding would sample from
-    (temperature, top-k, top-p applied to both), so at temperature 1 it is the lesson's
-    sum_x min(p(x), q(x)); greedy agreement is alpha at temperature 0.
-    """
-    sizes = [m.c.block_size for m in (target, draft) if hasattr(m, "c")]
-    window = window or min(sizes or [64])
+    """alpha and greedy agreement of draft with target on the same `windows` evenly spaced
+    windows of `data` (a 1-D LongTensor), every position counted, both distributions warped
+    as decoding would (at temperature 1 alpha is the lesson's sum_x min(p(x), q(x)))."""
+    window = window or min([m.c.block_size for m in (target, draft) if hasattr(m, "c")] or [64])
     if len(data) < window + 1:
         raise ValueError(f"need at least {window + 1} tokens of data, got {len(data)}")
     starts = torch.linspace(0, len(data) - window - 1, windows).long()
     x = torch.stack([data[s:s + window] for s in starts])                  # (W, T)
-    logits = []
-    for model in (target, draft):
-        if hasattr(model, "c"):  # a GPT (torch or NumPy): all positions in one pass
-            device = next(model.parameters()).device if hasattr(model, "parameters") else "cpu"
-            logits.append(model(x.to(device))[0].float().cpu().numpy())    # (W, T, V)
-        else:                    # any other draft: through its scorer, window by window
-            model = as_scorer(model)
-            logits.append(np.stack([model.score([row], 1)[0] for row in x.tolist()]))
-    alpha, agree = agreement_of(*logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    target_logits, draft_logits = (every_logit(model, x) for model in (target, draft))
+    alpha, agree = agreement_of(target_logits, draft_logits, temperature=temperature,
+                                top_k=top_k, top_p=top_p)
     return Agreement(alpha=alpha, greedy_agreement=agree, positions=x.numel())
+
+
+def every_logit(model, x):
+    """A GPT's (or a drafter's) logits at every position of the windows x (W, T): (W, T, V)."""
+    if not hasattr(model, "c"):      # a drafter that is no GPT: through its scorer
+        scorer = as_scorer(model)
+        return np.stack([scorer.score([row], 1)[0] for row in x.tolist()])
+    if isinstance(model, torch.nn.Module):
+        x = x.to(model.lm_head.weight.device)
+    return model(x)[0].float().cpu().numpy()
 
 
 def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, top_p=None):
@@ -479,43 +587,7 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, c, verify_cost))
 
 
-# ----------------------------------------------------------------------------------------------
-# What became of each guess (exercise 1, notebook 1 and decode.py's colours read a trace so)
-
-
-def verdicts(proposed, n_accepted):
-    """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
-    thrown away unchecked) and the kind of token the target added: "bonus" when every guess was
-    kept, else "correction" (the target's own token in place of the first rejected guess)."""
-    fates = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-             + ["thrown-away"] * (len(proposed) - n_accepted - 1))
-    return fates, "bonus" if proposed and n_accepted == len(proposed) else "correction"
-
-
-def origins(trace):
-    """Where each generated token came from: "accepted" (a kept guess), "correction" or "bonus"."""
-    kinds = []
-    for proposed, n_accepted, _ in trace:
-        kinds += ["accepted"] * n_accepted + [verdicts(proposed, n_accepted)[1]]
-    return kinds
-
-
-def check_backend(backend):
-    if backend not in ("torch", "numpy"):
-        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
-
-
-def with_backend(model, backend):
-    """The same trained model as a torch module or as a numpy_gpt.NumpyGPT (a drafter that is
-    not a GPT, such as the n-gram table, has no backend and comes back as it is)."""
-    check_backend(backend)
-    if backend == "torch" or not hasattr(model, "new_cache"):
-        return model
-    from numpy_gpt import NumpyGPT
-    return NumpyGPT(model)
-
-
-if __name__ == "__main__":  # the command line lives in decode.py; this name keeps working
+if __name__ == "__main__":  # the decoding command line, where the lesson's readers type it
     import cli
-    import decode
+    from beyond import decode
     cli.run(decode.main)

@@ -22,8 +22,10 @@ import torch
 import cli
 import corpus
 import gpt
-from checkpoint import CHECKPOINTS, checkpoint_path, load_trained
+import machine
+from beyond.checkpoint import CHECKPOINTS, checkpoint_path, load_trained
 from gpt import GPT, Config, TrainConfig
+from speculative import generate
 
 
 def source_for(corpus_name):
@@ -32,7 +34,7 @@ def source_for(corpus_name):
 
 def settings(config, tc, corpus_name):
     """What makes two trainings the same: model shape, training settings, and the data itself."""
-    data_sha = gpt._data()["meta"][corpus_name]["sha256"]
+    data_sha = corpus.loaded()["meta"][corpus_name]["sha256"]
     # Not the thread count: it changes the last digits of the losses, not what is trained.
     training = {k: v for k, v in asdict(tc).items() if k != "threads"}
     return {"config": asdict(config), "train": training,
@@ -45,7 +47,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
 
     config / tc override the preset's model shape and the default training settings.
     """
-    config = config or gpt.preset(name)
+    config = (config or gpt.preset(name)).fill_vocab()
     tc = tc or TrainConfig()
     corpus_name = gpt.PRESETS[name]["corpus"] if name in gpt.PRESETS else "shakespeare"
     path = checkpoint_path(name, folder)
@@ -56,7 +58,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
         if not checkpoint_path(teacher_name, folder).exists():
             ensure_trained(teacher_name, folder=folder, device=device, progress=progress, log=log)
         teacher, teacher_state = gpt.load_checkpoint(checkpoint_path(teacher_name, folder),
-                                                    device=gpt.resolve_device(device))
+                                                    device=machine.resolve_device(device))
         wanted["teacher"] = teacher_state.get("settings")  # a new teacher means a new student
     state = None
     if path.exists() and not fresh:
@@ -130,7 +132,7 @@ def main(argv=None):
     if args.threads < 0:
         raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
                          f"not {args.threads}")
-    gpt.resolve_device(args.device)
+    machine.resolve_device(args.device)
     corpus.prepare()
     tc = cli.take(TrainConfig, args)
     for name in args.preset:
@@ -143,7 +145,6 @@ def main(argv=None):
             sys.exit(f"\ninterrupted; {checkpoint_path(name, args.checkpoints)} holds the "
                      f"model so far: run the same command to continue")
     if args.sample and "big" in args.preset:
-        from speculative import generate
         model = load_trained("big", args.checkpoints)
         prompt = "ROMEO:\n"
         idx = generate(model, torch.tensor([gpt.encode(prompt)]), args.sample, temperature=0.8,

@@ -20,12 +20,12 @@ import os
 import sys
 from pathlib import Path
 
-from classroom import parts, runner
+import cli
+from classroom import build, notebooks, parts, runner
 from classroom.submissions import ROOT, SubmissionError, scratch_dir, workspace
 
 
 def parser():
-    import cli
     p = cli.Parser(prog="python -m classroom", description=__doc__.split("\n\n")[0].strip())
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
     c = sub.add_parser("check", help="run the public checks on this repository")
@@ -124,7 +124,6 @@ def main(argv=None):
     if args.command == "check":
         return check(args)
     if args.command == "build":
-        from classroom import build
         build.build(args.dest)
         return 0
     if args.command == "grade":
@@ -132,7 +131,6 @@ def main(argv=None):
     if args.command == "grade-all":
         return grade_all(args)
     if args.command == "notebooks":
-        from classroom import notebooks
         if args.html:
             notebooks.html(args.html)
             return 0
@@ -140,11 +138,9 @@ def main(argv=None):
         print(f"{len(written)} notebook(s) written to {args.out}/" if written else
               f"the notebooks in {args.out}/ exist already (kept: --force rewrites them)")
         return 0
-    from classroom import build
     print(f"wrote {build.gradescope_zip(args.out)}")
     return 0
 
 
 if __name__ == "__main__":
-    import cli
     sys.exit(cli.run(main))

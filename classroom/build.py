@@ -17,7 +17,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from classroom import checks, parts, regions, runner
+from classroom import checks, notebooks, parts, regions, runner
 from classroom.submissions import ROOT, project_files
 
 TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/")
@@ -56,7 +56,6 @@ def write_student_repository(dest, root=ROOT):
         target.write_text(student_text(relative, f.read_text()))
         shutil.copymode(f, target)
     # The student notebooks, ready to open (and committed there, unlike here).
-    from classroom import notebooks
     notebooks.write(dest / "notebooks", student=True, root=root)
     ignore = dest / ".gitignore"
     ignore.write_text("".join(line for line in ignore.read_text().splitlines(keepends=True)

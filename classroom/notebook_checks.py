@@ -12,14 +12,14 @@ written yet says "not started"; nothing here raises, so a notebook always runs t
 
 import tempfile
 
-from classroom import checks, fixtures, runner, worker
+from classroom import checks, making, runner, worker
 
 _fixture_dirs = {}
 
 
 def fixture_dir(seed=runner.PUBLIC_SEED):
     if seed not in _fixture_dirs:
-        _fixture_dirs[seed] = fixtures.make(tempfile.mkdtemp(prefix="classroom-nb-"), seed)
+        _fixture_dirs[seed] = making.make(tempfile.mkdtemp(prefix="classroom-nb-"), seed)
     return _fixture_dirs[seed]
 
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from classroom import checks, fixtures, parts
+from classroom import checks, making, parts
 
 PUBLIC_SEED = 0
 TIMEOUT = 60  # seconds per check and seed
@@ -68,7 +68,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
     jobs = jobs or min(2, os.cpu_count() or 1)
     results = [Result(c) for c in selected]
     with tempfile.TemporaryDirectory(prefix="classroom-") as scratch:
-        fixture_dirs = {seed: fixtures.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
+        fixture_dirs = {seed: making.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
         tasks = []
         for result in results:
             file = parts.BY_ID[result.check.part].file

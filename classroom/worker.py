@@ -15,9 +15,11 @@ import time
 import traceback
 from pathlib import Path
 
+from classroom import checks, parts
+
 BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",
-           "numpy_gpt": "exercise 3 is yours to build: do not use numpy_gpt.py",
+           "beyond": "exercise 3 is yours to build: do not use beyond/ (its fast NumPy forward)",
            "gpt": "exercise 3 reads weights from .npz files: do not import gpt.py"}
 MEMORY = 3 * 1024 ** 3  # bytes a torch-free check may allocate
 
@@ -48,7 +50,6 @@ def student_frame(tb, root, files):
 def run(name, seed, fixture_dir, overrides=None, sandbox=True):
     """Run check `name`; sandbox: block torch for exercise 3 and limit memory (a worker process
     does; a notebook's check cell, in the student's own kernel, does not)."""
-    from classroom import checks, parts
     root = Path.cwd().resolve()
     check = checks.CHECKS[name]
     if check.torch_free and sandbox:

@@ -15,11 +15,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import checkpoint
+import cli
 import corpus
 import gpt
-from exercises import (common, drafters, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu,
-                       report, sampling_costs)
+from beyond import checkpoint
+from beyond.studies import drafters, sampling_costs, transformers
+from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
@@ -65,7 +66,6 @@ def after_the_exercises(args):
     stages = [("drafters", "every drafter compared", drafters) if args.drafters else None,
               ("sampling", "sampling's price list", sampling_costs) if args.sampling else None]
     if args.transformers and importlib.util.find_spec("transformers") is not None:
-        from exercises import transformers
         stages.insert(1, ("transformers", "against Hugging Face transformers", transformers))
     return [stage for stage in stages if stage]
 
@@ -101,7 +101,6 @@ def lesson(args):
 
 
 def main(argv=None):
-    import cli
     parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--only", type=int, nargs="+", default=list(EXERCISES),
                         choices=list(EXERCISES), metavar="N", help="exercises to run (1-5)")
@@ -114,5 +113,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     cli.run(main, sys.argv[1:])

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-import checkpoint
+import cli
 import gpt
 import speculative as sd
 import train
+from beyond import checkpoint
 from gpt import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +125,6 @@ def markdown_table(header, rows):
 
 def parse_args(doc, args_class, argv=None):
     """The flags of an exercise, from its Args dataclass; the docstring's first line is -h's."""
-    import cli
     parser = cli.Parser(description=doc.strip().split("\n\n")[0])
     cli.add_fields(parser, args_class, title="flags")
     return cli.take(args_class, parser.parse_args(argv))

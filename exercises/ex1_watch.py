@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 import gpt
+import numpy_speculative as ns
 import speculative as sd
 from exercises import common, player, report
 
@@ -48,9 +49,9 @@ def replay(prompt_ids, trace):
     """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token."""
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
-        verdicts, kind = sd.verdicts(proposed, n_accepted)
+        fates, kind = ns.verdicts(proposed, n_accepted)
         rounds.append({"position": position, "guesses": gpt.decode(proposed),
-                       "verdicts": verdicts, "kept": n_accepted, "target": gpt.decode([token]),
+                       "verdicts": fates, "kept": n_accepted, "target": gpt.decode([token]),
                        "kind": kind})
         position += n_accepted + 1
     return rounds

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import torch
 
 import gpt
-import speculative as sd
 import machine
-from benchmark import recompute_generate
-from machine import median_time
+import speculative as sd
+from beyond import registry
 from exercises import common, report
+from machine import median_time
 
 
 @dataclass
@@ -74,10 +74,10 @@ def run(args, log=print):
         raise ValueError(f"--max_new_tokens {args.max_new_tokens} takes the longest prompt past "
                          f"the {target.c.block_size}-character window; use fewer")
     n = args.max_new_tokens
-    fast_draft = sd.with_backend(draft, "numpy")
+    fast_draft = registry.with_backend(draft, "numpy")
 
     # Correctness first: every version writes exactly what the big model writes alone.
-    reference = [recompute_generate(target, p, n) for p in prompts]
+    reference = [gpt.recompute_generate(target, p, n) for p in prompts]
     lesson_runs = [speculative_recompute(target, draft, p, n, args.k) for p in prompts]
     cached_runs = [sd.speculative_generate(target, draft, p, n, k=args.k) for p in prompts]
     for want, (got, _), (cached, _), plain in zip(reference, lesson_runs, cached_runs,
@@ -95,7 +95,7 @@ def run(args, log=print):
         f"{stats.acceptance_rate:.0%} of guesses kept")
 
     versions = {
-        "lesson: plain, recompute everything": lambda p: recompute_generate(target, p, n),
+        "lesson: plain, recompute everything": lambda p: gpt.recompute_generate(target, p, n),
         "lesson: speculative, recompute everything":
             lambda p: speculative_recompute(target, draft, p, n, args.k),
         "plain, KV cache": lambda p: sd.generate(target, p, n),
@@ -123,7 +123,7 @@ def run(args, log=print):
     # same way; verify: one target pass over k+1 new tokens over a pass over one.
     def per_token(fn):
         return median_time(lambda: [fn(p) for p in prompts], args.repeats) / tokens
-    c_lesson = per_token(lambda p: recompute_generate(draft, p, n)) / base_lesson * tokens
+    c_lesson = per_token(lambda p: gpt.recompute_generate(draft, p, n)) / base_lesson * tokens
     c_cached = per_token(lambda p: sd.generate(draft, p, n)) / base_cached * tokens
     c_numpy = per_token(lambda p: sd.generate(fast_draft, p, n)) / base_cached * tokens
     verify = machine.pass_time(target, args.k + 1) / machine.pass_time(target, 1)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 import gpt
-import speculative as sd
 import machine
-from machine import median_time, paired_times
+import speculative as sd
+from beyond import registry
 from exercises import common, report
+from machine import median_time, paired_times
 
 
 @dataclass
@@ -60,7 +61,7 @@ def run(args, log=print):
     for name in names[1:]:
         draft = models[name]
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
-        fast = sd.with_backend(draft, "numpy")
+        fast = registry.with_backend(draft, "numpy")
         runs = [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts]
         assert all((out == sd.generate(target, p, n)).all() for (out, _), p in zip(runs, prompts))
         stats = sd.Stats(k=args.k)

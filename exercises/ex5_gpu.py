@@ -30,13 +30,14 @@ from dataclasses import dataclass
 
 import torch
 
-import benchmark
-import checkpoint
+import corpus
 import gpt
 import machine
 import speculative as sd
 import train
-from exercises import batch_curve, common, report
+from beyond import checkpoint
+from beyond.studies import batch_curve
+from exercises import common, report
 from gpt import TrainConfig
 
 
@@ -98,7 +99,7 @@ def models_for(args, device, log):
 
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=3)
-    device = gpt.resolve_device(args.device)
+    device = machine.resolve_device(args.device)
     measure = timer(device)
     target, draft, pair = models_for(args, device, log)
     gpu = machine.describe()["gpu"]
@@ -138,7 +139,7 @@ def run(args, log=print):
         k = max(by_k, key=lambda j: by_k[j]["speedup"])
         batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
         ks = sorted({1, 2, 4, k}) if not args.quick else [1, 2]
-        many = [p.to(device) for p in benchmark.held_out_prompts(max(batches), 32)]
+        many = [p.to(device) for p in corpus.held_out_prompts(max(batches), 32)]
         curve = batch_curve.batch_curve(target, draft, many, batches, ks, measure,
                                     new_tokens=n, repeats=max(1, decode_repeats // 2),
                                     pass_repeats=repeats, log=log)

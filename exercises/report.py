@@ -10,10 +10,10 @@ summary rows that come from it) and keeps the others as they were, each with its
 import json
 from datetime import datetime, timezone
 
-import checkpoint
 import gpt
 import machine
 import speculative
+from beyond import checkpoint
 from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",

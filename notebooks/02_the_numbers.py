@@ -28,7 +28,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import benchmark
 import gpt
 import machine
 import speculative as sd
@@ -138,6 +137,7 @@ assert agreement["distilled"]["greedy"] > agreement["draft"]["greedy"] or QUICK
 # %% your turn: speculative.expected_tokens_per_pass
 
 # %%
+import corpus
 from classroom.notebook_checks import check
 
 check("2a", expected_tokens_per_pass=expected_tokens_per_pass)
@@ -239,7 +239,7 @@ plt.show()
 # %%
 K = 4
 N_NEW = 30 if QUICK else 96
-prompts = benchmark.held_out_prompts(4 if QUICK else 8, 32)
+prompts = corpus.held_out_prompts(4 if QUICK else 8, 32)
 runs = {}
 for name, label in DRAFTS.items():
     stats = sd.Stats(k=K)

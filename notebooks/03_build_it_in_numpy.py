@@ -31,11 +31,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import checkpoint
 import gpt
 import machine
 import numpy_speculative as ns
 import speculative as sd
+from beyond import checkpoint
 from exercises import common
 
 models = common.notebook_models(["big", "draft"])

@@ -36,6 +36,7 @@ import torch
 import gpt
 import machine
 import speculative as sd
+from beyond import registry
 from exercises import common
 
 models = common.notebook_models(["big", "draft", "names", "distilled"])
@@ -244,7 +245,7 @@ assert greedy.alpha == greedy.greedy_agreement == agreement["names"].greedy_agre
 #
 # Now decode for real: the five lesson prompts (`"ROMEO:\n"`, `"JULIET:\n"`, ...), 100
 # characters each, k = 4 guesses per round. Each draft runs in NumPy
-# (`sd.with_backend(draft, "numpy")`: the same weights through `numpy_gpt.py`, with much less
+# (`registry.with_backend(draft, "numpy")`: the same weights through `numpy_gpt.py`, with much less
 # overhead per call), the big model in torch. For each draft we measure:
 #
 # - characters per pass of the big model, and the share of guesses kept;
@@ -271,7 +272,7 @@ def speculative_all(draft, k=K):
 
 
 plain_outputs = plain_all()
-fast = {name: sd.with_backend(models[name], "numpy") for name in DRAFTS}
+fast = {name: registry.with_backend(models[name], "numpy") for name in DRAFTS}
 measured = {}
 with machine.Busy() as busy:
     plain_s = machine.median_time(plain_all, REPEATS)
@@ -552,7 +553,7 @@ assert models["distilled"].c.n_layer == 1 and models["distilled"].c.n_embd == ta
 # above, and while decoding, where the contexts are the big model's own text:
 
 # %%
-from drafts import ngram
+from beyond import ngram
 
 folder = common.checkpoint_folder(common.notebook_args())
 tables = {"training text": ngram.NGramDraft.trained(folder, prompt_lookup=True),

@@ -30,10 +30,12 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-import benchmark
+import corpus
 import gpt
 import machine
 import speculative as sd
+from beyond import benchmark
+from beyond import registry
 from exercises import common, ex5_gpu
 
 models = common.notebook_models(["big", "distilled"])
@@ -416,15 +418,15 @@ assert cpu_curve[1] > 2 * arithmetic or QUICK
 #     speed-up = (1 - α^(k+1)) / ((1 - α) (k c + verify cost))
 #
 # Here we feed it this machine's numbers and set it next to the clock. The draft is the
-# distilled one in NumPy (`sd.with_backend(distilled, "numpy")`), whose per-call overhead is
+# distilled one in NumPy (`registry.with_backend(distilled, "numpy")`), whose per-call overhead is
 # far below torch's, so its `c` is small; the big model runs in torch. Three things are
 # measured separately, each a median: α (greedy agreement on held-out text), `c` (one draft
 # step over one target step, `machine.pass_time`) and the verify cost of `k + 1` tokens.
 # Then plain and speculative decoding are timed alternately (rule 4), on held-out prompts.
 
 # %%
-draft_np = sd.with_backend(distilled, "numpy")
-prompts = benchmark.held_out_prompts(2 if QUICK else 3, 32)
+draft_np = registry.with_backend(distilled, "numpy")
+prompts = corpus.held_out_prompts(2 if QUICK else 3, 32)
 N_NEW = 40 if QUICK else 100
 KS = [1, 2, 3, 4, 5, 6]
 alpha = sd.measure_agreement(target, distilled, gpt.val_data, windows=128).greedy_agreement
@@ -668,7 +670,7 @@ assert c < cpu_batch[1]["c"] or QUICK
 # bound by arithmetic, or by overhead like this CPU, barely does.
 
 # %%
-from exercises import cost_arithmetic
+from beyond.studies import cost_arithmetic
 
 prompt = torch.tensor([gpt.encode("ROMEO:\n")])
 _, run = sd.speculative_generate(target, draft_np, prompt, 100, k=4)

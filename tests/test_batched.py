@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-import batched
 import gpt
 import machine
+import numpy_speculative
 import speculative as sd
-from drafts.adaptive import Heuristic
-from drafts.early_exit import EarlyExit
-from drafts.ngram import NGramDraft
-from exercises import batch_curve
-from numpy_gpt import NumpyGPT
+from beyond import batched
+from beyond.adaptive import Heuristic
+from beyond.early_exit import EarlyExit
+from beyond.fast_numpy import NumpyGPT
+from beyond.ngram import NGramDraft
+from beyond.studies import batch_curve
 from test_speculative import (V, Contrarian, broken_verify, chi_square_p_value,
                               exact_distribution, make_model, noisy_copy, small_pair,
                               target)  # noqa: F401 (fixtures)
@@ -142,13 +143,19 @@ def test_the_one_row_paths_agree(target):
     assert got == want
 
 
-def test_speculative_generate_dispatches_batches_here(target):
+def test_the_lessons_decoder_takes_a_batch_row_by_row(target):
+    # speculative.py decodes the rows of a batch one after another, with the same output as
+    # here, where they share passes; its Stats are the rows' sums (tokens per pass per row).
     idx = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(0))
-    out, stats = sd.speculative_generate(target, noisy_copy(target, 0.05, 1), idx, 20, k=3)
+    draft = noisy_copy(target, 0.05, 1)
+    out, stats = sd.speculative_generate(target, draft, idx, 20, k=3)
     assert torch.equal(out, torch.tensor(alone(target, idx.tolist(), 20)))
     assert torch.equal(sd.generate(target, idx, 20), out)
-    assert isinstance(stats, batched.BatchStats) and len(stats.rows) == 3
-    assert stats.target_passes < sum(r.target_passes for r in stats.rows)  # passes shared
+    together, batch_stats = batched.speculative_generate(target, draft, idx, 20, k=3)
+    assert torch.equal(together, out)
+    assert stats.new_tokens == 60 and stats.target_passes == sum(
+        r.target_passes for r in batch_stats.rows)
+    assert batch_stats.target_passes < stats.target_passes      # the batch shares its passes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,7 +165,7 @@ def test_speculative_generate_dispatches_batches_here(target):
 def test_greedy_check_catches_a_window_mismatch(target, monkeypatch):
     prompts = ragged(3, seed=5)
     want = alone(target, prompts, 40)
-    monkeypatch.setattr(batched, "window_start", lambda n, block: max(0, n - block))
+    monkeypatch.setattr(numpy_speculative, "window_start", lambda n, block: max(0, n - block))
     got, _ = batched.speculative_generate(target, noisy_copy(target, 0.05, 1), prompts, 40, k=4)
     assert got != want
 
@@ -249,7 +256,7 @@ def test_sampling_matches_the_target_distribution_per_row(small_pair, warp, name
 def test_sampling_test_catches_broken_batching(small_pair, monkeypatch):  # noqa: F811
     target, draft = small_pair
     # Broken 1: resampling from the target instead of the residual after a rejection.
-    monkeypatch.setattr(batched, "verify", broken_verify)
+    monkeypatch.setattr(sd, "verify", broken_verify)  # Sampling.verdict calls it
     assert max(p_values(small_pair, batch_counts(target, draft, 30, seed=0, temperature=1.0),
                         temperature=1.0)) < 1e-6
     monkeypatch.undo()

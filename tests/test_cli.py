@@ -72,7 +72,7 @@ def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
 
 
 def test_missing_checkpoint_hint_omits_the_default_folder():
-    import checkpoint
+    from beyond import checkpoint
     assert checkpoint.train_command("big") == "python train.py --preset big"
     assert checkpoint.train_command("big", checkpoint.CHECKPOINTS) == "python train.py --preset big"
     assert checkpoint.train_command("draft", "my models") == \
@@ -95,15 +95,13 @@ def parser_of(main, monkeypatch):
 
 
 def commands():
-    import benchmark
-    import decode
     import train
-    from drafts import heads
-    from exercises import (__main__ as lesson, drafters, ex1_watch, ex2_derive, ex3_build,
-                           ex4_break, ex5_gpu)
-    return {"train.py": train.main, "decode.py": decode.main,
-            "benchmark.py": benchmark.main, "python -m exercises": lesson.main,
-            "python -m drafts.heads": heads.main,
+    from beyond import benchmark, decode, heads
+    from beyond.studies import drafters
+    from exercises import __main__ as lesson, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+    return {"train.py": train.main, "beyond.decode": decode.main,
+            "beyond.benchmark": benchmark.main, "python -m exercises": lesson.main,
+            "python -m beyond.heads": heads.main,
             **{f"exercises.{m.__name__.split('.')[-1]}": m.main
                for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, drafters)}}
 
@@ -165,4 +163,4 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     (["--drafts", "huge"], ["unknown draft 'huge'"]),
 ])
 def test_benchmark_bad_input_is_refused_before_anything_runs(run_script, tmp_path, args, words):
-    one_line_error(run_script("benchmark.py", "--checkpoints", tmp_path, *args), *words)
+    one_line_error(run_script("-m", "beyond.benchmark", "--checkpoints", tmp_path, *args), *words)

@@ -7,9 +7,9 @@ import torch
 
 import gpt
 import speculative as sd
-from drafts import Sampling, as_drafter
-from drafts.model import ModelDraft
-from drafts.ngram import NGramDraft, table
+from beyond.ngram import NGramDraft, table
+from speculative import Sampling, as_drafter
+from speculative import ModelDraft
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
                               prompts, sample_counts, small_pair, target)  # noqa: F401 (fixtures)
 
@@ -118,7 +118,7 @@ def test_adaptive_drafters_hear_how_many_guesses_were_kept(target):  # noqa: F81
 
 
 def test_the_heuristic_schedule_adds_two_after_a_full_round_and_drops_one_otherwise():
-    from drafts.adaptive import Heuristic
+    from beyond.adaptive import Heuristic
     schedule = Heuristic(start=4, k_max=7)
     steps = []
     for proposed, kept in ((4, 4), (6, 6), (7, 7), (7, 2), (6, 0), (5, 5), (0, 0)):
@@ -134,10 +134,10 @@ def test_the_heuristic_schedule_adds_two_after_a_full_round_and_drops_one_otherw
 
 @pytest.mark.parametrize("name", ["Heuristic", "BestK"])
 def test_an_adaptive_k_keeps_the_big_models_output(target, name):  # noqa: F811
-    import drafts.adaptive
+    import beyond.adaptive
     draft = NGramDraft.from_data(gpt.train_data.numpy(), target.c.vocab_size, 4)
     for idx in prompts(3, seed=5):
-        schedule = getattr(drafts.adaptive, name)(start=2, k_max=8)
+        schedule = getattr(beyond.adaptive, name)(start=2, k_max=8)
         got, stats = sd.speculative_generate(target, draft, idx, 60, k=schedule)
         assert torch.equal(got, sd.generate(target, idx, 60))
         assert stats.k == 8 and len(stats.accepted_per_position) == 8
@@ -145,7 +145,7 @@ def test_an_adaptive_k_keeps_the_big_models_output(target, name):  # noqa: F811
 
 
 def test_best_k_follows_the_formula_once_it_has_seen_enough():
-    from drafts.adaptive import BestK
+    from beyond.adaptive import BestK
 
     def run(check_seconds):
         schedule = BestK(start=4, k_max=12, warmup_rounds=6)
@@ -164,7 +164,7 @@ def test_best_k_follows_the_formula_once_it_has_seen_enough():
 
 
 def test_early_exit_drafts_with_the_big_models_own_first_layers(target):  # noqa: F811
-    from drafts.early_exit import first_layers
+    from beyond.early_exit import first_layers
     draft = first_layers(target, 1)
     assert draft.c.n_layer == 1 and draft.transformer.wte is target.transformer.wte
     assert draft.transformer.h[0] is target.transformer.h[0], "shared, not copied"
@@ -181,7 +181,7 @@ def test_early_exit_drafts_with_the_big_models_own_first_layers(target):  # noqa
 
 
 def test_the_oracle_replays_a_run_keeping_every_guess(target):  # noqa: F811
-    from drafts.adaptive import Oracle
+    from beyond.adaptive import Oracle
     draft = NGramDraft.from_data(gpt.train_data.numpy(), target.c.vocab_size, 4)
     idx = prompts(1, seed=7)[0]
     recorded, seen = sd.speculative_generate(target, draft, idx, 60, k=8)
@@ -196,7 +196,7 @@ def test_the_oracle_replays_a_run_keeping_every_guess(target):  # noqa: F811
 
 
 def test_the_confidence_schedule_stops_unsure_guesses_and_keeps_the_output(target):  # noqa: F811
-    from drafts.adaptive import BestK, Confidence
+    from beyond.adaptive import BestK, Confidence
     draft = make_model(3, n_layer=1, scale=0.3)
     for idx in prompts(2, seed=9):
         guesses = {}
@@ -210,7 +210,7 @@ def test_the_confidence_schedule_stops_unsure_guesses_and_keeps_the_output(targe
 
 
 def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
-    from drafts.adaptive import Confidence
+    from beyond.adaptive import Confidence
 
     class Reporting:  # a drafter that was 35% sure of its first guess and 95% of its second
         min_confidence, confidences = 0.0, [0.95, 0.35]
@@ -227,7 +227,7 @@ def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
 
 
 def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa: F811
-    from drafts.adaptive import Confidence
+    from beyond.adaptive import Confidence
     target, draft = small_pair
     prompt = [1, 2, 0]
     want = exact_distribution(target, prompt, 3, temperature=1.0)
@@ -237,7 +237,7 @@ def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa:
 
 
 def test_best_k_climbs_to_the_fastest_measured_k_where_the_formula_misjudges():
-    from drafts.adaptive import BestK
+    from beyond.adaptive import BestK
 
     def settle(schedule, rounds=400):
         for _ in range(rounds):  # the first two guesses always right, the third always wrong:

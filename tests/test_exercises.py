@@ -89,7 +89,7 @@ def test_ex5_timings(results):
 
 
 def test_every_drafter_is_compared_at_every_k_and_schedule(results):
-    from exercises.drafters import ADAPTIVE
+    from beyond.studies.drafters import ADAPTIVE
     runs = numbers(results, "drafters.json")["runs"]
     for backend in ("numpy", "torch"):
         for draft in ("ngram", "draft"):  # the quick comparison's drafters
@@ -104,7 +104,7 @@ def test_every_drafter_is_compared_at_every_k_and_schedule(results):
 
 
 def test_the_own_text_note_says_what_was_measured():
-    from exercises.drafters import OWN_TEXT, own_text_note
+    from beyond.studies.drafters import OWN_TEXT, own_text_note
     ladder = [{"draft": OWN_TEXT, "greedy_agreement": 0.67},
               {"draft": "4-gram", "greedy_agreement": 0.77}]
     runs = [{"draft": "ngram", "alpha": 0.87}, {"draft": "ngram-big", "alpha": 0.91}]
@@ -123,10 +123,10 @@ def test_exercise_bad_input_is_one_line(run_script):
 
 
 @pytest.mark.parametrize("command, words", [
-    (["-m", "exercises.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
-    (["-m", "exercises.drafters", "--backends", "jax"], "a backend is torch or numpy"),
-    (["-m", "exercises.drafters", "--repeats", "0"], "--repeats must be at least 1"),
-    (["-m", "exercises.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
+    (["-m", "beyond.studies.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
+    (["-m", "beyond.studies.drafters", "--backends", "jax"], "a backend is torch or numpy"),
+    (["-m", "beyond.studies.drafters", "--repeats", "0"], "--repeats must be at least 1"),
+    (["-m", "beyond.studies.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
 def test_comparison_flags_out_of_range_are_one_line(run_script, command, words):
     result = run_script(*command)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -7,11 +7,12 @@ import torch
 
 import gpt
 import speculative as sd
+from beyond.registry import by_name
 from conftest import tiny_config
-from drafts import by_name
-from drafts.heads import (Heads, HeadsConfig, HeadsDraft, agreement, final_states, heads_path,
+from beyond.heads import (Heads, HeadsConfig, HeadsDraft, agreement, final_states, heads_path,
                           train)
-from numpy_gpt import NumpyGPT
+from beyond import registry
+from beyond.fast_numpy import NumpyGPT
 from test_speculative import (V, chi_square_p_value, exact_distribution, make_model, prompts,
                               sample_counts, small_pair, target)  # noqa: F401 (fixtures)
 
@@ -41,7 +42,7 @@ class Checked(HeadsDraft):
     def propose(self, seq, k, sampling):
         tokens, probs = super().propose(seq, k, sampling)
         if len(seq) >= 2:
-            pos, start = len(seq) - 2, self.scorer.start
+            pos, start = len(seq) - 2, self.scorer.starts[0]
             with torch.no_grad():
                 want = final_states(self.big, torch.tensor([seq[start:pos + 1]]))[1][0, -1]
             np.testing.assert_allclose(self.scorer.state(seq, pos), want.numpy(), atol=1e-5)
@@ -52,7 +53,7 @@ class Checked(HeadsDraft):
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_greedy_with_heads_is_the_big_models_output(target, heads, backend, k):  # noqa: F811
-    big = sd.with_backend(target, backend)
+    big = registry.with_backend(target, backend)
     draft = Checked(heads, target)
     accepted = 0
     for i, prompt in enumerate([torch.tensor([[3]])] + prompts(3, seed=k)):
@@ -155,7 +156,7 @@ def test_heads_by_name_load_for_their_own_big_model_only(tmp_path):
     big = gpt.GPT(tiny_config()).eval()
     gpt.save_checkpoint(tmp_path / "big.pt", big, step=0, val_loss=0.0)
     with pytest.raises(ValueError, match=f"no trained heads at {heads_path(tmp_path)}; train "
-                                         f"them with: python -m drafts.heads --checkpoints"):
+                                         f"them with: python -m beyond.heads --checkpoints"):
         by_name("heads", tmp_path)
     train(big, HeadsConfig(steps=1, batch_size=2, heads=2, text="real", threads=1),
           heads_path(tmp_path), log=lambda line: None)
@@ -178,4 +179,4 @@ def test_agreement_is_a_fraction_per_head(target, heads):  # noqa: F811
 
 def test_the_command_line_rejects_bad_flags_in_one_line(run_script):
     from test_cli import one_line_error
-    one_line_error(run_script("-m", "drafts.heads", "--heads", "0"), "--heads must be at least 1")
+    one_line_error(run_script("-m", "beyond.heads", "--heads", "0"), "--heads must be at least 1")

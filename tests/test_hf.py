@@ -16,9 +16,9 @@ transformers.logging.set_verbosity_error()  # no advice about generation configs
 
 import cli  # noqa: E402
 import gpt  # noqa: E402
-import hf  # noqa: E402
 import machine  # noqa: E402
 import speculative as sd  # noqa: E402
+from beyond import hf  # noqa: E402
 from test_speculative import (broken_verify, chi_square_p_value, exact_distribution,  # noqa: E402
                               make_model, sample_counts)
 

@@ -5,9 +5,10 @@ import random
 import pytest
 import torch
 
+import corpus
 import gpt
-from gpt import GPT
 from conftest import tiny_config
+from gpt import GPT
 
 
 @pytest.fixture
@@ -107,7 +108,18 @@ def test_config_checks_heads():
 def test_default_config_is_the_lesson_big_model():
     c = gpt.Config()
     assert (c.n_layer, c.n_head, c.n_embd) == (4, 4, 128) and c.block_size >= 64
-    assert c.vocab_size == len(gpt.vocab())
+    assert GPT(c).c.vocab_size == c.vocab_size == len(gpt.vocab())  # filled in by the model
     assert gpt.preset("draft") == gpt.Config(n_embd=32, n_layer=1, n_head=2)
     with pytest.raises(ValueError, match="unknown preset"):
         gpt.preset("huge")
+
+
+def test_a_config_reads_nothing(monkeypatch):
+    # Building a Config reads no file and prepares no corpus (which may download); the model
+    # reads the vocabulary when it is built. Negative control: the model does read it.
+    monkeypatch.setattr(corpus, "_loaded", {})
+    reads = []
+    monkeypatch.setattr(corpus, "prepare", lambda *a, **k: reads.append(1) or {"vocab": "ab"})
+    c = gpt.Config(n_embd=32, n_layer=1, n_head=2)
+    assert c.vocab_size == 0 and not reads
+    assert GPT(c).c.vocab_size == 2 and reads

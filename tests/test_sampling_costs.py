@@ -12,10 +12,11 @@ from hypothesis import given, settings, strategies as st
 
 import speculative as sd
 from conftest import quick_run
-from exercises import report, sampling_costs as sc
-from exercises.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
+from beyond.studies import sampling_costs as sc
+from exercises import report
+from beyond.studies.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
                                        weights_read)
-from exercises.lenience import lenient_distribution, lenient_step, next_token_probs, total_variation
+from beyond.studies.lenience import lenient_distribution, lenient_step, next_token_probs, total_variation
 from gpt import GPT, Config
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,

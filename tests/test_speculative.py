@@ -10,9 +10,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+import numpy_speculative
 import speculative as sd
+from beyond.fast_numpy import NumpyGPT
 from gpt import GPT, Config
-from numpy_gpt import NumpyGPT
 
 V = 11
 
@@ -75,7 +76,8 @@ def test_greedy_check_catches_a_window_mismatch(target, monkeypatch):
     # equality above must fail once generations outgrow the window.
     prompt = prompts(1, seed=3)[0]
     want = sd.generate(target, prompt, 40)
-    monkeypatch.setattr(sd, "window_start", lambda n, block: max(0, n - block))
+    # Past the window it slides by one token instead of jumping (the windows all scorers walk).
+    monkeypatch.setattr(numpy_speculative, "window_start", lambda n, block: max(0, n - block))
     got, _ = sd.speculative_generate(target, noisy_copy(target, 0.05, 1), prompt, 40, k=4)
     assert not torch.equal(got, want)
 
@@ -97,7 +99,7 @@ class Contrarian:
         self.target = target
 
     def reset(self):
-        self.scorer = sd.CachedScorer(self.target)
+        self.scorer = sd.Scorer(self.target)
 
     def score(self, seqs, first):
         logits = self.scorer.score(seqs, first)             # (B, T, V)
@@ -327,8 +329,7 @@ def test_sampling_test_catches_broken_rules(small_pair, monkeypatch):
     assert chi_square_p_value(counts, want) < 1e-6
     # Broken 2: the draft proposes its argmax but the ratio test still uses its probabilities.
     monkeypatch.undo()
-    import drafts
-    monkeypatch.setattr(drafts.Sampling, "draw", lambda self, probs: int(probs.argmax()))
+    monkeypatch.setattr(sd.Sampling, "draw", lambda self, probs: int(probs.argmax()))
     counts = sample_counts(target, draft, prompt, 3, 3000, seed=0, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
 

@@ -6,9 +6,10 @@ import signal
 import pytest
 import torch
 
+import corpus
 import gpt
-from gpt import GPT, TrainConfig
 from conftest import tiny_config
+from gpt import GPT, TrainConfig
 
 # threads=1: the last digits of a loss depend on the thread count, and "all cores unless the
 # machine is busy" could pick differently for two runs that must be equal.
@@ -86,7 +87,7 @@ def test_corrupted_checkpoint_is_a_clear_error(tmp_path):
 def test_checkpoint_from_another_vocabulary_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "m.pt"
     gpt.save_checkpoint(path, fresh_model(), step=0, val_loss=0.0)
-    monkeypatch.setitem(gpt._loaded, "vocab", gpt.vocab() + "#")
+    monkeypatch.setitem(corpus._loaded, "vocab", gpt.vocab() + "#")
     with pytest.raises(gpt.CheckpointError, match="different vocabulary"):
         gpt.load_checkpoint(path)
 

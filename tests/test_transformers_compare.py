@@ -11,12 +11,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import cli  # noqa: E402
-from conftest import quick_run  # noqa: E402
 import gpt  # noqa: E402
-import hf  # noqa: E402
 import speculative as sd  # noqa: E402
+from beyond import hf, registry  # noqa: E402
+from beyond.studies import transformers as against  # noqa: E402
+from conftest import quick_run  # noqa: E402
 from exercises import common, report  # noqa: E402
-from exercises import transformers as against  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 QUICK_MODES = [  # --quick: drafts distilled and draft, k 2, prompt lookup 2, ngram and distilled
@@ -180,8 +180,8 @@ def test_the_forward_clock_counts_the_model_and_its_copies_only():
     import numpy as np
     torch.manual_seed(0)
     config = dict(vocab_size=16, block_size=32, n_layer=1, n_head=2, n_embd=16)
-    big = sd.with_backend(gpt.GPT(gpt.Config(**config)).eval(), "numpy")
-    other = sd.with_backend(gpt.GPT(gpt.Config(**config)).eval(), "numpy")
+    big = registry.with_backend(gpt.GPT(gpt.Config(**config)).eval(), "numpy")
+    other = registry.with_backend(gpt.GPT(gpt.Config(**config)).eval(), "numpy")
     twin = copy.copy(big)                 # as the heads' scorer copies the big model
     idx = np.array([[1, 2, 3]])
     want, original = big.logits(idx, big.new_cache(1)), type(big).logits

@@ -1,5 +1,5 @@
 """
-drafts/early_exit.py: self-speculation by early exit. The big model's own first L layers, its
+beyond/early_exit.py: self-speculation by early exit. The big model's own first L layers, its
 final LayerNorm and its head draft; the whole model checks. No second model to train or load
 (LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
 
@@ -45,8 +45,9 @@ import torch
 import torch.nn as nn
 
 from gpt import GPT, Config
-from numpy_gpt import NumpyGPT, normalise, normalise_vector
-from speculative import as_scorer, common_prefix, window_start
+from beyond.fast_numpy import NumpyGPT, normalise, normalise_vector
+from numpy_speculative import windows
+from speculative import as_scorer, common_prefix
 
 
 def check_exit(n_layer, layers):
@@ -102,7 +103,7 @@ class EarlyExit:
         return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
 
     def score(self, seqs, first):
-        """The exit's logits (B, T - first + 1, V), as speculative.CachedScorer.score gives a
+        """The exit's logits (B, T - first + 1, V), as speculative.Scorer.score gives a
         model's (measure_agreement reads a drafter that is not a GPT so)."""
         return np.stack([self.scorer.exit_logits(seq, first) for seq in seqs])
 
@@ -120,7 +121,7 @@ def same_model(a, b):
 class SharedScorer:
     """One cache for all of a model's layers: exit_logits() drafts, score() checks.
 
-    score(seqs, first) is speculative.CachedScorer's (one sequence): the whole model's logits
+    score(seqs, first) is speculative.Scorer's (one sequence): the whole model's logits
     (1, T - first + 1, V) for positions first..T, under the window rule. exit_logits(seq, first)
     gives the exit's (T - first + 1, V) and runs the lower layers only.
     """
@@ -141,12 +142,12 @@ class SharedScorer:
         return self.logits(seq, first, full=False)
 
     def logits(self, seq, first, full):
-        T, out, pos = len(seq), [], first
-        assert 1 <= first <= T, f"can only score positions 1..{T}, not from {first}"
+        """The window walk of speculative.Scorer over one cache for two groups of layers,
+        which keep different lengths (so Scorer's one-length rollback cannot serve)."""
+        out = []
         with self.run.mode():
-            while pos <= T:
-                start = window_start(pos, self.block_size)
-                end = min(T, start + self.block_size) - start   # rows 0..end-1: the window
+            for pos, start, end in windows(first, len(seq), self.block_size):
+                end -= start                                    # rows 0..end-1: the window
                 row = pos - 1 - start                           # the row that predicts pos
                 # A row is right while the window's tokens up to it are the cached ones (after
                 # a rejection, or a window jump, which moves every token to another row).
@@ -163,7 +164,6 @@ class SharedScorer:
                     self.passes += 1
                 else:
                     out.append(self.run.exit(row, end))
-                pos = end + start + 1
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 

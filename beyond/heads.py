@@ -19,14 +19,14 @@ the stats' accepted_per_position[i - 1] counts the rounds in which head i's gues
 sampling, each guess is drawn from its head's warped distribution, which comes back with it.
 A k above h gets h guesses: there is no head for a further one.
 
-Training (python -m drafts.heads: 400 steps, 3.6 minutes on 2 shared CPU cores): the big model
+Training (python -m beyond.heads: 400 steps, 3.6 minutes on 2 shared CPU cores): the big model
 stays frozen; it continues the first quarter of each training window greedily, and head i learns
 the big model's top token for position t + 1 + i of that text. Greedy decoding writes the big
 model's greedy text, so that is the text to learn. Measured with 4 heads after 300 steps, in
 characters per big-model pass (greedy, 8 held-out prompts x 200 characters, k = 4): learning
 its distributions (soft targets) on the training text 1.60, its top tokens on the training text
 1.80, its distributions on its greedy text 2.76, its top tokens on its greedy text 3.24 (600
-steps: 3.33). `python -m drafts.heads --speed` times greedy decoding against plain decoding with
+steps: 3.33). `python -m beyond.heads --speed` times greedy decoding against plain decoding with
 the same target: with a torch target, k = 1..5 gave 1.27, 1.50, 1.68, 1.77 and 1.79x (3.58
 characters per pass at k = 5); with a NumPy target 0.88, 0.80, 1.08, 1.04 and 1.04x, because a
 NumPy pass over k + 1 tokens costs 2.4-3 one-token passes (torch: 1.2-1.6). Hence HEADS = 5.
@@ -53,10 +53,13 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import checkpoint
+import cli
+import corpus
 import gpt
 import machine
 import speculative as sd
+from beyond import checkpoint
+from beyond.fast_numpy import with_backend
 
 HEADS = 5  # chosen by measurement: see the module docstring
 
@@ -122,8 +125,8 @@ class Heads(nn.Module):
 # The drafter
 
 
-class HiddenScorer(sd.CachedScorer):
-    """A speculative.CachedScorer (batch 1) that also keeps the big model's final hidden state
+class HiddenScorer(sd.Scorer):
+    """A speculative.Scorer (batch 1) that also keeps the big model's final hidden state
     (after ln_f) of every token in its cache: hidden[j] is that of the token at start + j.
 
     A gpt.GPT gives its states through final_states(); a numpy_gpt.NumpyGPT is copied with its
@@ -139,7 +142,7 @@ class HiddenScorer(sd.CachedScorer):
         super().__init__(model)
         self.hidden = np.zeros((self.block_size, model.c.n_embd), np.float32)
 
-    def forward(self, new):
+    def logits(self, new):
         first, V = self.cache.length, self.vocab_size
         if isinstance(self.model, nn.Module):
             with torch.inference_mode():
@@ -155,8 +158,9 @@ class HiddenScorer(sd.CachedScorer):
     def state(self, seq, pos):
         """The final hidden state (C,) at position `pos` of seq, if the cache holds seq up to
         there; else None."""
-        j = pos - self.start
-        if 0 <= j < len(self.fed[0]) and self.fed[0][:j + 1] == seq[self.start:pos + 1]:
+        start = self.starts[0]
+        j = pos - start
+        if 0 <= j < len(self.fed[0]) and self.fed[0][:j + 1] == seq[start:pos + 1]:
             return self.hidden[j]
         return None
 
@@ -253,7 +257,7 @@ def heads_path(folder=None):
 
 
 def train_command(folder=None):
-    command = "python -m drafts.heads"
+    command = "python -m beyond.heads"
     if folder and Path(folder).resolve() != checkpoint.CHECKPOINTS:
         command += f" --checkpoints {shlex.quote(str(folder))}"
     return command
@@ -376,7 +380,7 @@ def speed_table(big, draft, ks, prompts, new_tokens=200, repeats=5, log=print):
     characters per target pass and the wall-clock speed-up (median of `repeats` ratios, the two
     timed alternately), after checking that the output is plain decoding's, token for token."""
     for backend in ("torch", "numpy"):
-        target = sd.with_backend(big, backend)
+        target = with_backend(big, backend)
 
         def plain():
             return [sd.generate(target, p, new_tokens) for p in prompts]
@@ -401,8 +405,6 @@ def speed_table(big, draft, ks, prompts, new_tokens=200, repeats=5, log=print):
 
 def main(argv=None):
     """Train the heads for checkpoints/big.pt, then report each head's acceptance."""
-    import benchmark
-    import cli
     parser = cli.Parser(description=main.__doc__)
     cli.add_fields(parser, HeadsConfig, title="heads")
     hc = cli.take(HeadsConfig, parser.parse_args(argv))
@@ -411,7 +413,7 @@ def main(argv=None):
     heads = train(big, hc, heads_path(folder))
     agree = agreement(big, heads, gpt.val_data, windows=256)
     stats = sd.Stats(k=hc.heads)
-    prompts = benchmark.held_out_prompts(8, 32)
+    prompts = corpus.held_out_prompts(8, 32)
     for prompt in prompts:
         stats.add(sd.speculative_generate(big, HeadsDraft(heads), prompt, 200, k=hc.heads)[1])
     print(f"greedy, 8 held-out prompts x 200 characters, k = {hc.heads}: "
@@ -427,5 +429,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     sys.exit(cli.run(main))

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import torch
 
-import checkpoint
 import cli
-import drafts
 import gpt
 import machine
-from drafts import adaptive as schedules
-from speculative import (check_backend, check_decoding_args, generate, origins,
-                         speculative_generate, with_backend)
+from beyond import adaptive as schedules
+from beyond import checkpoint, registry
+from beyond.registry import check_backend, with_backend
+from numpy_speculative import origins
+from speculative import check_decoding_args, generate, speculative_generate
 
 
 @dataclass
@@ -59,7 +59,7 @@ def colour_text(pieces, use_colour):
 def load_pair(args):
     folder = args.checkpoints or None
     return (with_backend(checkpoint.load_trained(args.target, folder), args.target_backend),
-            drafts.by_name(args.draft, folder, args.draft_backend))
+            registry.by_name(args.draft, folder, args.draft_backend))
 
 
 def main(argv=None):
@@ -76,7 +76,7 @@ def main(argv=None):
     check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
     new_k = schedules.by_name(args.adaptive, args.k)  # a bad name fails before any loading
     gpt.preset(args.target)  # an unknown name lists the presets
-    drafts.check_name(args.draft)
+    registry.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
         check_backend(backend)
     target, draft = load_pair(args)

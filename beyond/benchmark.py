@@ -32,13 +32,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import checkpoint
 import cli
+import corpus
 import gpt
 import machine
 import speculative as sd
-from drafts import Sampling, by_name, check_name
-from drafts import adaptive as schedules
+from beyond import checkpoint
+from beyond import adaptive as schedules
+from beyond import registry
+from beyond.registry import by_name, check_name
 from machine import median_time, paired_times
 
 
@@ -48,20 +50,13 @@ class BenchArgs:
     prompt_chars: int = 32      # characters per prompt
     new_tokens: int = 200       # characters written per prompt
     ks: str = "1,2,3,4,5,6"     # draft lengths to try; heuristic or best: an adaptive k
-    drafts: str = "draft,distilled,ngram"  # drafters, comma-separated (drafts.NAMES)
+    drafts: str = "draft,distilled,ngram"  # drafters, comma-separated (registry.NAMES)
     setups: str = "torch/numpy,torch/torch,numpy/numpy"  # target backend / draft backend
     repeats: int = 7            # timings are medians over this many runs
     recompute: bool = True      # also time the lesson's recompute-everything loop
     checkpoints: str = ""       # checkpoint folder (default: checkpoints/)
     json: str = ""              # also write every figure here
     threads: bool = False       # instead: time 1, 2 and all torch threads, quiet and busy
-
-
-def held_out_prompts(n, chars):
-    """n prompts of `chars` characters, each the start of a speech in the validation text."""
-    text = gpt.decode(gpt.val_data)
-    starts = [text.find("\n\n", i * len(text) // n) + 2 for i in range(n)]
-    return [torch.tensor([gpt.encode(text[s:s + chars])]) for s in starts]
 
 
 def calibrate(target, draft, prompts, n, k=4):
@@ -74,20 +69,11 @@ def calibrate(target, draft, prompts, n, k=4):
     return stats.kept_of_checked, stats.draft_time / max(1, stats.proposed)
 
 
-@torch.no_grad()
-def recompute_generate(model, idx, max_new_tokens):
-    """The lesson's loop: no cache, the whole (cropped) context through the model per token."""
-    for _ in range(max_new_tokens):
-        logits, _ = model(idx[:, -model.c.block_size:])
-        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return idx
-
-
 def bench(args, log=print):
     folder = args.checkpoints or None
     target = checkpoint.load_trained("big", folder)
     drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
-    prompts = held_out_prompts(args.prompts, args.prompt_chars)
+    prompts = corpus.held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
     results = {"settings": asdict(args), "machine": machine.describe(), "recompute": None,
@@ -98,10 +84,10 @@ def bench(args, log=print):
 
     if args.recompute:
         with machine.Busy() as busy:
-            slow = median_time(lambda: [recompute_generate(target, p, args.new_tokens)
+            slow = median_time(lambda: [gpt.recompute_generate(target, p, args.new_tokens)
                                         for p in prompts], max(1, args.repeats // 2))
             cached = timed(lambda p: sd.generate(target, p, args.new_tokens))
-            fast = sd.with_backend(target, "numpy")
+            fast = registry.with_backend(target, "numpy")
             cached_numpy = timed(lambda p: sd.generate(fast, p, args.new_tokens))
             results["recompute"] = {"recompute_tokens_per_s": n_new / slow,
                                     "cached_tokens_per_s": n_new / cached, "speedup": slow / cached,
@@ -128,7 +114,7 @@ def bench(args, log=print):
         target_backend, draft_backend = setup.split("/")
         spreads = []
         with machine.Busy() as busy:
-            big = sd.with_backend(target, target_backend)
+            big = registry.with_backend(target, target_backend)
             plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
             plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
             target_step = machine.pass_time(big, 1)
@@ -137,7 +123,7 @@ def bench(args, log=print):
             log(f"\ntarget {target_backend}, draft {draft_backend}: plain decoding "
                 f"{n_new / plain_s:,.0f} tokens/s (one step {target_step * 1e6:.0f} us)")
             for name, draft in drafts.items():
-                small = sd.with_backend(draft, draft_backend)
+                small = registry.with_backend(draft, draft_backend)
                 c = calibrate(big, small, prompts[:2], args.new_tokens)[1] / target_step
                 a = results["agreement"][name]["greedy_agreement"]
                 log(f"  draft {name!r}: c {c:.3f}")
@@ -227,7 +213,7 @@ def thread_table(log=print):
             lambda t: machine.times_of(lambda: sd.generate(big, prompt, 200, threads=None), 2,
                                        t)[1],  # the first run warms up
         "lesson's loop (no cache), 100 characters":
-            lambda t: machine.median_time(lambda: recompute_generate(big, prompt, 100), 1, t),
+            lambda t: machine.median_time(lambda: gpt.recompute_generate(big, prompt, 100), 1, t),
         "training step, big model (20 x 128)": lambda t: train_step_time(big.train(), t),
     }
     counts = sorted({1, 2, machine.cpu_cores()})

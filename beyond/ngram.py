@@ -1,5 +1,5 @@
 """
-drafts/ngram.py: a character n-gram table as a drafter. No model at all: a guess is a dictionary
+beyond/ngram.py: a character n-gram table as a drafter. No model at all: a guess is a dictionary
 look-up, so a draft step costs almost nothing (c close to 0).
 
 For every context of up to order - 1 characters seen in the training text, the table keeps the
@@ -22,21 +22,28 @@ The order, 5, was chosen by measurement. On greedy runs of the big model (8 held
 200 characters, k = 4) orders 4, 5 and 6 wrote 3.02, 3.23 and 3.29 characters per pass, and 3.60,
 3.72 and 3.54 with prompt lookup, which the command line switches on. At k = 8, order 5 wrote
 4.31 (4.94 with lookup), order 6 only 3.94: longer tables follow the training text more than the
-model. `python -m drafts.ngram` prints each order's agreement with the big model on held-out
+model. `python -m beyond.ngram` prints each order's agreement with the big model on held-out
 text (4: 0.770, 5: 0.759, 6: 0.701). The table is built from the training split in seconds and
 cached next to the checkpoints.
 """
 
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
+
+import cli
+import corpus
+import speculative as sd
+from beyond import batched, checkpoint
+from beyond.fast_numpy import NumpyGPT
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
 
 # "ngram-big": the table of the big model's own greedy text, which models the model rather than
-# the language. Measured by `python -m drafts.ngram` (greedy runs of the big model, 8 held-out
+# the language. Measured by `python -m beyond.ngram` (greedy runs of the big model, 8 held-out
 # prompts x 200 characters, no prompt lookup): tables of order 6 / 8 / 10 from 1,024 runs of 200
 # characters kept 0.910 / 0.910 / 0.915 of the guesses at k = 4 and wrote 5.86 / 5.90 / 5.95
 # characters per pass at k = 8; 4,096 runs gained nothing (order 6: 0.913, 5.90). The training
@@ -84,13 +91,11 @@ class NGramDraft:
     @classmethod
     def trained(cls, folder=None, order=ORDER, **options):
         """The table of the Shakespeare training split, built once and cached (.npz)."""
-        import checkpoint
-        import gpt
-        sha = gpt._data()["meta"]["shakespeare"]["sha256"]
+        sha = corpus.loaded()["meta"]["shakespeare"]["sha256"]
         path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram{order}.npz"
-        tables = cached(path, sha) or saved(path, sha, table(gpt.train_data.numpy(), order,
-                                                             len(gpt.vocab())))
-        return cls(tables, len(gpt.vocab()), **options)
+        tables = cached(path, sha) or saved(path, sha, table(corpus.train_data.numpy(), order,
+                                                             len(corpus.vocab())))
+        return cls(tables, len(corpus.vocab()), **options)
 
     @classmethod
     def of_target(cls, target, folder=None, order=OWN_ORDER, runs=OWN_RUNS, length=OWN_LENGTH,
@@ -98,11 +103,9 @@ class NGramDraft:
         """The table of the target's own greedy text (own_text), backing off to the training
         text's table where it has not seen a context. Built once per target (about 12 s for the
         big model on 2 cores) and cached (.npz), tied to the target's weights."""
-        import checkpoint
-        import gpt
         base = cls.trained(folder)
         stamp = "/".join(map(str, (checkpoint.fingerprint(target),
-                                   gpt._data()["meta"]["shakespeare"]["sha256"], runs, length)))
+                                   corpus.loaded()["meta"]["shakespeare"]["sha256"], runs, length)))
         path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram-big{order}.npz"
         tables = cached(path, stamp)
         if tables is None:
@@ -160,13 +163,10 @@ def own_text(target, runs=OWN_RUNS, length=OWN_LENGTH, prompt_chars=OWN_PROMPT):
     """What the target writes greedily: 1-D tokens of `runs` prompts of prompt_chars characters
     (speech starts spread evenly over the training split) each followed by `length` characters
     of the target's greedy decoding (a gpt.GPT, decoded in NumPy, 32 runs at a time)."""
-    import batched
-    import gpt
-    from numpy_gpt import NumpyGPT
     model = NumpyGPT(target)
-    text = gpt.decode(gpt.train_data)
+    text = corpus.decode(corpus.train_data)
     starts = [text.find("\n\n", i * len(text) // runs) + 2 for i in range(runs)]
-    prompts = [gpt.encode(text[s:s + prompt_chars]) for s in starts if s >= 2]
+    prompts = [corpus.encode(text[s:s + prompt_chars]) for s in starts if s >= 2]
     out = []
     for i in range(0, len(prompts), 32):
         for row in batched.generate(model, prompts[i:i + 32], length):
@@ -202,22 +202,15 @@ def main():
     """The choices above, measured. Agreement of orders 2-9 with the big model on held-out
     text (ORDER); then tables of the big model's own text of several orders and sizes against
     the training text's table, while decoding (OWN_ORDER, OWN_RUNS, no prompt lookup)."""
-    import tempfile
-
-    import benchmark
-    import checkpoint
-    import gpt
-    import speculative as sd
-    from numpy_gpt import NumpyGPT
     target = checkpoint.load_trained("big")
     for order in range(2, 10):
-        draft = NGramDraft.from_data(gpt.train_data.numpy(), len(gpt.vocab()), order)
-        a = sd.measure_agreement(target, draft, gpt.val_data, windows=64)
+        draft = NGramDraft.from_data(corpus.train_data.numpy(), len(corpus.vocab()), order)
+        a = sd.measure_agreement(target, draft, corpus.val_data, windows=64)
         print(f"order {order}: greedy agreement with the big model {a.greedy_agreement:.3f}",
               flush=True)
     print("\nwhile decoding 8 held-out prompts x 200 characters greedily (NumPy big model): "
           "guesses kept at k = 4, characters per pass at k = 8", flush=True)
-    big, prompts = NumpyGPT(target), benchmark.held_out_prompts(8, 32)
+    big, prompts = NumpyGPT(target), corpus.held_out_prompts(8, 32)
 
     def decoding(label, draft):
         kept, per_pass = sd.Stats(k=4), sd.Stats(k=8)
@@ -237,5 +230,4 @@ def main():
 
 
 if __name__ == "__main__":
-    import cli
     sys.exit(cli.run(lambda argv: main()))

@@ -54,7 +54,7 @@ def next_token_probs(model, **warp):
 
 def lenient_distribution(target_probs, draft_probs, prompt, n_tokens, k, lenience=1.0):
     """{first n_tokens: probability} that speculative sampling at k with this lenience writes,
-    computed exactly by enumerating the rule's branches as speculative._speculative_row takes
+    computed exactly by enumerating the rule's branches as speculative.decode_row takes
     them: rounds of k_round = min(k, tokens left - 1) guesses; guess x (drawn from q) is kept
     with accept_probability(p(x), l q(x)) and the round goes on; a rejection writes a token from
     residual(p, l q) and ends the round; a round whose guesses were all kept (or that had none)

@@ -9,7 +9,7 @@ lesson's decoders. Needs the optional extra: pip install -e '.[hf]'.
        python hf.py export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
        python hf.py import checkpoints/big-hf --preset big --force     # and back
 
-2. HFModel: any transformers causal LM as a target or a draft. It is a speculative.CachedScorer
+2. HFModel: any transformers causal LM as a target or a draft. It is a speculative.Scorer
    (vocab_size, score(seqs, first)) whose KV cache is transformers' DynamicCache, cropped when
    guesses are rejected, under the same window rule (the window: max_position_embeddings), so
    decoding gives exactly the model's own greedy output:
@@ -47,10 +47,10 @@ from pathlib import Path
 
 import torch
 
-import checkpoint
 import cli
 import gpt
-from speculative import CachedScorer
+from beyond import checkpoint
+from speculative import Scorer
 
 INSTALL = "install it with: pip install -e '.[hf]'"
 # Our nn.Linear weights are (out, in); GPT-2's Conv1D keeps (in, out): these four are transposed.
@@ -156,7 +156,7 @@ def load(folder):
 
 
 class DynamicKV:
-    """transformers' DynamicCache behind the rollback(length) that CachedScorer calls."""
+    """transformers' DynamicCache behind the rollback(length) that speculative.Scorer calls."""
 
     def __init__(self):
         self.kv = transformers().DynamicCache()
@@ -170,8 +170,8 @@ class DynamicKV:
         self.length = length
 
 
-class HFModel(CachedScorer):
-    """A transformers causal LM with vocab_size and score(seqs, first), as CachedScorer defines
+class HFModel(Scorer):
+    """A transformers causal LM with vocab_size and score(seqs, first), as speculative.Scorer defines
     them (its score() is used as it is): only tokens not yet cached are fed, rejected ones are
     cropped from the cache, and contexts longer than the model's window follow the window rule.
 
@@ -201,9 +201,9 @@ class HFModel(CachedScorer):
         """Forget the cache: a new sequence (or batch) starts."""
         self.cache = DynamicKV()
         self.fed = [[] for _ in range(batch_size)]  # the tokens in the cache, per sequence
-        self.start = 0                              # position of the first cached token
+        self.starts = [0] * batch_size              # each sequence's window start
 
-    def parameters(self):  # so that speculative._sync can find the device
+    def parameters(self):  # so that speculative.on_gpu can find the device
         return self.model.parameters()
 
     def score(self, seqs, first):
@@ -211,7 +211,7 @@ class HFModel(CachedScorer):
             self.reset(len(seqs))
         return super().score(seqs, first)
 
-    def forward(self, new):
+    def logits(self, new):
         """Feed new tokens (B lists of t ids) through the model and the cache: logits (B, t, V)."""
         with torch.inference_mode():
             ids = torch.tensor(new, device=self.device)                             # (B, t)

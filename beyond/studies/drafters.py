@@ -34,14 +34,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import checkpoint
+import corpus
 import gpt
 import machine
 import speculative as sd
-from benchmark import calibrate, held_out_prompts
-from drafts import adaptive, by_name, check_name, heads, ngram
-from drafts.early_exit import first_layers
-from drafts.ngram import NGramDraft
+from beyond import checkpoint
+from beyond import adaptive, heads, ngram
+from beyond import registry
+from beyond.benchmark import calibrate
+from beyond.early_exit import first_layers
+from beyond.ngram import NGramDraft
+from beyond.registry import by_name, check_name
 from exercises import common, report
 
 ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
@@ -49,7 +52,7 @@ ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
 
 @dataclass
 class Args(common.ExerciseArgs):
-    drafts: str = "ngram,ngram-big,distilled,draft,exit2,heads"  # drafters compared (drafts.NAMES)
+    drafts: str = "ngram,ngram-big,distilled,draft,exit2,heads"  # drafters compared (registry.NAMES)
     backends: str = "numpy,torch"  # target backends to try (drafts in NumPy where they can)
     ks: str = "1,2,4,6,8"          # fixed draft lengths; every adaptive schedule runs as well
     prompts: int = 8               # held-out prompts (and as many others to calibrate on)
@@ -70,13 +73,13 @@ def schedules(name, k_max, traces):
 
 
 def compare(args, target, draft_names, folder, log):
-    prompts = held_out_prompts(args.prompts, 32)
-    calibration = held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
+    prompts = corpus.held_out_prompts(args.prompts, 32)
+    calibration = corpus.held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
     n, ks = args.new_tokens, common.whole_numbers(args.ks, "ks")
     n_new = n * len(prompts)
     rows, busy_notes, backends = [], [], {}
     for backend in args.backends.split(","):
-        big = sd.with_backend(target, backend)
+        big = registry.with_backend(target, backend)
         plain_out = [sd.generate(big, p, n) for p in prompts]
         step = machine.pass_time(big, 1)
         verify = {k: machine.pass_time(big, k + 1) / step for k in range(1, max(ks) + 2)}
@@ -198,7 +201,7 @@ def ladder(target, folder, log, own_runs=ngram.OWN_RUNS):
     text, so the table of the big model's own text (own_runs greedy runs) is on it too: there
     it agrees less than it does while decoding (see markdown)."""
     vocab_size = target.c.vocab_size
-    big = sd.with_backend(target, "numpy")
+    big = registry.with_backend(target, "numpy")
     step = machine.pass_time(big, 1)
     tokens = gpt.val_data[:64].tolist()
     candidates = [(f"{n}-gram", NGramDraft.from_data(gpt.train_data.numpy(), vocab_size, n))
@@ -213,7 +216,7 @@ def ladder(target, folder, log, own_runs=ngram.OWN_RUNS):
     for name, draft in candidates:
         a = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
         if hasattr(draft, "c"):
-            cost = machine.pass_time(sd.with_backend(draft, "numpy"), 1) / step
+            cost = machine.pass_time(registry.with_backend(draft, "numpy"), 1) / step
             size = f"{draft.c.n_layer} x {draft.c.n_embd}"
         else:
             cost = machine.median_time(lambda: draft.propose(tokens, 1, sd.Sampling()), 300) / step
@@ -320,13 +323,13 @@ def run(args, log=print):
     common.whole_numbers(args.ks, "ks")
     common.at_least_one(args, "prompts", "new_tokens", "repeats")
     for backend in args.backends.split(","):
-        sd.check_backend(backend)          # before any work
+        registry.check_backend(backend)          # before any work
     folder = common.checkpoint_folder(args)
     target = common.load_models(args, ["big"], log=log)["big"]
     if any(n in gpt.PRESETS for n in draft_names):
         common.load_models(args, [n for n in draft_names if n in gpt.PRESETS], log=log)
     if "heads" in draft_names and not heads.heads_path(folder).exists():
-        log("training the extra heads first (python -m drafts.heads: a few minutes, once)")
+        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         heads.train(target, heads.HeadsConfig(checkpoints=str(folder)),
                     heads.heads_path(folder), log=log)
     rows, notes, backends = compare(args, target, draft_names, folder, log)

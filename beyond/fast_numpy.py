@@ -1,5 +1,5 @@
 """
-numpy_gpt.py: the forward pass of gpt.GPT in plain NumPy, with the same KV cache interface.
+beyond/fast_numpy.py: the forward pass of gpt.GPT in plain NumPy, folded for speed, with the same KV cache interface.
 
 Why a second implementation? A tiny model's decoding step does little arithmetic: on a laptop
 CPU most of a one-token step is the fixed cost of each framework call (dispatch, autograd
@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
 
+from gpt import KVCache
+
 _blas_limited = False
 
 
@@ -44,20 +46,6 @@ def single_threaded_blas():
     if not _blas_limited:
         ThreadpoolController().select(internal_api="openblas").limit(limits=1)
         _blas_limited = True
-
-
-class NumpyCache:
-    """Keys and values per layer, preallocated to block_size; see gpt.KVCache."""
-
-    def __init__(self, c, batch_size):
-        hs = c.n_embd // c.n_head
-        self.k = np.zeros((c.n_layer, batch_size, c.n_head, c.block_size, hs), np.float32)
-        self.v = np.zeros_like(self.k)
-        self.length = 0
-
-    def rollback(self, length):
-        assert 0 <= length <= self.length, f"cannot roll back to {length} of {self.length} tokens"
-        self.length = length
 
 
 EPS = 1e-5  # nn.LayerNorm's default
@@ -127,7 +115,9 @@ class NumpyGPT:
         self.mask = f32(np.triu(np.full((block, block), -np.inf), k=1))  # -inf: the future
 
     def new_cache(self, batch_size=1):
-        return NumpyCache(self.c, batch_size)
+        c = self.c
+        shape = (c.n_layer, batch_size, c.n_head, c.block_size, self.hs)
+        return KVCache(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
 
     def logits(self, idx, cache):
         """idx (B, T) int array continuing cache -> logits (B, T, V) as a float32 array."""
@@ -199,3 +189,17 @@ class NumpyGPT:
         if cache is None:
             cache = self.new_cache(idx.shape[0])
         return torch.from_numpy(self.logits(idx.cpu().numpy(), cache)), None
+
+
+def check_backend(backend):
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
+
+
+def with_backend(model, backend):
+    """The same trained model as a torch module or as a NumpyGPT (a drafter
+    that is not a GPT, such as the n-gram table, has no backend and comes back as it is)."""
+    check_backend(backend)
+    if backend == "torch" or not hasattr(model, "new_cache"):
+        return model
+    return NumpyGPT(model)

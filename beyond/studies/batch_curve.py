@@ -14,15 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-import batched
-import benchmark
-import checkpoint
 import cli
+import corpus
 import machine
 import speculative as sd
-from drafts import by_name
+from beyond import batched
+from beyond import checkpoint
+from beyond import registry
+from beyond.fast_numpy import NumpyGPT
+from beyond.registry import by_name
 from exercises import common
-from numpy_gpt import NumpyGPT
 
 
 def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
@@ -186,7 +187,7 @@ class CurveArgs:
     repeats: int = 3              # alternating plain/speculative pairs per figure (medians)
     sizes: str = "1,2,4,8,16,32,64"  # batch sizes of the curve (held-out prompts, 32 characters)
     ks: str = "1,2,3,4,6"         # draft lengths tried at each size
-    drafts: str = "distilled,draft,ngram,ngram-big"  # drafters compared at batch 16 (drafts.NAMES)
+    drafts: str = "distilled,draft,ngram,ngram-big"  # drafters compared at batch 16 (registry.NAMES)
     backends: str = "numpy,torch"  # the big model's backends compared at batch 16
     curve_draft: str = "best"     # the drafter of the curve; best: the fastest at batch 16
     json: str = ""                # also write every figure here
@@ -203,10 +204,10 @@ def main(argv=None):
     sizes, ks = common.whole_numbers(args.sizes, "sizes"), common.whole_numbers(args.ks, "ks")
     backends = args.backends.split(",")
     for backend in backends:
-        sd.check_backend(backend)
+        registry.check_backend(backend)
     big = checkpoint.load_trained("big")
     target = NumpyGPT(big)
-    prompts = benchmark.held_out_prompts(max(sizes + [16]), 32)
+    prompts = corpus.held_out_prompts(max(sizes + [16]), 32)
     results = {"machine": machine.describe(), "settings": args.__dict__, "rows_vs_batch": {}}
     with machine.Busy() as busy:
         for name, model in (("numpy", target), ("torch", big)):

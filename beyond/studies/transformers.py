@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+import corpus
 import gpt
-import hf
 import machine
 import speculative as sd
-from benchmark import held_out_prompts
-from drafts import by_name, check_name
+from beyond import hf
+from beyond import registry
+from beyond.registry import by_name, check_name
 from exercises import common, report
 
 FAMILIES = ("transformers", "ours via the adapter", "ours native")
@@ -171,7 +172,7 @@ def native_modes(args, big, folder, log):
     """Plain decoding in torch and NumPy, and the --native speculative setups; a drafter that
     cannot load (heads not trained) is skipped with a note."""
     n, notes = args.new_tokens, []
-    targets = {b: sd.with_backend(big, b) for b in ("torch", "numpy")}
+    targets = {b: registry.with_backend(big, b) for b in ("torch", "numpy")}
     modes = [Mode(f"{label}: generate", "ours native",
                   lambda p, m=targets[b]: (sd.generate(m, p, n), None), target=targets[b])
              for b, label in (("torch", "torch"), ("numpy", "NumPy"))]
@@ -346,7 +347,7 @@ def one_pass(big, big_hf, context=64, repeats=300):
             inside = statistics.median(_block_times(fn, clocks, repeats))
         out[name] = {"pass_us": total * 1e6, "blocks_us": inside * 1e6,
                      "blocks": len(blocks)}
-    numpy_big = sd.with_backend(big, "numpy")
+    numpy_big = registry.with_backend(big, "numpy")
     step = machine.pass_time(numpy_big, 1, repeats=repeats, context=context)
     out["NumpyGPT"] = {"pass_us": step * 1e6, "blocks_us": None,
                        "verify": {k: machine.pass_time(numpy_big, k + 1, repeats=repeats,
@@ -421,7 +422,7 @@ def compare(args, log=print):
         raise ValueError(f"--prompt_chars {args.prompt_chars} + --new_tokens {args.new_tokens} "
                          f"+ the longest --lookups - 1 make {longest} positions, more than "
                          f"GPT-2's {window}: transformers would fail past them")
-    prompts = held_out_prompts(args.prompts, args.prompt_chars)
+    prompts = corpus.held_out_prompts(args.prompts, args.prompt_chars)
     n_new = args.new_tokens * len(prompts)
     with machine.threads():
         want = {"prompts": prompts, "outputs": [sd.generate(big, p, args.new_tokens)

@@ -1,7 +1,7 @@
 """
 checkpoint.py: where the trained models live and how to load one by name.
 
-    import checkpoint
+    from beyond import checkpoint
     big = checkpoint.load_trained("big")                  # checkpoints/big.pt, in eval mode
     path = checkpoint.checkpoint_path("draft", "my_models")
 

@@ -43,14 +43,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import corpus
 import gpt
 import machine
 import speculative as sd
-from benchmark import held_out_prompts
-from drafts import by_name, check_name, heads
+from beyond import heads
+from beyond.registry import by_name, check_name
+from beyond.studies.cost_arithmetic import run_costs
+from beyond.studies.lenience import lenience_small, lenient_step, total_variation
 from exercises import common, report
-from exercises.cost_arithmetic import run_costs
-from exercises.lenience import lenience_small, lenient_step, total_variation
 
 # Leviathan, Kalman, Matias (2023), Table 2: T5-XXL with T5-small drafting, English to German.
 LEVIATHAN_TABLE_2 = {"argmax": {"alpha": 0.75, "k": 7, "speedup": 3.4},
@@ -231,7 +232,7 @@ def sweep(args, big, draft, name, temperatures, step, verify, log):
     is_model = not hasattr(draft, "fc_w")
     window = min(big.c.block_size, draft.c.block_size if is_model else big.c.block_size)
     held_out = Scored(big, draft, held_out_windows(args.windows, window))
-    prompts = held_out_prompts(args.prompts, 32)
+    prompts = corpus.held_out_prompts(args.prompts, 32)
     timer = Timer(big, draft, prompts, args.new_tokens, args.seed)
     P, k, rows = prompts[0].shape[1], args.k, []
     for temperature in temperatures:
@@ -299,7 +300,7 @@ def lenience_trained(args, big, draft, leniences, step, verify, log):
     held_out = Scored(big, draft, x)
     p = sd.warp(held_out.target, 1.0)
     q = sd.warp(held_out.guesses[0], 1.0)
-    timer = Timer(big, draft, held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    timer = Timer(big, draft, corpus.held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
     rows = []
     for lenience in leniences:
         written, alpha = lenient_step(p, q, lenience)
@@ -328,7 +329,7 @@ def best_k_sweep(args, big, draft, name, ks, step, verify, log):
     """Greedy runs at every k: the measured speed-ups and their best k, against
     speculative.best_k with two cost models (see markdown()): the lesson's pieces timed apart
     (c per guess, verify(k) of a pass alone), and a round's cost as the runs paid it."""
-    timer = Timer(big, draft, held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    timer = Timer(big, draft, corpus.held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
     n_tokens = args.prompts * args.new_tokens
     rows = []
     for k in ks:
@@ -695,7 +696,7 @@ def run(args, log=print):
     names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in gpt.PRESETS]
     big = common.load_models(args, ["big"] + names, log=log)["big"]
     if "heads" in draft_names and not heads.heads_path(folder).exists():
-        log("training the extra heads first (python -m drafts.heads: a few minutes, once)")
+        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         heads.train(big, heads.HeadsConfig(checkpoints=str(folder)), heads.heads_path(folder),
                     log=log)
     with machine.threads():  # one torch thread: these models' passes are too small to share

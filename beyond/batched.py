@@ -1,9 +1,8 @@
 """
-batched.py: plain and speculative decoding of a whole batch at once, every row accepting its own
-number of guesses per round ("ragged" acceptance).
+beyond/batched.py: plain and speculative decoding of a whole batch at once, every row accepting
+its own number of guesses per round ("ragged" acceptance).
 
-speculative.generate and speculative_generate come here when a batch has more than one row
-(one row keeps speculative.py's path, tuned for one sequence). Here every round makes one draft
+speculative.py decodes the rows of a batch one after another; here every round makes one draft
 pass per guessed position for the whole batch, and ONE target pass over each row's last
 accepted token and its guesses; each row keeps what the target agrees with, so the rows drift
 apart in length. Prompts may differ in length too: pass a list of token lists.
@@ -12,13 +11,15 @@ apart in length. Prompts may differ in length too: pass a list of token lists.
     outs, stats = batched.speculative_generate(target, draft, [ids_a, ...], 100, k=4)
 
 What makes rows of different lengths share a pass:
-- RaggedCache: the keys and values of B rows, each with its own length, window and tokens, so
+- ragged_cache: the keys and values of B rows, each row with its own length and window, so
   that each rolls back (a rejected guess) or starts afresh (a window jump) on its own.
-- The per-row forward (one for numpy_gpt.NumpyGPT, one for gpt.GPT from the model's own
+- The per-row forward (one for beyond.fast_numpy.NumpyGPT, one for gpt.GPT from the model's own
   submodules): row b's new token i sits at slot length_b + i (its position in its window) and
   sees slots 0..length_b + i only, so neither the future nor stale entries of rejected guesses
-  beyond the row's length; rows are right-padded, and padding writes to a spare slot.
-- BatchScorer: CachedScorer.score for many rows, under the same window rule (speculative.py):
+  beyond the row's length; rows are right-padded, and padding writes to a spare slot. (gpt.py
+  keeps the lesson's cache, one length for all rows: rows of different lengths need per-row
+  slots and scattered writes, which would slow and obscure the one-sequence path.)
+- BatchScorer: speculative.Scorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
   half, on their own slots) share another, so a round whose check crosses a jump is split there.
 Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
@@ -32,7 +33,7 @@ B x (k+1). batch_rounds counts rounds of the batch; rounds, as before, rounds su
 
 Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
 drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
-the rows one after another, as before. exercises/batch_curve.py measures what batching buys.
+the rows one after another. beyond/studies/batch_curve.py measures what batching buys.
 
 Shapes: B batch, R rows in a pass, T new tokens (padded), S slots (window + spare), E slots
 attended, V vocabulary, nh heads, hs head size.
@@ -49,11 +50,9 @@ from torch.nn import functional as F
 
 import machine
 import speculative as sd
-from drafts import Sampling, as_drafter
-from drafts.model import ModelDraft
-from gpt import GPT
-from numpy_gpt import NumpyGPT, linear, normalise, twice_gelu
-from numpy_speculative import greedy_verdict, verify, warp, window_start
+from beyond.fast_numpy import NumpyGPT, linear, normalise, twice_gelu
+from gpt import GPT, KVCache
+from speculative import ModelDraft, Sampling, as_drafter
 
 
 def batchable(model):
@@ -65,31 +64,19 @@ def batchable(model):
 # The ragged KV cache and the forward pass over rows of different lengths
 
 
-class RaggedCache:
-    """Keys and values of B rows, each with its own length, window start and cached tokens.
-
-    v: (n_layer, B, nh, S, hs) and k the same, torch or NumPy like the model, S = block_size + 1:
-    the last slot takes the keys and values of padding and is never attended to. NumPy keeps
-    the keys transposed, (n_layer, B, nh, hs, S), so that queries @ keys needs no copy.
-    """
-
-    def __init__(self, model, batch_size):
-        c = model.c
-        shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, c.n_embd // c.n_head)
-        if isinstance(model, NumpyGPT):
-            self.v = np.zeros(shape, np.float32)
-            self.k = np.zeros(shape[:3] + shape[:2:-1], np.float32)      # keys transposed
-        else:
-            p = model.lm_head.weight
-            self.k = torch.zeros(shape, device=p.device, dtype=p.dtype)
-            self.v = torch.zeros_like(self.k)
-        self.starts = [0] * batch_size               # each row's window start (a position)
-        self.fed = [[] for _ in range(batch_size)]   # each row's cached tokens (slots 0..)
-
-    def rollback(self, row, length):
-        """Forget all but row's first `length` cached tokens."""
-        assert 0 <= length <= len(self.fed[row]), f"row {row} holds {len(self.fed[row])} tokens"
-        del self.fed[row][length:]
+def ragged_cache(model, batch_size):
+    """Storage for the keys and values of B rows, each with its own length and window (the
+    scorer keeps which tokens each row holds). v: (n_layer, B, nh, S, hs), torch or NumPy like
+    the model, S = block_size + 1: the last slot takes the padding's keys and values and is
+    never attended to. NumPy keeps the keys transposed, (n_layer, B, nh, hs, S), so that
+    queries @ keys needs no copy."""
+    c = model.c
+    shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, c.n_embd // c.n_head)
+    if isinstance(model, NumpyGPT):
+        return KVCache(np.zeros(shape[:3] + shape[:2:-1], np.float32), np.zeros(shape, np.float32))
+    p = model.lm_head.weight
+    return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
+                   torch.zeros(shape, device=p.device, dtype=p.dtype))
 
 
 def visible(slots, E):
@@ -173,66 +160,31 @@ def torch_forward(model, cache, rows, tokens, slots, write, E):
     return model.lm_head(tf.ln_f(x)).float().cpu().numpy()                         # (R, T, V)
 
 
-class BatchScorer:
-    """A model and a RaggedCache for B rows: speculative.CachedScorer.score for many rows."""
+class BatchScorer(sd.Scorer):
+    """speculative.Scorer for rows that drift apart: the same window rule and rollback, but
+    each row keeps its own length in a ragged cache, and a pass runs the per-row forward over
+    the rows taking part (score_rows(seqs, {row: first position})). Rows whose window jumps
+    are re-encoded in a pass after the others, as there."""
 
     def __init__(self, model, batch_size):
-        self.model = model
-        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
-        self.cache = RaggedCache(model, batch_size)
+        super().__init__(model, batch_size)
+        self.cache = ragged_cache(model, batch_size)
         self.forward = numpy_forward if isinstance(model, NumpyGPT) else torch_forward
         on_cpu = isinstance(model, NumpyGPT) or not model.lm_head.weight.is_cuda
         self.chunk = CHUNK if on_cpu else math.inf
-        self.passes = 0                        # forward passes over the batch
         self.row_passes = [0] * batch_size     # passes each row took part in
         self.encode_seconds = 0.0              # in passes where some row starts its window
 
-    def score(self, seqs, firsts, rows):
-        """{b: logits (len(seqs[b]) - firsts[b] + 1, V) for b in rows}: row b's predictions for
-        positions firsts[b].. of seqs[b], each from its window, as CachedScorer.score gives.
-
-        Cached tokens that still match are kept (rejected guesses rolled back, row by row).
-        Rows whose window goes on share a pass; rows whose window jumped are re-encoded from
-        the kept half in a pass of their own, after it (a row that crosses a jump takes part
-        in both: its check is split there)."""
-        cache, block = self.cache, self.block_size
-        groups = [[]]                   # the passes: rows going on; then rows re-encoding
-        parts = {b: [] for b in rows}   # row b's logits: (pass, rows to skip) per window
-        for b in rows:
-            seq, pos, jumps = seqs[b], firsts[b], 0
-            assert 1 <= pos <= len(seq), f"can only score positions 1..{len(seq)}, not {pos}"
-            while pos <= len(seq):
-                start = window_start(pos, block)
-                end = min(len(seq), start + block)    # the last position this window predicts
-                g = 0
-                if start != cache.starts[b]:          # the window jumped: start the row afresh
-                    cache.starts[b] = start
-                    cache.rollback(b, 0)
-                    jumps += 1
-                    g = jumps
-                    if g == len(groups):
-                        groups.append([])
-                fed = cache.fed[b]
-                keep = sd.common_prefix(fed, seq, start, min(len(fed), pos - 1 - start))
-                cache.rollback(b, keep)
-                new = seq[start + keep:end]           # tokens at positions start+keep..end-1
-                fed += new
-                groups[g].append((b, new, keep))
-                parts[b].append((g, pos - 1 - start - keep))
-                pos = end + 1
-        logits = [self.run(group) if group else {} for group in groups]  # a row's windows in order
-        return {b: joined([logits[g][b][skip:] for g, skip in parts[b]]) for b in rows}
-
-    def run(self, group):
+    def run(self, segments):
         """One pass over (row, new tokens, first slot) segments: {row: logits (len(new), V)}."""
         logits, started = {}, time.perf_counter()
-        for part in chunks(group, self.chunk):
+        for part in chunks(segments, self.chunk):
             out = self.forward(self.model, self.cache, *layout(part, self.block_size))  # (R,T,V)
             for i, (b, new, _) in enumerate(part):
                 logits[b] = out[i, :len(new)]
                 self.row_passes[b] += 1
         self.passes += 1
-        if any(slot == 0 for _, _, slot in group):  # the prompt, or a window re-encoded
+        if any(slot == 0 for _, _, slot in segments):  # the prompt, or a window re-encoded
             self.encode_seconds += time.perf_counter() - started
         return logits
 
@@ -248,10 +200,6 @@ def chunks(group, tokens):
     longest = max(len(new) for _, new, _ in group)
     size = len(group) if tokens == math.inf else max(1, tokens // longest)
     return [group[i:i + size] for i in range(0, len(group), size)]
-
-
-def joined(arrays):
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,6 +278,12 @@ class BatchStats(sd.Stats):
     rows: list = field(default_factory=list, repr=False)
 
 
+def sync(model):
+    """Wait for the GPU so that the timings are real (a no-op on the CPU)."""
+    if sd.on_gpu(model):
+        torch.cuda.synchronize()
+
+
 def _pick(logits, sampling):
     """One token per row of logits (R, V): the argmax, or a draw from the warped distribution
     (returned too, (R, V), for the acceptance rule)."""
@@ -361,11 +315,11 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
     started = time.perf_counter()
     with machine.threads(threads):
         for _ in range(max_new_tokens):
-            logits = scorer.score(seqs, [len(s) for s in seqs], rows)
+            logits = scorer.score_rows(seqs, {b: len(seqs[b]) for b in rows})
             tokens, _ = _pick(np.stack([logits[b][-1] for b in rows]), sampling)      # (B,)
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
-        sd._sync(model)
+        sync(model)
     stats.target_passes += scorer.passes
     if isinstance(stats, BatchStats):
         stats.encode_time += scorer.encode_seconds
@@ -380,7 +334,7 @@ def batch_draft(draft):
     if batchable(draft):
         return draft
     if isinstance(draft, ModelDraft) and draft.min_confidence is None and \
-            type(draft.scorer) is sd.CachedScorer and batchable(draft.scorer.model):
+            type(draft.scorer) is sd.Scorer and batchable(draft.scorer.model):
         return draft.scorer.model
     return None
 
@@ -398,12 +352,9 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                    [m for m in (target, model) if m is not None and batchable(m)])
     sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
                            top_k, top_p, k)
-    if sd.vocab_size_of(target) != sd.vocab_size_of(draft):
-        raise ValueError(f"the draft's vocabulary ({sd.vocab_size_of(draft)} tokens) differs "
-                         f"from the target's ({sd.vocab_size_of(target)}); both must be trained "
-                         f"on the same vocabulary")
+    sd.check_vocabularies(target, draft)
     drafter = None if model else as_drafter(draft)
-    B, V, rng = len(seqs), sd.vocab_size_of(target), sd.TorchUniform(generator)
+    B, rng = len(seqs), sd.TorchUniform(generator)
     if hasattr(k, "update") or hasattr(drafter, "scorer_for") or not batchable(target):
         return _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k,
                            top_p, generator, threads)
@@ -422,7 +373,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
             if model:
                 for j in range(max(k_row.values())):
                     rows = [b for b in active if k_row[b] > j]
-                    logits = guesser.score(seqs, {b: len(seqs[b]) for b in rows}, rows)
+                    logits = guesser.score_rows(seqs, {b: len(seqs[b]) for b in rows})
                     tokens, p = _pick(np.stack([logits[b][-1] for b in rows]), sampling)
                     for i, (b, token) in enumerate(zip(rows, tokens)):
                         seqs[b].append(token)
@@ -434,25 +385,20 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                         tokens, p = drafter.propose(seqs[b], k_row[b], sampling)
                         seqs[b] += tokens
                         probs[b] = [] if p is None else list(p)
-            sd._sync(model or target)
+            sync(model or target)
             drafted = time.perf_counter()
             # 2. The target checks every row's last accepted token and guesses in ONE pass.
-            logits = checker.score(seqs, n, active)                        # {b: (k_b+1, V)}
+            logits = checker.score_rows(seqs, n)                           # {b: (k_b+1, V)}
             # 3. Each row keeps its own number of guesses and adds the target's token.
             for b in active:
                 guesses, row = seqs[b][n[b]:], stats.rows[b]
-                if sampling.greedy:
-                    kept, token = greedy_verdict(guesses, logits[b].argmax(-1).tolist())
-                else:
-                    target_probs = warp(logits[b], temperature, top_k, top_p)   # (k_b+1, V)
-                    kept, token = verify(target_probs, np.reshape(probs[b], (len(guesses), V)),
-                                         guesses, rng)
+                kept, token = sampling.verdict(logits[b], guesses, probs[b])
                 del seqs[b][n[b] + kept:]
                 seqs[b].append(token)
                 row.count_round(guesses, kept, token)
                 if hasattr(drafter, "kept"):
                     drafter.kept(kept)
-            sd._sync(target)
+            sync(target)
             stats.draft_time += drafted - started
             stats.target_time += time.perf_counter() - drafted
             stats.batch_rounds += 1
@@ -475,13 +421,13 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
 def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k, top_p,
                 generator, threads):
     """An adaptive k, or a drafter that shares the target's pass (early exit, heads), or a
-    target with no batched path: the rows one after another (speculative._speculative_row)."""
-    k_max = k.k_max if hasattr(k, "update") else k
-    stats = BatchStats(k=k_max)
+    target with no batched path: the rows one after another (speculative.decode_row)."""
+    schedule = k if hasattr(k, "update") else sd.FixedK(k)
+    sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
+    stats = BatchStats(k=schedule.k_max)
     with machine.threads(threads):
         for seq in seqs:
-            _, row = sd._speculative_row(target, draft, seq, max_new_tokens, k, temperature,
-                                         top_k, top_p, generator)
+            _, row = sd.decode_row(target, draft, seq, max_new_tokens, schedule, sampling)
             stats.rows.append(row)
             stats.add(row)
     stats.batch_rounds = stats.rounds

@@ -1,0 +1,21 @@
+"""
+beyond/: everything past the lesson, for when the lesson's three files are understood.
+
+The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_speculative.py
+(exercise 3, in NumPy); nothing there imports this package. Here, each on top of them:
+
+    fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT)
+    ngram.py        drafters without a model: n-gram tables (of the text, or of the big model)
+    early_exit.py   the big model's own first layers as the drafter, sharing its cache
+    heads.py        extra heads on the big model's last hidden state (Medusa-style), trained
+    adaptive.py     k that adapts while decoding
+    batched.py      a batch decoded together, every row accepting its own number of guesses
+    hf.py           to and from Hugging Face transformers
+    checkpoint.py   where trained models live and how to load one by name
+  the tools:
+    registry.py     every drafter and backend by name (--draft, --target_backend)
+    decode.py       the decoding command line (python speculative.py runs it)
+    benchmark.py    plain against speculative decoding, every setup
+  studies/          measurements that go past the exercises (every drafter compared, against
+                    transformers, sampling's price list, the batch curve)
+"""

@@ -1,0 +1,45 @@
+"""
+beyond/registry.py: every drafter and both backends by name, for the command lines.
+
+    draft = registry.by_name("ngram-big")            # what --draft ngram-big decodes with
+    big = registry.with_backend(checkpoint.load_trained("big"), "numpy")
+
+The drafters themselves implement the drafter protocol of speculative.py, one file each:
+a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
+table, of the training text or of the big model's own greedy text), beyond/early_exit.py (the
+big model's own first layers) and beyond/heads.py (extra heads on the big model's last hidden
+state, Medusa-style); beyond/adaptive.py adapts k for any of them.
+"""
+
+from beyond import checkpoint
+from beyond.early_exit import EarlyExit
+from beyond.fast_numpy import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.heads import load as load_heads
+from beyond.ngram import NGramDraft
+
+# What --draft accepts (exitL: any L).
+NAMES = ("draft", "distilled", "names", "ngram", "ngram-big", "exit2", "heads")
+
+
+def check_name(name):
+    """A one-line error unless `name` is a drafter by_name knows."""
+    if name not in NAMES and not (name.startswith("exit") and name[4:].isdigit()):
+        raise ValueError(f"unknown draft {name!r}; choose one of: {', '.join(NAMES)} "
+                         f"(exitL: the big model's first L layers)")
+
+
+def by_name(name, folder=None, backend="numpy"):
+    """The drafter a command line names: a trained GPT preset, "ngram" (the training text's
+    table), "ngram-big" (the table of the big model's own text), "heads", or "exitL" (the big
+    model's own first L layers)."""
+    check_name(name)
+    if name == "ngram":
+        return NGramDraft.trained(folder, prompt_lookup=True)
+    if name == "ngram-big":  # the table of the big model's own greedy text
+        return NGramDraft.of_target(checkpoint.load_trained("big", folder), folder)
+    if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
+        return load_heads(checkpoint.load_trained("big", folder), folder)
+    if name.startswith("exit"):  # shares the big model's KV cache when the big model checks
+        return EarlyExit(with_backend(checkpoint.load_trained("big", folder), backend),
+                         int(name[4:]))
+    return with_backend(checkpoint.load_trained(name, folder), backend)

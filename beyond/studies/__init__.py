@@ -1,0 +1,1 @@
+"""beyond/studies/: measurements past the lesson's exercises, each `python -m beyond.studies.NAME`."""

@@ -1,0 +1,112 @@
+"""
+classroom/making.py: the random tiny models every check runs on, and what they must produce.
+
+Made in the grader's own process, with torch and gpt.py, and saved where classroom/fixtures.py
+reads them: the checks run in other processes (exercise 3's without torch). The expected values
+come from the torch models directly, never from a student's file (see fixtures.py).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from classroom.fixtures import BLOCK, VOCAB, window_start
+from gpt import GPT, Config, export_npz
+
+
+def random_gpt(config, generator):
+    """A GPT with weights large enough that its choices are clear (no near-ties)."""
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=generator))
+            else:
+                p.copy_(0.4 * torch.randn(p.shape, generator=generator))
+    return model
+
+
+def constant_gpt(config, token):
+    """A GPT whose most likely next token is always `token`: everything zero but a bias in the
+    final LayerNorm that points at that token's embedding (the head is tied to it)."""
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        direction = torch.zeros(config.n_embd)
+        direction[0] = 1.0
+        model.transformer.ln_f.bias.copy_(direction)
+        model.transformer.wte.weight[token] = 5 * direction
+    return model
+
+
+def next_logits(model, seq):
+    """The model's logits (V,) for the token after seq, from its window."""
+    n = len(seq)
+    context = torch.tensor([seq[window_start(n, model.c.block_size):]])
+    with torch.no_grad():
+        return model(context)[0][0, -1]
+
+
+def greedy(model, prompt, n):
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(next_logits(model, seq).argmax()))
+    return seq
+
+
+def distribution(logits, temperature, top_k=None):
+    """softmax(logits / temperature), keeping only the top_k most likely tokens."""
+    logits = logits.double() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = torch.where(logits < kth, torch.tensor(-float("inf"), dtype=logits.dtype),
+                             logits)
+    return torch.softmax(logits, -1)
+
+
+def first_two(model, prompt, temperature, top_k=None):
+    """The exact joint distribution (V, V) of the first two sampled tokens."""
+    first = distribution(next_logits(model, prompt), temperature, top_k)
+    rows = [first[a] * distribution(next_logits(model, prompt + [a]), temperature, top_k)
+            for a in range(len(first))]
+    return torch.stack(rows).numpy()
+
+
+def make(folder, seed):
+    """Write the fixtures of `seed` into folder; returns folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(1000 + seed)
+    rng = np.random.default_rng(seed)
+    heads, width = (2, 16) if seed % 2 == 0 else (4, 24)
+    target_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=2, n_head=heads,
+                           n_embd=width)
+    draft_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=1, n_head=2, n_embd=8)
+    target, draft = random_gpt(target_config, generator), random_gpt(draft_config, generator)
+
+    cases = []  # greedy: prompt, length, k, the big model's own greedy output
+    for length in (5, 2 * BLOCK, 3 * BLOCK):
+        prompt = rng.integers(0, len(VOCAB), int(rng.integers(1, 6))).tolist()
+        cases.append({"prompt": prompt, "n": length, "k": int(rng.integers(1, 7)),
+                      "expected": greedy(target, prompt, length)})
+    used = {t for case in cases for t in case["expected"][len(case["prompt"]):]}
+    never = min(range(len(VOCAB)), key=lambda t: (t in used, t))  # a token the target avoids
+    hopeless = constant_gpt(draft_config, never)
+
+    tokens = rng.integers(0, len(VOCAB), BLOCK).tolist()
+    with torch.no_grad():
+        logits = {name: model(torch.tensor([tokens]))[0][0].numpy()
+                  for name, model in (("target", target), ("draft", draft))}
+    prompt = rng.integers(0, len(VOCAB), 3).tolist()
+    sampling = {"prompt": prompt,
+                "plain": first_two(target, prompt, 1.0).tolist(),
+                "top_k": first_two(target, prompt, 0.8, top_k=3).tolist()}
+    for name, model in (("target", target), ("draft", draft), ("hopeless", hopeless)):
+        export_npz(model, folder / f"{name}.npz", characters=VOCAB)
+    np.savez(folder / "logits.npz", tokens=np.array(tokens), **logits)
+    (folder / "cases.json").write_text(json.dumps(
+        {"seed": seed, "greedy": cases, "never": never, "sampling": sampling}))
+    return folder

@@ -1,0 +1,216 @@
+"""The project's import layers, checked by reading the source with `ast` (never importing it).
+
+Each module has a rank in LAYERS and imports only its own rank or below, so the lesson never
+depends on the extras built on it. Project imports sit at the top of a module, where a reader
+sees them, and never form a circle. Tiny fake projects show that each check really bites.
+"""
+
+import ast
+from collections import namedtuple
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Module name -> rank. A key ending in ".*" covers a package and every module inside it.
+LAYERS = {
+    # 0: leaf helpers; they import nothing from the project.
+    "machine": 0, "cli": 0, "corpus": 0,
+    # 1: NumPy only: the exercise's readable forward pass and the acceptance rule.
+    "numpy_speculative": 1,
+    # 2: the torch model, its data, its training.
+    "gpt": 2,
+    # 3: the decoding loop, drafter protocol, scorer, Stats, formulas.
+    "speculative": 3,
+    # 4: beyond the lesson.
+    "beyond": 4, "beyond.fast_numpy": 4, "beyond.batched": 4, "beyond.hf": 4,
+    "beyond.ngram": 4, "beyond.early_exit": 4, "beyond.heads": 4, "beyond.adaptive": 4,
+    "beyond.checkpoint": 4,
+    # 5: the tools.
+    "beyond.registry": 5, "beyond.decode": 5, "beyond.benchmark": 5, "train": 5,
+    # 6: on top: studies, exercises, the classroom, the notebook sources.
+    "beyond.studies.*": 6, "exercises.*": 6, "classroom.*": 6, "notebooks.*": 6,
+}
+
+PACKAGES = ("beyond", "exercises", "classroom")  # walked all the way down
+SKIP = {"tests", ".venv", "__pycache__"}
+# One project import: who imports what, where, and whether it sits inside a function or class.
+Edge = namedtuple("Edge", "importer target where nested")
+
+
+def rank(name):
+    """The rank of a module, or None if nobody placed it in LAYERS."""
+    for key, value in LAYERS.items():
+        if name == key or key.endswith(".*") and (name + ".").startswith(key[:-1]):
+            return value
+    return None
+
+
+def find_modules(root):
+    """Module name -> file, for every project source file."""
+    root = Path(root)
+    files = list(root.glob("*.py")) + list(root.glob("notebooks/*.py"))
+    for package in PACKAGES:
+        files += (root / package).rglob("*.py")
+    modules = {}
+    for path in files:
+        parts = path.relative_to(root).with_suffix("").parts
+        if any(part in SKIP or part.startswith(".") for part in parts):
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def ancestors(name):
+    """The packages above a dotted name: "a.b.c" -> ["a", "a.b"]."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def is_main_guard(node):
+    """True for `if __name__ == "__main__":`."""
+    test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+    return test in ("__name__ == '__main__'", "'__main__' == __name__")
+
+
+def import_nodes(tree):
+    """Yield (import node, nested) for every import outside the module's main guard."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+    def walk(node, nested):
+        for child in ast.iter_child_nodes(node):
+            if node is tree and is_main_guard(child):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, nested
+            yield from walk(child, nested or isinstance(child, scopes))
+
+    yield from walk(tree, False)
+
+
+def imported_names(node, importer, is_package, names):
+    """The dotted names one import statement brings in, before the packages above them."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = importer if is_package else importer.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = ".".join(part for part in (package, base) if part)
+    found = [f"{base}.{alias.name}" for alias in node.names]
+    return [name if name in names else base for name in found]
+
+
+def find_edges(root):
+    """Every project import in the project, as Edges. The main guard is left out."""
+    root = Path(root)
+    modules = find_modules(root)
+    names = set(modules).union(*(ancestors(name) for name in modules))
+    edges = []
+    for importer, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node, nested in import_nodes(tree):
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            for name in imported_names(node, importer, is_package, names):
+                # `import a.b` also runs package `a`, unless the importer already lives in it.
+                above = [p for p in ancestors(name)
+                         if not (importer == p or importer.startswith(p + "."))]
+                edges += [Edge(importer, target, where, nested)
+                          for target in [name] + above if target in names]
+    return list(dict.fromkeys(edges))  # `from gpt import a, b` is one edge
+
+
+def show(edge):
+    return f"  {edge.where}: {edge.importer} -> {edge.target}"
+
+
+def unplaced_modules(root):
+    return sorted(name for name in find_modules(root) if rank(name) is None)
+
+
+def nested_imports(root):
+    return [show(edge) for edge in find_edges(root) if edge.nested]
+
+
+def upward_imports(root):
+    ranked = [(edge, rank(edge.importer), rank(edge.target)) for edge in find_edges(root)]
+    return [f"{show(edge)}  (rank {low} -> {high})" for edge, low, high in ranked
+            if None not in (low, high) and (low < high or low == 0)]
+
+
+def circles(root):
+    """Each group of modules that import one another in a circle (a self-import is a group)."""
+    reach = {}
+    for edge in find_edges(root):
+        if not edge.nested:
+            reach.setdefault(edge.importer, set()).add(edge.target)
+    for _ in list(reach):  # after n rounds, each set holds every module its key can reach
+        reach = {n: seen.union(*(reach.get(t, ()) for t in seen)) for n, seen in reach.items()}
+    loops = {n for n in reach if n in reach[n]}
+    return sorted({tuple(sorted(m for m in loops if m in reach[n] and n in reach[m]))
+                   for n in loops})
+
+
+def test_every_module_has_a_layer():
+    missing = unplaced_modules(ROOT)
+    assert not missing, f"Modules with no layer; add them to LAYERS in {__file__}: {missing}"
+
+
+def test_no_project_import_inside_a_function_or_class():
+    bad = "\n".join(nested_imports(ROOT))
+    assert not bad, f"Project imports inside a function or class; move them to the top:\n{bad}"
+
+
+def test_no_upward_import():
+    bad = "\n".join(upward_imports(ROOT))
+    assert not bad, f"Imports of a higher layer (or leaf helpers importing the project):\n{bad}"
+
+
+def test_no_import_circles():
+    bad = "\n".join("  " + " <-> ".join(group) for group in circles(ROOT))
+    assert not bad, f"Modules that import one another in a circle:\n{bad}"
+
+
+# Negative controls: tiny fake projects in tmp_path, checked with the same functions.
+
+def fake_project(tmp_path, files):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_checker_reports_a_circle(tmp_path):
+    root = fake_project(tmp_path, {"beyond/ngram.py": "from beyond import heads\n",
+                                   "beyond/heads.py": "from . import ngram\n"})
+    assert circles(root) == [("beyond.heads", "beyond.ngram")]
+
+
+def test_checker_reports_an_upward_import(tmp_path):
+    root = fake_project(tmp_path, {"gpt.py": "import speculative\n", "speculative.py": ""})
+    assert upward_imports(root) == ["  gpt.py:1: gpt -> speculative  (rank 2 -> 3)"]
+
+
+def test_checker_reports_an_import_inside_a_function(tmp_path):
+    root = fake_project(tmp_path, {"gpt.py": "", "speculative.py": "def f():\n    import gpt\n"})
+    assert nested_imports(root) == ["  speculative.py:2: speculative -> gpt"]
+
+
+def test_checker_reports_a_leaf_importing_the_project(tmp_path):
+    root = fake_project(tmp_path, {"cli.py": "import machine\n", "machine.py": ""})
+    assert upward_imports(root) == ["  cli.py:1: cli -> machine  (rank 0 -> 0)"]
+
+
+def test_checker_reports_an_unplaced_module(tmp_path):
+    root = fake_project(tmp_path, {"gpt.py": "", "beyond/newcomer.py": ""})
+    assert unplaced_modules(root) == ["beyond.newcomer"]
+
+
+def test_checker_allows_main_guard_and_lazy_third_party(tmp_path):
+    root = fake_project(tmp_path, {"speculative.py": "import gpt\n", "train.py": "",
+                                   "gpt.py": "def plot():\n    import matplotlib\n\n"
+                                   "if __name__ == '__main__':\n    import speculative, train\n"})
+    assert nested_imports(root) == upward_imports(root) == circles(root) == []

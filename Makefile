@@ -35,7 +35,7 @@ notebooks-html: setup  ## run every notebook on the trained models; HTML copies 
 	$(PY) -m classroom notebooks --html results/notebooks
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
-	$(PY) benchmark.py
+	$(PY) -m beyond.benchmark
 
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu

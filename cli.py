@@ -1,7 +1,7 @@
 """
 cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
 
-Every flag of train.py, speculative.py, benchmark.py and the exercises comes from a dataclass
+Every flag of train.py, speculative.py, beyond/benchmark.py and the exercises comes from a dataclass
 field, so each default is written once, next to the code that uses it; its help text is the
 comment at the end of the field's line, so `-h` explains every flag from that one place. (tyro,
 on the package index, builds command lines from dataclasses the same way; these two dozen lines

@@ -212,6 +212,13 @@ class GPT(nn.Module):
         return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
                        torch.zeros(shape, device=p.device, dtype=p.dtype))
 
+    @torch.inference_mode()
+    def logits(self, new, cache):
+        """new tokens (B, t), a NumPy array, continuing the cache -> logits (B, t, V), NumPy: what
+        numpy_speculative.Scorer asks of every model (beyond/fast_numpy.py's NumpyGPT too)."""
+        idx = torch.from_numpy(new).to(self.lm_head.weight.device)
+        return self(idx, cache=cache)[0].float().cpu().numpy()
+
     def forward(self, idx, targets=None, cache=None):
         """idx (B, T) -> (logits (B, T, V), loss or None). With a cache, idx continues it."""
         B, T = idx.shape

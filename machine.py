@@ -186,6 +186,35 @@ def paired_times(plain, speculative, repeats):
             statistics.median(ratios), ratios)
 
 
+class Timed:
+    """A function whose calls are timed, after waiting for the GPU if `gpu`: `seconds` in all,
+    take() the seconds since the last take(). Speculative decoding times its drafter's guesses
+    and the target's checks so, from outside the loop."""
+
+    def __init__(self, function, gpu=False):
+        self.function, self.gpu = function, gpu
+        self.seconds = self.pending = 0.0
+
+    def __call__(self, *args):
+        started = time.perf_counter()
+        out = self.function(*args)
+        if self.gpu:
+            torch.cuda.synchronize()
+        self.pending += time.perf_counter() - started
+        return out
+
+    def take(self):
+        seconds, self.pending = self.pending, 0.0
+        self.seconds += seconds
+        return seconds
+
+
+def on_gpu(model):
+    """Does `model` run on a GPU (whose work must be waited for before a timing is read)?"""
+    p = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    return p is not None and p.is_cuda
+
+
 def pass_time(model, tokens, *, batch=1, repeats=300, measure=None, context=64,
               n_threads=DECODE_THREADS):
     """Median seconds of one cached forward pass of a gpt.GPT or numpy_gpt.NumpyGPT over

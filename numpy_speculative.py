@@ -326,6 +326,20 @@ def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
 # 3. Sampling without changing the distribution
 
 
+def check_sampling(max_new_tokens, temperature, top_k=None, top_p=None, k=1):
+    """A one-line ValueError for a bad decoding argument (k may be an adaptive schedule)."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
+    if not hasattr(k, "update") and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
+    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
+        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), not {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
+
+
 def warp(logits, temperature=1.0, top_k=None, top_p=None):
     """Logits (..., V) -> probabilities (..., V) after temperature, top-k and top-p, in order.
     Temperature 0 is greedy: a one-hot at the argmax (ties go to the lowest id)."""
@@ -427,3 +441,77 @@ def speculative_sample(target, draft, prompt, max_new_tokens, k, rng, *, tempera
         seq.append(added)
     return seq
     # END SOLUTION
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. One scorer for every model, the rest of the project's
+
+
+class Scorer:
+    """A model and its KV cache: the one place that applies the window rule to a KV cache, for
+    every model but the exercise's (whose score() above teaches forget_from). The model gives
+    c (block_size, vocab_size), new_cache(B) with rollback(n), and logits(tokens (B, t), cache)
+    -> (B, t, V), NumPy in and out: gpt.GPT and beyond/fast_numpy.py's NumpyGPT do.
+
+    score(seqs, first): B token lists of length T -> logits (B, T - first + 1, V), row i
+    predicting position first + i; score_rows(seqs, {b: first}) -> {b: logits}. Only uncached
+    tokens are fed; cached ones that no longer match (rejected guesses) are rolled back first; a
+    row whose window jumps starts afresh, in a later pass. The rows here share one cache length
+    (decoded in step); beyond/batched.py's subclass lets them drift apart."""
+
+    def __init__(self, model, batch_size=1):
+        self.model = model
+        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
+        self.cache = model.new_cache(batch_size)
+        self.starts = [0] * batch_size              # each row's window start
+        self.fed = [[] for _ in range(batch_size)]  # each row's cached tokens, from its start
+        self.passes = 0                             # forward passes made
+
+    def score(self, seqs, first):
+        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))
+        return np.stack([rows[b] for b in range(len(seqs))])
+
+    def score_rows(self, seqs, firsts):
+        passes = [[]]                               # each pass: (row, new tokens, kept) segments
+        parts = {b: [] for b in firsts}             # row b's logits: (pass, rows to skip) each
+        for b, first in firsts.items():
+            jumps = 0
+            for pos, start, end in windows(first, len(seqs[b]), self.block_size):
+                pass_ = 0
+                if start != self.starts[b]:         # the window jumped: start the row afresh
+                    self.starts[b], self.fed[b] = start, []
+                    jumps = pass_ = jumps + 1
+                    passes += [] if pass_ < len(passes) else [[]]
+                fed = self.fed[b]                   # keep the cached tokens that still match,
+                keep = common_prefix(fed, seqs[b], start, min(len(fed), pos - 1 - start))
+                fed[keep:] = seqs[b][start + keep:end]  # up to the one before pos: feed the rest
+                passes[pass_].append((b, fed[keep:], keep))
+                parts[b].append((pass_, pos - 1 - start - keep))
+        logits = [self.run(segments) if segments else {} for segments in passes]
+        return {b: joined([logits[p][b][skip:] for p, skip in parts[b]]) for b in firsts}
+
+    def run(self, segments):
+        """One forward pass over (row, new tokens, kept) segments -> {row: (len(new), V)}."""
+        keep = segments[0][2]
+        assert len(segments) == len(self.fed) and all(
+            s[2] == keep and len(s[1]) == len(segments[0][1]) for s in segments), \
+            "rows out of step: beyond/batched.py scores rows of different lengths"
+        self.cache.rollback(keep)
+        logits = self.logits([new for _, new, _ in segments])                # (B, t, V)
+        self.passes += 1
+        return {b: logits[i] for i, (b, _, _) in enumerate(segments)}
+
+    def logits(self, new):
+        """Feed B lists of t new tokens through the model and its cache: logits (B, t, V)."""
+        return self.model.logits(np.array(new), self.cache)
+
+
+def common_prefix(fed, seq, start, limit):
+    """How many of the first `limit` cached tokens equal seq[start:]."""
+    if fed[:limit] == seq[start:start + limit]:
+        return limit
+    return next(i for i in range(limit) if fed[i] != seq[start + i])
+
+
+def joined(arrays):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)

@@ -1,60 +1,56 @@
 """
 speculative.py: plain decoding and speculative decoding, side by side.
 
-A big model writes one token per forward pass. Speculative decoding lets a cheap draft guess k
-tokens, scores them all in one pass of the big (target) model, keeps the guesses the target
-agrees with and replaces the first one it rejects with its own token: 1 to k+1 tokens per pass,
-with exactly the target's output (greedy) or exactly its distribution (sampling). Read
-`speculative_decode` first; the rest is what it stands on. The acceptance rule and the window
+A cheap draft guesses k tokens; the big (target) model scores them all in one pass, keeps the
+guesses it agrees with and replaces the first one it rejects with its own token: 1 to k+1
+tokens per pass, with exactly the target's output (greedy) or distribution (sampling). Read
+speculative_decode first; the rest is what it stands on. The acceptance rule and the window
 rule live in numpy_speculative.py (NumPy only, so that exercise 3 runs without torch).
 
 References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
-Decoding" (Algorithm 1 is speculative_decode, section 3 the formulas at the end); Chen et al.
-(2023), "Accelerating Large Language Model Decoding with Speculative Sampling". The papers use p
-and q the opposite way round; this file says `target_probs` and `draft_probs` instead.
+Decoding" (Algorithm 1; section 3 has the formulas at the end); Chen et al. (2023),
+"Accelerating Large Language Model Decoding with Speculative Sampling". The papers use p and q
+the opposite way round; this file says target_probs and draft_probs.
 
-The drafter protocol, the one interface every drafter implements:
-    guesses, draft_probs = drafter.propose(seq, k, sampling)
-seq: the token ids so far (read, never changed); k >= 1; sampling: the run's Sampling. Returns
-1 to k guesses and, when sampling, the (k, V) distributions they were drawn from (None when
-greedy; a deterministic drafter returns one-hot rows). Optional: `vocab_size`, `reset()` (a new
-sequence starts), `kept(n)` (how many of its last guesses were kept) and `scorer_for(target)`
-(a drafter inside the big model returns the scorer that checks for it, to share its work).
-A GPT passed as a draft is wrapped as a ModelDraft.
+The drafter protocol: guesses, draft_probs = drafter.propose(seq, k, sampling). seq: the token
+ids so far (never changed); k >= 1; sampling: the run's Sampling. Returns 1 to k guesses and,
+when sampling, the (k, V) distributions they were drawn from (None when greedy; one-hot rows
+from a deterministic drafter). Optional: vocab_size, reset() (a new sequence), kept(n) (how
+many of its last guesses were kept), scorer_for(target) (a drafter inside the big model gives
+the scorer that checks for it, to share work). A GPT is wrapped as a ModelDraft.
 
 Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 import machine
-from numpy_speculative import (accept_probability, greedy_verdict, residual, sample,  # noqa: F401
-                               softmax, verify, warp, windows)
+from numpy_speculative import (Scorer, check_sampling, greedy_verdict, sample, softmax, verify,
+                               warp)
 
 # ----------------------------------------------------------------------------------------------
 # Algorithm 1: speculative decoding of one sequence
 
 
-def speculative_decode(scorer, drafter, seq, max_new_tokens, schedule, sampling, after_round):
+def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, after_round):
     """Extend seq (a list of token ids) by max_new_tokens, guessing and checking. Returns seq.
 
-    scorer: the target and its KV cache (Scorer.score); drafter: the protocol above;
-    schedule.k: guesses per round; sampling: greedy, or the warp and the random numbers;
-    after_round(guesses, kept, token) is told what each round did (counting, adapting k).
+    propose: the drafter's (the protocol above); score: the target's, with its KV cache
+    (Scorer.score); schedule.k: guesses per round; sampling: greedy, or the warp and the random
+    numbers; after_round(guesses, kept, token) hears what each round did (counting, adapting).
     """
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
         n = len(seq)
         k = min(schedule.k, goal - n - 1)          # never guess a token past the goal
         # 1. The draft guesses k tokens, one after another (and, sampling, their distributions).
-        guesses, draft_probs = drafter.propose(seq, k, sampling) if k else ([], None)
+        guesses, draft_probs = propose(seq, k, sampling) if k else ([], None)
         # 2. The target scores the last accepted token and every guess in one pass.
-        target_logits = scorer.score([seq + guesses], n)[0]              # (len(guesses) + 1, V)
+        target_logits = score([seq + guesses], n)[0]                     # (len(guesses) + 1, V)
         # 3. Keep the guesses it agrees with, then add its own token: the correction of the
         #    first rejected guess, or a bonus token when every guess was kept.
         kept, token = sampling.verdict(target_logits, guesses, draft_probs)
@@ -66,10 +62,7 @@ def speculative_decode(scorer, drafter, seq, max_new_tokens, schedule, sampling,
 @dataclass
 class Sampling:
     """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1)).
-
-    lenience (1.0, the exact rule, unless asked): a sampled guess x is kept with
-    min(1, p(x) / (lenience q(x))) and a rejection draws from norm(max(0, p - lenience q)): more
-    guesses kept, but no longer the target's distribution (beyond/studies/lenience.py)."""
+    lenience < 1 keeps more guesses but loses the target's distribution (studies/lenience.py)."""
     temperature: float = 0.0
     top_k: int = None
     top_p: float = None
@@ -91,9 +84,8 @@ class Sampling:
         if self.greedy:
             return greedy_verdict(guesses, target_logits.argmax(-1).tolist())
         target_probs = self.warp(target_logits)                             # (k+1, V)
-        draft_probs = np.reshape(draft_probs if guesses else [],
-                                 (len(guesses), target_probs.shape[1]))            # (k, V)
-        # The lenient rule is the exact one against lenience x the draft's distribution.
+        draft_probs = np.reshape(draft_probs if guesses else [], (len(guesses), -1 if guesses
+                                                                  else target_probs.shape[1]))
         return verify(target_probs, self.lenience * draft_probs, guesses, self.rng)
 
 
@@ -104,11 +96,9 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
     """Speculative decoding. Returns (idx (B, T+new), Stats).
 
     At temperature 0 the tokens equal generate(target, ...) exactly; with sampling each output
-    has exactly the distribution generate(target, ...) samples from. The rows of a batch are
-    decoded one after another (beyond/batched.py decodes them together). k: guesses per round,
-    or a schedule that adapts it (beyond/adaptive.py). `threads` as in generate(); lenience as
-    in Sampling (off by default).
-    """
+    has exactly the distribution generate(target, ...) samples from. k: guesses per round, or
+    a schedule that adapts it (beyond/adaptive.py). Rows of a batch are decoded one after
+    another (beyond/batched.py decodes them together). threads as in generate()."""
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
     if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
         raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
@@ -118,89 +108,46 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
     stats, rows = Stats(k=schedule.k_max), []
     with machine.threads(threads):
         for row in idx.tolist():
-            out, row_stats = decode_row(target, draft, row, max_new_tokens, schedule, sampling)
-            rows.append(out)
-            stats.add(row_stats)
+            rows.append(decode_row(target, draft, row, max_new_tokens, schedule, sampling, stats))
     return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
-def decode_row(target, draft, seq, max_new_tokens, schedule, sampling):
-    """speculative_decode, measured: the drafter and the target's scorer are set up for a new
-    sequence and timed from outside the loop; every round is counted. -> (seq, Stats)."""
-    stats = Stats(k=schedule.k_max)
+def decode_row(target, draft, seq, max_new_tokens, schedule, sampling, stats):
+    """speculative_decode for one sequence, measured from outside: the drafter's guesses and the
+    target's checks are timed, every round counted into stats and told to the schedule."""
     drafter = as_drafter(draft)
     scorer = drafter.scorer_for(target) if hasattr(drafter, "scorer_for") else as_scorer(target)
     if hasattr(schedule, "attach"):                  # it tunes the drafter itself
         schedule.attach(drafter)
-    timed_drafter, timed_scorer = Timed(drafter, draft), Timed(scorer, target)
-    kept_hook = getattr(drafter, "kept", None)       # an adaptive drafter listens
+
+    def check(seqs, first):                          # the target's passes of each check
+        passes = getattr(scorer, "passes", 0)
+        logits = scorer.score(seqs, first)
+        stats.target_passes += max(1, getattr(scorer, "passes", 0) - passes)
+        return logits
 
     def after_round(guesses, kept, token):
         stats.count_round(guesses, kept, token)
-        if kept_hook:
-            kept_hook(kept)
-        schedule.update(len(guesses), kept, timed_drafter.take(), timed_scorer.take())
+        if hasattr(drafter, "kept"):                 # an adaptive drafter listens
+            drafter.kept(kept)
+        schedule.update(len(guesses), kept, guessing.take(), checking.take())
 
-    speculative_decode(timed_scorer, timed_drafter, seq, max_new_tokens, schedule, sampling,
-                       after_round)
-    stats.draft_time, stats.target_time = timed_drafter.seconds, timed_scorer.seconds
-    stats.target_passes = timed_scorer.passes
-    return seq, stats
+    guessing = machine.Timed(drafter.propose, machine.on_gpu(draft))
+    checking = machine.Timed(check, machine.on_gpu(target))
+    speculative_decode(guessing, checking, seq, max_new_tokens, schedule, sampling, after_round)
+    stats.draft_time += guessing.seconds
+    stats.target_time += checking.seconds
+    return seq
 
 
-@dataclass
 class FixedK:
     """The schedule of a fixed k (beyond/adaptive.py has ones that adapt)."""
-    k: int
 
-    @property
-    def k_max(self):
-        return self.k
+    def __init__(self, k):
+        self.k = self.k_max = k
 
     def update(self, proposed, kept, draft_seconds, check_seconds):
         pass
-
-
-class Timed:
-    """A drafter or a scorer whose propose() / score() calls are timed from outside (after
-    waiting for the GPU): `seconds` in all, take() the seconds since the last take(), and for a
-    scorer `passes`, the forward passes its calls made (at least one each)."""
-
-    def __init__(self, inner, model):
-        self.inner, self.on_gpu = inner, on_gpu(model)
-        self.seconds = self.pending = 0.0
-        self.passes = 0
-
-    def __getattr__(self, name):                     # vocab_size, reset, ...: the inner one's
-        return getattr(self.inner, name)
-
-    def propose(self, seq, k, sampling):
-        return self._timed(self.inner.propose, seq, k, sampling)
-
-    def score(self, seqs, first):
-        before = getattr(self.inner, "passes", 0)
-        logits = self._timed(self.inner.score, seqs, first)
-        self.passes += max(1, getattr(self.inner, "passes", 0) - before)
-        return logits
-
-    def _timed(self, call, *args):
-        started = time.perf_counter()
-        out = call(*args)
-        if self.on_gpu:
-            torch.cuda.synchronize()
-        self.pending += time.perf_counter() - started
-        return out
-
-    def take(self):
-        seconds, self.pending = self.pending, 0.0
-        self.seconds += seconds
-        return seconds
-
-
-def on_gpu(model):
-    """Does `model` run on a GPU (whose work must be waited for before a timing is read)?"""
-    p = next(model.parameters(), None) if hasattr(model, "parameters") else None
-    return p is not None and p.is_cuda
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,103 +160,28 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
     """Plain decoding with a KV cache: one forward pass per new token. Returns idx (B, T+new).
 
     Temperature 0 is greedy (argmax); otherwise tokens are sampled from warp(...). Pass a Stats
-    to `stats` to have it counted. `threads`: torch threads while decoding (restored after;
-    None keeps the current setting): one, because a step is too small to share (machine.py).
-    """
+    to have it counted. threads: torch threads while decoding (restored after; None keeps the
+    current setting): one, because a step is too small to share (machine.py)."""
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     stats = stats if stats is not None else Stats()
-    scorer = Timed(as_scorer(model, idx.shape[0]), model)
+    scorer = as_scorer(model, idx.shape[0])
     sampling = Sampling(temperature, top_k, top_p, TorchUniform(generator))
-    seqs = idx.tolist()                                      # B lists of token ids
+    score = machine.Timed(scorer.score, machine.on_gpu(model))
+    seqs = idx.tolist()                                                    # B lists of ids
     with machine.threads(threads):
         for _ in range(max_new_tokens):
-            logits = scorer.score(seqs, len(seqs[0]))[:, -1]                   # (B, V)
-            for seq, row in zip(seqs, logits):
-                seq.append(int(row.argmax()) if sampling.greedy else
-                           sampling.draw(sampling.warp(row)))
-    stats.target_passes += scorer.passes
+            for seq, logits in zip(seqs, score(seqs, len(seqs[0]))[:, -1]):  # (B, V)
+                seq.append(int(logits.argmax()) if sampling.greedy else
+                           sampling.draw(sampling.warp(logits)))
+    stats.target_passes += max_new_tokens                           # one pass a token
     stats.target_positions += max_new_tokens * len(seqs)
     stats.new_tokens += max_new_tokens
-    stats.target_time += scorer.take()
+    stats.target_time += score.take()
     return torch.tensor(seqs, dtype=torch.long, device=idx.device)
 
 
 # ----------------------------------------------------------------------------------------------
-# Scoring growing sequences with a KV cache, under the window rule
-
-
-class Scorer:
-    """A model (gpt.GPT, or beyond/fast_numpy.py's NumpyGPT) and its KV cache, scoring positions
-    of sequences that grow and shrink: the one place that applies the window rule to a cache.
-
-    score(seqs, first): B token lists of equal length T -> logits (B, T - first + 1, V), row i
-    the prediction for position first + i from the tokens before it. score_rows(seqs, firsts)
-    scores row b from firsts[b] -> {b: logits}. Only tokens not yet cached are fed: cached ones
-    that no longer match (rejected guesses) are rolled back first, and a row whose window jumps
-    starts afresh, in a pass after the others. Here all rows of a pass share one cache length
-    (rows decoded in step); beyond/batched.py's subclass lets them drift apart.
-    """
-
-    def __init__(self, model, batch_size=1):
-        self.model = model
-        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
-        self.cache = model.new_cache(batch_size)
-        self.starts = [0] * batch_size              # each row's window start
-        self.fed = [[] for _ in range(batch_size)]  # each row's cached tokens, from its start
-        self.passes = 0                             # forward passes made
-
-    def score(self, seqs, first):
-        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))
-        return np.stack([rows[b] for b in range(len(seqs))])
-
-    def score_rows(self, seqs, firsts):
-        passes = [[]]                               # each pass: (row, new tokens, kept) segments
-        parts = {b: [] for b in firsts}             # row b's logits: (pass, rows to skip) each
-        for b, first in firsts.items():
-            jumps = 0
-            for pos, start, end in windows(first, len(seqs[b]), self.block_size):
-                pass_ = 0
-                if start != self.starts[b]:         # the window jumped: start the row afresh
-                    self.starts[b], self.fed[b] = start, []
-                    jumps = pass_ = jumps + 1
-                    passes += [] if pass_ < len(passes) else [[]]
-                fed = self.fed[b]                   # keep the cached tokens that still match,
-                keep = common_prefix(fed, seqs[b], start, min(len(fed), pos - 1 - start))
-                fed[keep:] = seqs[b][start + keep:end]  # up to the one before pos: feed the rest
-                passes[pass_].append((b, fed[keep:], keep))
-                parts[b].append((pass_, pos - 1 - start - keep))
-        logits = [self.run(segments) if segments else {} for segments in passes]
-        return {b: joined([logits[p][b][skip:] for p, skip in parts[b]]) for b in firsts}
-
-    def run(self, segments):
-        """One forward pass over (row, new tokens, kept) segments -> {row: (len(new), V)}."""
-        keep = segments[0][2]
-        assert len(segments) == len(self.fed) and all(
-            s[2] == keep and len(s[1]) == len(segments[0][1]) for s in segments), \
-            "rows out of step: beyond/batched.py scores rows of different lengths"
-        self.cache.rollback(keep)
-        logits = self.logits([new for _, new, _ in segments])                # (B, t, V)
-        self.passes += 1
-        return {b: logits[i] for i, (b, _, _) in enumerate(segments)}
-
-    def logits(self, new):
-        """Feed B lists of t new tokens through the model and its cache: logits (B, t, V)."""
-        if isinstance(self.model, torch.nn.Module):
-            with torch.inference_mode():
-                idx = torch.tensor(new, device=self.cache.k.device)
-                return self.model(idx, cache=self.cache)[0].float().cpu().numpy()
-        return self.model.logits(np.array(new), self.cache)     # beyond.fast_numpy.NumpyGPT
-
-
-def common_prefix(fed, seq, start, limit):
-    """How many of the first `limit` cached tokens equal seq[start:]."""
-    if fed[:limit] == seq[start:start + limit]:
-        return limit
-    return next(i for i in range(limit) if fed[i] != seq[start + i])
-
-
-def joined(arrays):
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+# The target's side: gpt.Scorer, a GPT and its KV cache under the window rule
 
 
 def as_scorer(model, batch_size=1):
@@ -329,11 +201,9 @@ def as_scorer(model, batch_size=1):
 
 
 class ModelDraft:
-    """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: one guess per
-    forward pass, through its own KV cache, which rolls back by itself after a rejection.
-    With `min_confidence` set (beyond/adaptive.py's Confidence sets it) it stops guessing
-    early, when its probability that all its guesses so far are right falls below it, and
-    leaves those products in `confidences` for the schedule to learn from."""
+    """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: a guess a pass,
+    through its own Scorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
+    early, when the product of its guesses' probabilities (`confidences`) falls below it."""
 
     def __init__(self, model):
         self.scorer = as_scorer(model)
@@ -381,17 +251,7 @@ def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
                          "e.g. torch.tensor([encode(prompt)])")
     if idx.shape[1] < 1:
         raise ValueError("the prompt is empty; give at least one character")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
-    adaptive = hasattr(k, "update")  # a schedule (beyond/adaptive.py) checks its own k
-    if not adaptive and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
-    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), not {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
+    check_sampling(max_new_tokens, temperature, top_k, top_p, k)
 
 
 def vocab_size_of(model):
@@ -488,7 +348,7 @@ class Stats:
 
 
 # ----------------------------------------------------------------------------------------------
-# Agreement measured on held-out text, and the lesson's formulas (Leviathan et al., section 3)
+# Agreement measured on held-out text
 
 
 @dataclass
@@ -526,12 +386,9 @@ def every_logit(model, x):
 
 
 def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, top_p=None):
-    """(alpha, greedy agreement) from both models' logits (..., V) at the same positions.
-
-    alpha: the mean over positions of sum_x min(target(x), draft(x)), both distributions
-    warped (temperature, top-k, top-p) as decoding would; greedy agreement: the fraction of
-    positions where both models' most likely tokens are the same. Two Python floats.
-    """
+    """(alpha, greedy agreement), two floats, from both models' logits (..., V) at the same
+    positions: the mean of sum_x min(target(x), draft(x)), both warped as decoding would, and
+    the fraction of positions where both models' most likely tokens are the same."""
     # BEGIN SOLUTION
     target_probs = warp(target_logits, temperature, top_k, top_p)         # (..., V)
     draft_probs = warp(draft_logits, temperature, top_k, top_p)           # (..., V)

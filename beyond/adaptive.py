@@ -1,5 +1,5 @@
 """
-drafts/adaptive.py: k that adapts while decoding, for any drafter.
+beyond/adaptive.py: k that adapts while decoding, for any drafter.
 
 Pass a schedule as k: `speculative_generate(target, draft, idx, n, k=Heuristic())`. Before each
 round the decoder asks `schedule.k`; after it, it calls `schedule.update(proposed, kept,
@@ -147,7 +147,7 @@ class Confidence:
 
     Confidence: the drafter's own probability that every guess so far this round is right (the
     product of its probabilities for each). Drafters that guess one token at a time from a
-    distribution (drafts/model.py) honour `min_confidence` and report `confidences`; with a
+    distribution (speculative.ModelDraft) honour `min_confidence` and report `confidences`; with a
     drafter that does not (the n-gram table), this is BestK. Learning: every guess is sorted into
     one of BINS by its confidence, with whether it was kept (a guess after the first rejected
     one is thrown away: not kept). A guess pays when it is kept often enough: it costs a draft

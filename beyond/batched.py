@@ -280,7 +280,7 @@ class BatchStats(sd.Stats):
 
 def sync(model):
     """Wait for the GPU so that the timings are real (a no-op on the CPU)."""
-    if sd.on_gpu(model):
+    if machine.on_gpu(model):
         torch.cuda.synchronize()
 
 
@@ -427,7 +427,8 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
     stats = BatchStats(k=schedule.k_max)
     with machine.threads(threads):
         for seq in seqs:
-            _, row = sd.decode_row(target, draft, seq, max_new_tokens, schedule, sampling)
+            row = sd.Stats(k=schedule.k_max)
+            sd.decode_row(target, draft, seq, max_new_tokens, schedule, sampling, row)
             stats.rows.append(row)
             stats.add(row)
     stats.batch_rounds = stats.rounds

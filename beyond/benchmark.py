@@ -1,12 +1,13 @@
 """
-benchmark.py: plain vs speculative decoding on the same held-out prompts, same machine, one run.
+beyond/benchmark.py: plain vs speculative decoding on the same held-out prompts, same machine,
+one run.
 
-    python benchmark.py                   # greedy, 8 prompts x 200 new tokens, a few minutes
-    python benchmark.py --ks 1,2,3 --drafts draft --setups torch/numpy
-    python benchmark.py -h
+    python -m beyond.benchmark            # greedy, 8 prompts x 200 new tokens, a few minutes
+    python -m beyond.benchmark --ks 1,2,3 --drafts draft --setups torch/numpy
+    python -m beyond.benchmark -h
 
-A setup is target backend / draft backend: torch is gpt.GPT, numpy is numpy_gpt.NumpyGPT (the
-same weights, less overhead per call). Plain decoding always runs the setup's target backend.
+A setup is target backend / draft backend: torch is gpt.GPT, numpy is beyond.fast_numpy.NumpyGPT
+(the same weights, less overhead per call). Plain decoding always runs the setup's target backend.
 For each setup, draft and k it prints tokens/s of plain and speculative decoding and the
 speed-up (after checking that greedy speculative output equals plain output token for token),
 tokens per target pass and acceptance; then what the lesson's formula predicts from quantities
@@ -172,7 +173,7 @@ def bench(args, log=print):
 
 
 # ----------------------------------------------------------------------------------------------
-# python benchmark.py --threads: how many torch threads, on a quiet and on a busy machine
+# python -m beyond.benchmark --threads: how many torch threads, on a quiet and on a busy machine
 
 
 SPINNER = "while True: pass"                         # keeps one core busy

@@ -1,12 +1,13 @@
 """
-checkpoint.py: where the trained models live and how to load one by name.
+beyond/checkpoint.py: where the trained models live and how to load one by name.
 
     from beyond import checkpoint
     big = checkpoint.load_trained("big")                  # checkpoints/big.pt, in eval mode
     path = checkpoint.checkpoint_path("draft", "my_models")
 
-Loading lives here, apart from training (train.py), so that decoding (speculative.py, decode.py,
-drafts/) never imports the trainer and the trainer never imports the decoder's command line.
+Loading lives here, apart from training (train.py), so that decoding (beyond/decode.py, the
+drafters in beyond/) never imports the trainer and the trainer never imports the decoder's
+command line.
 A missing checkpoint is a one-line error that gives the command that trains it.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import gpt
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the repository's checkpoints/
 
 
 def checkpoint_path(name, folder=None):

@@ -1,9 +1,9 @@
 """
-decode.py: the command line for speculative decoding with the lesson's trained models.
+beyond/decode.py: the command line for speculative decoding with the lesson's trained models.
 
-    python decode.py --prompt "ROMEO:\n" --draft ngram --k 6
-    python speculative.py --draft distilled      # the same command, by its older name
-    python decode.py -h                          # every flag, the drafters among them
+    python speculative.py --prompt "ROMEO:\n" --draft ngram --k 6
+    python -m beyond.decode --draft distilled    # the same command, run from here
+    python speculative.py -h                     # every flag, the drafters among them
 
 It writes the text coloured by where each character came from (a kept guess, the big model's
 correction, the bonus after a round where every guess was kept), prints what the rounds did,
@@ -40,7 +40,7 @@ class DecodeArgs:
     seed: int = 0               # seed of the sampling generator
     target: str = "big"         # a preset trained by train.py
     draft: str = "draft"        # drafter: draft, distilled, names, ngram, heads, exitL (L layers)
-    target_backend: str = "torch"  # torch, or numpy (numpy_gpt.py: the same model, faster)
+    target_backend: str = "torch"  # torch, or numpy (beyond/fast_numpy.py: the same model, faster)
     draft_backend: str = "numpy"  # torch, or numpy (the default: a cheaper draft step)
     compare: bool = True        # also time plain decoding on the same prompt
     checkpoints: str = ""       # checkpoint folder (default: checkpoints/)

@@ -44,10 +44,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from gpt import GPT, Config
 from beyond.fast_numpy import NumpyGPT, normalise, normalise_vector
-from numpy_speculative import windows
-from speculative import as_scorer, common_prefix
+from gpt import GPT, Config
+from numpy_speculative import common_prefix, windows
+from speculative import as_scorer
 
 
 def check_exit(n_layer, layers):

@@ -1,5 +1,5 @@
 """
-drafts/heads.py: extra decoding heads on the big model's last hidden state as a drafter (Medusa:
+beyond/heads.py: extra decoding heads on the big model's last hidden state as a drafter (Medusa:
 Cai, Li, Geng, Peng, Lee, Chen, Dao (2024), "Medusa: Simple LLM Inference Acceleration Framework
 with Multiple Decoding Heads", ICML).
 
@@ -32,7 +32,7 @@ characters per pass at k = 5); with a NumPy target 0.88, 0.80, 1.08, 1.04 and 1.
 NumPy pass over k + 1 tokens costs 2.4-3 one-token passes (torch: 1.2-1.6). Hence HEADS = 5.
 
 The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
-(numpy_gpt.py), and the scorer unfolds it from there.
+(beyond/fast_numpy.py), and the scorer unfolds it from there.
 
 Changes from Medusa: one chain of top guesses instead of a tree of candidates checked with tree
 attention; the heads learn from the big model's greedy text (Medusa from a chat data set, or in
@@ -129,13 +129,13 @@ class HiddenScorer(sd.Scorer):
     """A speculative.Scorer (batch 1) that also keeps the big model's final hidden state
     (after ln_f) of every token in its cache: hidden[j] is that of the token at start + j.
 
-    A gpt.GPT gives its states through final_states(); a numpy_gpt.NumpyGPT is copied with its
-    head widened from (C, V) to (C, V + C), so that one product writes both the logits and the
+    A gpt.GPT gives its states through final_states(); a beyond.fast_numpy.NumpyGPT is copied with
+    its head widened from (C, V) to (C, V + C), so that one product writes both the logits and the
     state: the folded head is n @ (g W) + b W, the added columns n @ diag(g) + b, where n is the
     normalised state and g, b are ln_f's gain and bias."""
 
     def __init__(self, model, ln_f_weight, ln_f_bias):
-        if not isinstance(model, nn.Module):                       # numpy_gpt.NumpyGPT
+        if not isinstance(model, nn.Module):                       # beyond.fast_numpy.NumpyGPT
             model = copy.copy(model)
             model.head_w = np.concatenate([model.head_w, np.diag(ln_f_weight)], 1)  # (C, V + C)
             model.head_b = np.concatenate([model.head_b, ln_f_bias])              # (V + C,)
@@ -170,8 +170,8 @@ def silu(x):
 
 
 class HeadsDraft:
-    """The drafter (drafts/__init__.py): heads 1..k guess the k tokens after seq[-1], from the
-    state the big model computed while checking the last round."""
+    """The drafter (speculative.py's protocol): heads 1..k guess the k tokens after seq[-1],
+    from the state the big model computed while checking the last round."""
 
     def __init__(self, heads):
         def stack(tensors):  # -> one float32 array, heads first
@@ -189,7 +189,7 @@ class HeadsDraft:
     def scorer_for(self, target):
         if not hasattr(target, "new_cache"):
             raise ValueError("extra heads draft from the big model's own pass: the target must "
-                             "be a gpt.GPT or a numpy_gpt.NumpyGPT")
+                             "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
         if target.c.n_embd != self.fc_w.shape[1]:
             raise ValueError(f"these heads read {self.fc_w.shape[1]}-channel states, the "
                              f"target's are {target.c.n_embd}: they were trained for another model")

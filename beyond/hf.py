@@ -1,13 +1,13 @@
 """
-hf.py: the lesson's models in Hugging Face transformers, and transformers' models in the
+beyond/hf.py: the lesson's models in Hugging Face transformers, and transformers' models in the
 lesson's decoders. Needs the optional extra: pip install -e '.[hf]'.
 
 1. Export and import. Our GPT is GPT-2 in miniature with GPT-2's parameter names, so a trained
    checkpoint becomes a transformers GPT2LMHeadModel folder (config.json, model.safetensors,
    and specdec.json with the characters: character i is token i) and comes back unchanged:
 
-       python hf.py export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
-       python hf.py import checkpoints/big-hf --preset big --force     # and back
+       python -m beyond.hf export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
+       python -m beyond.hf import checkpoints/big-hf --preset big --force     # and back
 
 2. HFModel: any transformers causal LM as a target or a draft. It is a speculative.Scorer
    (vocab_size, score(seqs, first)) whose KV cache is transformers' DynamicCache, cropped when
@@ -134,9 +134,9 @@ def load(folder):
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} holds no transformers model (no config.json); write one "
-                         f"with: python hf.py export --preset big --out {folder}")
+                         f"with: python -m beyond.hf export --preset big --out {folder}")
     if not (folder / "specdec.json").is_file():
-        raise ValueError(f"{folder} holds a transformers model but not one hf.py exported (no "
+        raise ValueError(f"{folder} holds a transformers model but not one beyond.hf exported (no "
                          f"specdec.json with its characters); decode with it through HFModel")
     meta = json.loads((folder / "specdec.json").read_text(encoding="utf-8"))
     try:
@@ -171,9 +171,10 @@ class DynamicKV:
 
 
 class HFModel(Scorer):
-    """A transformers causal LM with vocab_size and score(seqs, first), as speculative.Scorer defines
-    them (its score() is used as it is): only tokens not yet cached are fed, rejected ones are
-    cropped from the cache, and contexts longer than the model's window follow the window rule.
+    """A transformers causal LM with vocab_size and score(seqs, first), as speculative.Scorer
+    defines them (its score() is used as it is): only tokens not yet cached are fed, rejected ones
+    are cropped from the cache, and contexts longer than the model's window follow the window
+    rule.
 
     vocab_size: the vocabulary both models share (default config.vocab_size; pass the
     tokenizer's length to cut padded logits). window: the longest context the model is given
@@ -284,7 +285,7 @@ def main(argv=None):
     export_parser = commands.add_parser("export", help="a trained checkpoint -> a folder")
     cli.add_fields(export_parser, ExportArgs, title="export")
     import_parser = commands.add_parser("import", help="a folder -> a trained checkpoint")
-    import_parser.add_argument("directory", help="a folder written by `hf.py export`")
+    import_parser.add_argument("directory", help="a folder written by `python -m beyond.hf export`")
     cli.add_fields(import_parser, ImportArgs, title="import")
     args = parser.parse_args(argv)
     transformers().logging.disable_progress_bar()  # not installed: one line, before any work

@@ -32,9 +32,9 @@ EXPECTED_SECONDS = {"big": 200, "draft": 12, "names": 12, "distilled": 110,
 
 @dataclass
 class Stages:
-    drafters: bool = True      # then every drafter compared (exercises/drafters.py; minutes)
-    transformers: bool = True  # then against transformers, if installed (exercises/transformers.py)
-    sampling: bool = True      # then sampling's price list (exercises/sampling_costs.py; minutes)
+    drafters: bool = True      # then every drafter compared (beyond.studies.drafters; minutes)
+    transformers: bool = True  # then vs transformers, if installed (beyond.studies.transformers)
+    sampling: bool = True      # then sampling's price list (beyond.studies.sampling_costs; minutes)
 
 
 @dataclass

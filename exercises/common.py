@@ -3,9 +3,9 @@ exercises/common.py: what every exercise shares: its flags, its models and where
 
 Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
 ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
-from the checkpoint cache (checkpoint.py, train.py) and are trained when missing; --quick swaps
-in tiny models trained for a few dozen steps, so that the test suite can run every exercise in
-seconds.
+from the checkpoint cache (beyond/checkpoint.py, train.py) and are trained when missing; --quick
+swaps in tiny models trained for a few dozen steps, so that the test suite can run every exercise
+in seconds.
 """
 
 import json

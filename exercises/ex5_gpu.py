@@ -134,8 +134,8 @@ def run(args, log=print):
                 f"per pass")
 
         # 3. The speed-up against batch size, measured with real batched decoding
-        # (batched.py: one draft pass per guessed position and one check for all rows), next to
-        # the formula's prediction from passes timed at each size.
+        # (beyond/batched.py: one draft pass per guessed position and one check for all rows),
+        # next to the formula's prediction from passes timed at each size.
         k = max(by_k, key=lambda j: by_k[j]["speedup"])
         batches = [1, 2, 4, 8, 16, 32, 64] if not args.quick else [1, 4]
         ks = sorted({1, 2, 4, k}) if not args.quick else [1, 2]

@@ -17,9 +17,9 @@ from beyond import checkpoint
 from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
-          "drafters": "every drafter compared",  # exercises/drafters.py, not an exercise
-          "transformers": "against Hugging Face transformers",  # exercises/transformers.py
-          "sampling": "sampling's price list"}  # exercises/sampling_costs.py
+          "drafters": "every drafter compared",  # beyond/studies/drafters.py, not an exercise
+          "transformers": "against Hugging Face transformers",  # beyond/studies/transformers.py
+          "sampling": "sampling's price list"}  # beyond/studies/sampling_costs.py
 
 
 def sections_dir(args):

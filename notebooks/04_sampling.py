@@ -352,7 +352,8 @@ plt.show()
 
 # %% [markdown]
 # `speculative.py` avoids this by keeping, for each guess, the very array the draft sampled
-# from (`draft_probs.append(probs)` in `_speculative_row`) and handing those rows to `verify`.
+# from (`probs.append(sampling.warp(logits))` in `ModelDraft.propose`, returned as `draft_probs`)
+# and handing those rows to `verify`.
 
 # %% [markdown]
 # ## Your turn: the rule and the decoder (3c)

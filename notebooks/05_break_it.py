@@ -245,8 +245,8 @@ assert greedy.alpha == greedy.greedy_agreement == agreement["names"].greedy_agre
 #
 # Now decode for real: the five lesson prompts (`"ROMEO:\n"`, `"JULIET:\n"`, ...), 100
 # characters each, k = 4 guesses per round. Each draft runs in NumPy
-# (`registry.with_backend(draft, "numpy")`: the same weights through `numpy_gpt.py`, with much less
-# overhead per call), the big model in torch. For each draft we measure:
+# (`registry.with_backend(draft, "numpy")`: the same weights through `beyond/fast_numpy.py`, with
+# much less overhead per call), the big model in torch. For each draft we measure:
 #
 # - characters per pass of the big model, and the share of guesses kept;
 # - c, the cost of one draft step in big-model steps: the time the NumPy draft takes to write
@@ -543,7 +543,7 @@ assert models["distilled"].c.n_layer == 1 and models["distilled"].c.n_embd == ta
 # ### A draft with no model at all: the big model's habits in a table
 #
 # The cheapest draft is a table: for the last few characters, the character that most often came
-# next (`drafts/ngram.py`; a guess is a dictionary look-up, so c is nearly 0). Built from the
+# next (`beyond/ngram.py`; a guess is a dictionary look-up, so c is nearly 0). Built from the
 # training text (`--draft ngram`), the table knows Shakespeare. Built from the big model's own
 # greedy text (`NGramDraft.of_target`, `--draft ngram-big`: 1,024 greedy runs of 200
 # characters, about 12 s once, then cached), it knows the big model, and a small model's

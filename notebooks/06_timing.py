@@ -281,7 +281,7 @@ assert one_after_the_other < 1.5 and abs(alternating - 2) < 0.6
 # step is a few hundred microseconds of small matrix products, too little to share. Worse,
 # when another program occupies a core, our threads wait at every split operation for a
 # partner that the operating system has put aside. `machine.py` explains it in its
-# docstring, and `python benchmark.py --threads` (a minute) measures it: the README's table,
+# docstring, and `python -m beyond.benchmark --threads` (a minute) measures it: the README's table,
 # from a 2-core machine, has plain decoding of 200 characters at 69 ms on one thread and
 # 310 ms on two when another program keeps one core busy, and a training step at 0.28 s on
 # one thread and 2.7 s on two beside another torch program. So every timer in this project runs
@@ -663,7 +663,7 @@ assert c < cpu_batch[1]["c"] or QUICK
 # ## What speculation wastes, and what it saves
 #
 # Every guess the big model checks costs it a position, kept or not: `Stats.target_positions`
-# counts them. From the models' shapes, `exercises/cost_arithmetic.py` turns a run into
+# counts them. From the models' shapes, `beyond/studies/cost_arithmetic.py` turns a run into
 # arithmetic (multiply-adds per position: n_layer (12 C^2 + 2 C keys) + C V) and weights read
 # (every pass reads every weight once). Speculation does more arithmetic per character and
 # reads the weights fewer times: a device whose passes are bound by reading wins, a device

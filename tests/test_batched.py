@@ -1,4 +1,4 @@
-"""Batched decoding (batched.py): every row of a batch exactly as if decoded alone (greedy),
+"""Batched decoding (beyond/batched.py): every row of a batch exactly as if decoded alone (greedy),
 with exactly the target's distribution (sampling), whatever the rows' lengths and windows."""
 
 from collections import Counter

@@ -1,4 +1,4 @@
-"""Early exit that shares the big model's KV cache (drafts/early_exit.py): the big model's own
+"""Early exit that shares the big model's KV cache (beyond/early_exit.py): the big model's own
 output, its sampling distribution, and every token through every layer only once."""
 
 import numpy as np

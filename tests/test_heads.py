@@ -1,4 +1,4 @@
-"""Extra heads (drafts/heads.py): the drafter reads the state the big model's own pass computed,
+"""Extra heads (beyond/heads.py): the drafter reads the state the big model's own pass computed,
 greedy output stays the big model's, sampling keeps its distribution, training resumes."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""hf.py against Hugging Face transformers itself: our models exported and imported, and
+"""beyond/hf.py against Hugging Face transformers itself: our models exported and imported, and
 transformers' models (tiny random GPT-2 and Llama built from configs, never downloaded) decoded
 through HFModel: greedy token for token equal to their own generate(), sampling exactly their
 distribution. Skipped when transformers is not installed."""
@@ -122,7 +122,7 @@ def test_round_trip_check_catches_a_missing_transpose():
 
 def test_importing_another_kind_of_model_is_refused(models, tmp_path):
     models["llama"].save_pretrained(tmp_path / "llama")
-    with pytest.raises(ValueError, match="not one hf.py exported"):
+    with pytest.raises(ValueError, match="not one beyond.hf exported"):
         hf.load(tmp_path / "llama")
     with pytest.raises(ValueError, match="only GPT-2 models"):
         hf.from_transformers(models["llama"])
@@ -289,7 +289,7 @@ def test_a_model_without_a_kv_cache_is_a_one_line_error():
 
 
 def run_cli(argv, capsys):
-    """hf.py's main as `python hf.py ...` runs it: (exit code, stdout, stderr)."""
+    """beyond/hf.py's main as `python -m beyond.hf ...` runs it: (exit code, stdout, stderr)."""
     try:
         cli.run(hf.main, argv)
         code = 0

@@ -13,7 +13,7 @@ from conftest import tiny_config
 
 
 class ThreadSpy(torch.nn.Module):
-    """Wraps a GPT and records torch's thread count at every forward pass."""
+    """Wraps a GPT and records torch's thread count at every decoding pass."""
 
     def __init__(self, model):
         super().__init__()
@@ -22,9 +22,9 @@ class ThreadSpy(torch.nn.Module):
     def new_cache(self, batch_size=1):
         return self.model.new_cache(batch_size)
 
-    def forward(self, idx, targets=None, cache=None):
+    def logits(self, new, cache):  # what a Scorer calls
         self.seen.append(torch.get_num_threads())
-        return self.model(idx, targets, cache=cache)
+        return self.model.logits(new, cache)
 
 
 def test_decoding_runs_on_one_thread_and_restores_the_count():

@@ -1,6 +1,6 @@
-"""Sampling's price list (exercises/sampling_costs.py): the lenient rule (exact only at 1;
-exercises/lenience.py), the cost arithmetic against hand computations
-(exercises/cost_arithmetic.py), Corollary 3.9 and the best k, and the quick run."""
+"""Sampling's price list (beyond/studies/sampling_costs.py): the lenient rule (exact only at 1;
+beyond/studies/lenience.py), the cost arithmetic against hand computations
+(beyond/studies/cost_arithmetic.py), Corollary 3.9 and the best k, and the quick run."""
 
 import json
 import math
@@ -11,11 +11,12 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import speculative as sd
-from conftest import quick_run
 from beyond.studies import sampling_costs as sc
+from conftest import quick_run
 from exercises import report
 from beyond.studies.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
                                        weights_read)
+import numpy_speculative
 from beyond.studies.lenience import lenient_distribution, lenient_step, next_token_probs, total_variation
 from gpt import GPT, Config
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
@@ -121,9 +122,9 @@ def test_enumeration_matches_what_the_decoder_samples(small_probs):
 def rule_by_branches(p, q, lenience):
     """One position of the lenient rule, branch by branch, with numpy_speculative's pieces."""
     lq = lenience * q
-    accept = np.array([sd.accept_probability(t, d) for t, d in zip(p, lq)])
+    accept = np.array([numpy_speculative.accept_probability(t, d) for t, d in zip(p, lq)])
     kept = q * accept
-    return kept + (1 - kept.sum()) * sd.residual(p, lq), kept.sum()
+    return kept + (1 - kept.sum()) * numpy_speculative.residual(p, lq), kept.sum()
 
 
 @settings(max_examples=200, deadline=None)

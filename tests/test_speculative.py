@@ -188,9 +188,9 @@ def test_bad_prompt(target):
 def output_distribution(target_probs, draft_probs):
     """The exact distribution of the token one round (k = 1) emits at the draft's position,
     from the two branches of the rule: accepted draft token, or correction from the residual."""
-    accept = np.array([sd.accept_probability(t, d) for t, d in zip(target_probs, draft_probs)])
+    accept = np.array([numpy_speculative.accept_probability(t, d) for t, d in zip(target_probs, draft_probs)])
     p_reject = float(np.sum(draft_probs * (1 - accept)))
-    return draft_probs * accept + p_reject * sd.residual(target_probs, draft_probs)
+    return draft_probs * accept + p_reject * numpy_speculative.residual(target_probs, draft_probs)
 
 
 def probability_vectors(size):
@@ -217,8 +217,8 @@ def test_rule_edge_cases():
                                       (uniform, one_hot), (one_hot, np.array([1.0, 0, 0]))]:
         np.testing.assert_allclose(output_distribution(target_probs, draft_probs), target_probs,
                                    atol=1e-12)
-    assert sd.accept_probability(0.3, 0.0) == 1.0  # the draft gave it nothing: infinite ratio
-    assert sd.accept_probability(0.0, 0.0) == 0.0
+    assert numpy_speculative.accept_probability(0.3, 0.0) == 1.0  # the draft gave it nothing: infinite ratio
+    assert numpy_speculative.accept_probability(0.0, 0.0) == 0.0
 
 
 def chi_square_p_value(counts, probs, min_expected=5):
@@ -246,7 +246,7 @@ def verify_samples(target_probs, draft_probs, n, seed, rule=sd.verify):
     rng = np.random.default_rng(seed)
     counts = Counter()
     for _ in range(n):
-        token = sd.sample(draft_probs[0], rng)
+        token = numpy_speculative.sample(draft_probs[0], rng)
         n_accepted, next_token = rule(target_probs, draft_probs, [token], rng)
         counts[token if n_accepted else next_token] += 1
     return counts
@@ -255,9 +255,9 @@ def verify_samples(target_probs, draft_probs, n, seed, rule=sd.verify):
 def broken_verify(target_probs, draft_probs, draft_tokens, rng):
     """A classic mistake: after a rejection, resample from the target, not the residual."""
     for i, token in enumerate(draft_tokens):
-        if rng.random() >= sd.accept_probability(target_probs[i, token], draft_probs[i, token]):
-            return i, sd.sample(target_probs[i], rng)
-    return len(draft_tokens), sd.sample(target_probs[len(draft_tokens)], rng)
+        if rng.random() >= numpy_speculative.accept_probability(target_probs[i, token], draft_probs[i, token]):
+            return i, numpy_speculative.sample(target_probs[i], rng)
+    return len(draft_tokens), numpy_speculative.sample(target_probs[len(draft_tokens)], rng)
 
 
 def test_verify_samples_the_target_distribution():
@@ -289,7 +289,7 @@ def exact_distribution(model, prompt, n_tokens, **warp):
 
 def sample_counts(target, draft, prompt, n_tokens, n, seed, k=2, **warp):
     """How often each continuation came out of n sampled runs; k may be a function giving a
-    fresh schedule (drafts/adaptive.py) for each run."""
+    fresh schedule (beyond/adaptive.py) for each run."""
     g = torch.Generator().manual_seed(seed)
     counts = Counter()
     for _ in range(n):

@@ -1,4 +1,4 @@
-"""exercises/transformers.py in quick mode (tiny models): every mode of the comparison with
+"""beyond/studies/transformers.py in quick mode (tiny models): every mode of the comparison with
 Hugging Face transformers produces a row, a checked output, a time split, the figure and the
 report's section; and the output check catches a decoder that writes something else.
 Skipped when transformers is not installed."""

@@ -1,1 +1,2 @@
-"""beyond/studies/: measurements past the lesson's exercises, each `python -m beyond.studies.NAME`."""
+"""beyond/studies/: measurements past the lesson's exercises, each run as
+`python -m beyond.studies.NAME`."""

@@ -1,12 +1,12 @@
 """
-exercises/batch_curve.py: what batching buys, measured. Plain decoding of 16 rows batched
+beyond/studies/batch_curve.py: what batching buys, measured. Plain decoding of 16 rows batched
 against the same rows one at a time; batched speculative against batched plain decoding at
 batch 16 for each drafter, with the bound a free, always-right drafter would meet there; then
 the speed-up against batch size with the best of them, next to the formula's prediction from
 passes timed at each size (batch_curve; exercise 5 draws the same curve).
 
-    python -m exercises.batch_curve                      # the lesson's big model in NumPy: minutes
-    python -m exercises.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
+    python -m beyond.studies.batch_curve                 # the lesson's big model in NumPy: minutes
+    python -m beyond.studies.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
 """
 
 import json
@@ -27,9 +27,9 @@ from exercises import common
 
 
 def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
-    """machine.pass_time for the pass batched.py makes: median seconds of one BatchScorer pass
-    over batch rows x `tokens` new tokens after `context` cached ones. measure(fn, repeats) ->
-    median seconds; by default the wall clock on one torch thread."""
+    """machine.pass_time for the pass beyond/batched.py makes: median seconds of one BatchScorer
+    pass over batch rows x `tokens` new tokens after `context` cached ones. measure(fn, repeats)
+    -> median seconds; by default the wall clock on one torch thread."""
     context = min(context, model.c.block_size - tokens)
     ids = torch.randint(0, model.c.vocab_size, (batch, context + tokens),
                         generator=torch.Generator().manual_seed(0)).tolist()

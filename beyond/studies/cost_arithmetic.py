@@ -1,8 +1,8 @@
 """
-exercises/cost_arithmetic.py: what a run costs, from the models' shapes: multiply-adds per
+beyond/studies/cost_arithmetic.py: what a run costs, from the models' shapes: multiply-adds per
 position scored, weights read per pass, and both totalled over speculative runs against plain
-decoding writing the same tokens (exercises/sampling_costs.py measures them; notebook 6 shows one
-run's).
+decoding writing the same tokens (beyond/studies/sampling_costs.py measures them; notebook 6
+shows one run's).
 """
 
 from collections import Counter

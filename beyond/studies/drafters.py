@@ -1,14 +1,15 @@
 """
-exercises/drafters.py: every drafter against the same big model on the same held-out prompts,
+beyond/studies/drafters.py: every drafter against the same big model on the same held-out prompts,
 to answer the question a user asks: what is the fastest way to generate this text exactly?
 
-    python -m exercises.drafters                       # every drafter, both backends: minutes
-    python -m exercises.drafters --drafts ngram,heads --backends numpy
-    python -m exercises.drafters --quick               # tiny models: what the tests run
+    python -m beyond.studies.drafters                  # every drafter, both backends: minutes
+    python -m beyond.studies.drafters --drafts ngram,heads --backends numpy
+    python -m beyond.studies.drafters --quick          # tiny models: what the tests run
 
-For each target backend (torch: gpt.GPT; numpy: numpy_gpt.NumpyGPT, the same weights with less
-overhead per call) and each drafter, greedy speculative decoding runs at every k in --ks and
-with every adaptive schedule; every output is checked against plain decoding. Per drafter:
+For each target backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT, the same weights
+with less overhead per call) and each drafter, greedy speculative decoding runs at every k in
+--ks and with every adaptive schedule; every output is checked against plain decoding. Per
+drafter:
 
     alpha      guesses kept / guesses checked, on separate calibration prompts (a round checks
                its guesses up to and including the first one rejected)

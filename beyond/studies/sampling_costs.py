@@ -1,10 +1,10 @@
 """
-exercises/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
+beyond/studies/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
 lenience relaxation, and the arithmetic that speculation wastes.
 
-    python -m exercises.sampling_costs                # cached models: 65-80 s on 2 CPU cores
-    python -m exercises.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
-    python -m exercises.sampling_costs --quick        # tiny models: what the tests run
+    python -m beyond.studies.sampling_costs           # cached models: 65-80 s on 2 CPU cores
+    python -m beyond.studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
+    python -m beyond.studies.sampling_costs --quick   # tiny models: what the tests run
 
 1. Temperature. For each drafter (the lesson's draft and the distilled one in NumPy, the extra
    heads on the big model's own states; the big model runs in torch) and each temperature,
@@ -22,10 +22,10 @@ lenience relaxation, and the arithmetic that speculation wastes.
    min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)). Per lenience: the
    speed-up, and how far the output moves from the target's distribution: exactly per token on
    the trained pair (held-out contexts), exactly for whole 3-token outputs on a 4-token model by
-   enumerating the rule's branches (exercises/lenience.py), and by sampling that model.
+   enumerating the rule's branches (beyond/studies/lenience.py), and by sampling that model.
 3. Cost. Per run: positions the target scored against tokens kept; multiply-adds of plain and
    speculative decoding from the models' shapes and bytes of weights read per token
-   (exercises/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
+   (beyond/studies/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
    than plain decoding, but reads the big model's weights fewer times: a memory-bound GPU gains
    about the bytes' ratio, a compute-bound machine loses the FLOPs' ratio, and an
    overhead-bound CPU lands in between.
@@ -129,7 +129,8 @@ def warps(temperature, args):
 
 
 def logits_of(model, x):
-    """Logits (B, T, V) as a float32 array of a gpt.GPT or numpy_gpt.NumpyGPT on x (B, T)."""
+    """Logits (B, T, V) as a float32 array of a gpt.GPT or beyond.fast_numpy.NumpyGPT on x
+    (B, T)."""
     with torch.no_grad():
         return model(x)[0].float().cpu().numpy()
 
@@ -289,7 +290,7 @@ def why_tokens(row):
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. Lenience: what it buys on the trained pair (the rule itself: exercises/lenience.py)
+# 2. Lenience: what it buys on the trained pair (the rule itself: beyond/studies/lenience.py)
 
 
 def lenience_trained(args, big, draft, leniences, step, verify, log):

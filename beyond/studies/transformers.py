@@ -1,10 +1,10 @@
 """
-exercises/transformers.py: our decoders against Hugging Face transformers' own, on the same
+beyond/studies/transformers.py: our decoders against Hugging Face transformers' own, on the same
 weights, to answer: how fast is the lesson's code next to the library everybody uses?
 
-    python -m exercises.transformers                   # the full comparison: a few minutes
-    python -m exercises.transformers --ks 4 --repeats 3
-    python -m exercises.transformers --quick           # tiny models: what the tests run
+    python -m beyond.studies.transformers              # the full comparison: a few minutes
+    python -m beyond.studies.transformers --ks 4 --repeats 3
+    python -m beyond.studies.transformers --quick      # tiny models: what the tests run
 
 The trained big model and its drafts become transformers GPT2LMHeadModels (hf.to_transformers:
 the same weights, logits equal), and every mode writes greedily from the same held-out prompts
@@ -242,7 +242,7 @@ class ForwardClock:
                 self.calls += 1
             self.undo = [m.register_forward_pre_hook(before, with_kwargs=True).remove,
                          m.register_forward_hook(after, with_kwargs=True).remove]
-        elif m is not None and hasattr(m, "logits"):     # numpy_gpt.NumpyGPT
+        elif m is not None and hasattr(m, "logits"):     # beyond.fast_numpy.NumpyGPT
             # Wrapped in its class, not on the instance: a drafter may copy the model (the heads
             # widen a shallow copy's head), and a copy shares its config `c` with the original.
             kind, inner = type(m), type(m).logits
@@ -362,7 +362,7 @@ CEILING_KS = (1, 2, 4, 6, 8)
 
 def ceiling(rows, passes):
     """What no drafter beside the NumPy big model can beat: one that costs nothing and is always
-    right gains (k+1) / verify(k) over plain NumPy decoding (exercises/drafters.py, limits).
+    right gains (k+1) / verify(k) over plain NumPy decoding (beyond/studies/drafters.py, limits).
     -> {k, gain, chars_per_s, vs_theirs (that over transformers' fastest), alpha: the agreement
     a free drafter needs for the fastest-setup goal at its best k <= 8 (nan: none suffices)}."""
     verify = passes["NumpyGPT"]["verify"]

@@ -61,36 +61,6 @@ class Config:
         return self
 
 
-# The lesson's models: the big target, its small draft, and a draft of the same shape that
-# learned first names instead of Shakespeare (so it barely ever agrees with the target). And a
-# faster-paying draft: one layer as wide as the target (on a CPU a step costs per layer, hardly
-# per width) trained to imitate the target's distributions (distillation) rather than the text.
-PRESETS = {
-    "big": {"config": {}, "corpus": "shakespeare"},
-    "draft": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "shakespeare"},
-    "names": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "names"},
-    "distilled": {"config": {"n_layer": 1}, "corpus": "shakespeare", "teacher": "big"},
-}
-# The presets in other sizes, each keeping its role: "quick" for the tests and --quick runs
-# (trained in seconds; the big one stays bigger than the drafts), "gpu" for exercise 5 on a GPU.
-SIZES = {
-    "lesson": {name: p["config"] for name, p in PRESETS.items()},
-    "quick": {"big": dict(n_layer=2, n_head=2, n_embd=32, block_size=64),
-              "draft": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
-              "names": dict(n_layer=1, n_head=2, n_embd=16, block_size=64),
-              "distilled": dict(n_layer=1, n_head=2, n_embd=32, block_size=64)},
-    "gpu": {"big": dict(n_layer=8, n_head=8, n_embd=512, block_size=256),
-            "draft": dict(n_layer=2, n_head=4, n_embd=256, block_size=256)},
-}
-
-
-def preset(name, size="lesson"):
-    """The Config of a named preset, in one of SIZES (the lesson's by default)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    return Config(**SIZES[size][name])
-
-
 # ----------------------------------------------------------------------------------------------
 # The model
 

@@ -276,23 +276,6 @@ def replay(prompt, rounds):
     # END SOLUTION
 
 
-def verdicts(proposed, n_accepted):
-    """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
-    thrown away unchecked) and the kind of token the target added: "bonus" when every guess was
-    kept, else "correction" (the target's own token in place of the first rejected guess)."""
-    fates = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-             + ["thrown-away"] * (len(proposed) - n_accepted - 1))
-    return fates, "bonus" if proposed and n_accepted == len(proposed) else "correction"
-
-
-def origins(trace):
-    """Where each generated token came from: "accepted" (a kept guess), "correction" or "bonus"."""
-    kinds = []
-    for proposed, n_accepted, _ in trace:
-        kinds += ["accepted"] * n_accepted + [verdicts(proposed, n_accepted)[1]]
-    return kinds
-
-
 def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
     """Greedy speculative decoding with two KV caches. Returns (tokens, target passes): one pass
     per round (a round whose check crosses a window jump makes two forward calls, counted once).
@@ -324,20 +307,6 @@ def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
 
 # ----------------------------------------------------------------------------------------------
 # 3. Sampling without changing the distribution
-
-
-def check_sampling(max_new_tokens, temperature, top_k=None, top_p=None, k=1):
-    """A one-line ValueError for a bad decoding argument (k may be an adaptive schedule)."""
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
-    if not hasattr(k, "update") and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
-    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), not {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
 
 
 def warp(logits, temperature=1.0, top_k=None, top_p=None):

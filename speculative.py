@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 import machine
-from numpy_speculative import (Scorer, check_sampling, greedy_verdict, sample, softmax, verify,
-                               warp)
+from cli import check_decoding_args, check_vocabularies
+from numpy_speculative import Scorer, greedy_verdict, sample, softmax, verify, warp
 
 # ----------------------------------------------------------------------------------------------
 # Algorithm 1: speculative decoding of one sequence
@@ -242,27 +242,7 @@ def as_drafter(draft):
 
 
 # ----------------------------------------------------------------------------------------------
-# Arguments and randomness
-
-
-def check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k=1):
-    if not (torch.is_tensor(idx) and idx.dim() == 2 and idx.dtype == torch.long):
-        raise ValueError("idx must be a (B, T) LongTensor of token ids, "
-                         "e.g. torch.tensor([encode(prompt)])")
-    if idx.shape[1] < 1:
-        raise ValueError("the prompt is empty; give at least one character")
-    check_sampling(max_new_tokens, temperature, top_k, top_p, k)
-
-
-def vocab_size_of(model):
-    return model.c.vocab_size if hasattr(model, "c") else model.vocab_size
-
-
-def check_vocabularies(target, draft):
-    if vocab_size_of(target) != vocab_size_of(draft):
-        raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
-                         f"the target's ({vocab_size_of(target)}); both must be trained on the "
-                         f"same vocabulary")
+# Randomness
 
 
 class TorchUniform:

@@ -23,7 +23,7 @@ import cli
 import corpus
 import gpt
 import machine
-from beyond.checkpoint import CHECKPOINTS, checkpoint_path, load_trained
+from beyond.checkpoint import CHECKPOINTS, PRESETS, checkpoint_path, load_trained, preset
 from gpt import GPT, Config, TrainConfig
 from speculative import generate
 
@@ -47,13 +47,13 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
 
     config / tc override the preset's model shape and the default training settings.
     """
-    config = (config or gpt.preset(name)).fill_vocab()
+    config = (config or preset(name)).fill_vocab()
     tc = tc or TrainConfig()
-    corpus_name = gpt.PRESETS[name]["corpus"] if name in gpt.PRESETS else "shakespeare"
+    corpus_name = PRESETS[name]["corpus"] if name in PRESETS else "shakespeare"
     path = checkpoint_path(name, folder)
     wanted = settings(config, tc, corpus_name)
     teacher = None
-    teacher_name = gpt.PRESETS.get(name, {}).get("teacher")
+    teacher_name = PRESETS.get(name, {}).get("teacher")
     if teacher_name:  # distillation: the teacher as it is, trained with defaults if missing
         if not checkpoint_path(teacher_name, folder).exists():
             ensure_trained(teacher_name, folder=folder, device=device, progress=progress, log=log)
@@ -106,8 +106,8 @@ def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0],
                                      epilog="\n".join(__doc__.split("\n")[2:9]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", nargs="+", default=list(gpt.PRESETS),
-                        metavar="NAME", help=f"what to train: {', '.join(gpt.PRESETS)} "
+    parser.add_argument("--preset", nargs="+", default=list(PRESETS),
+                        metavar="NAME", help=f"what to train: {', '.join(PRESETS)} "
                         f"(default: all)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="where to train (auto: a CUDA GPU if torch sees one)")
@@ -122,9 +122,9 @@ def main(argv=None):
                    title="model shape (default: the preset's)")
     cli.add_fields(parser, TrainConfig, title="training")
     args = parser.parse_args(argv)
-    unknown = [p for p in args.preset if p not in gpt.PRESETS]
+    unknown = [p for p in args.preset if p not in PRESETS]
     if unknown:
-        raise ValueError(f"unknown preset {unknown[0]!r}; choose from: {', '.join(gpt.PRESETS)}")
+        raise ValueError(f"unknown preset {unknown[0]!r}; choose from: {', '.join(PRESETS)}")
     if args.resume and args.fresh:
         raise ValueError("--resume and --fresh contradict each other; pick one")
     if args.steps < 1:
@@ -136,7 +136,7 @@ def main(argv=None):
     corpus.prepare()
     tc = cli.take(TrainConfig, args)
     for name in args.preset:
-        config = cli.take(Config, args, **{k: v for k, v in gpt.PRESETS[name]["config"].items()
+        config = cli.take(Config, args, **{k: v for k, v in PRESETS[name]["config"].items()
                                           if getattr(args, k) is None})
         try:
             ensure_trained(name, tc, config, folder=args.checkpoints, device=args.device,

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+import cli
 import machine
 import speculative as sd
 from beyond.fast_numpy import NumpyGPT, linear, normalise, twice_gelu
@@ -306,8 +307,8 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
     """Plain decoding of every row at once, one batched pass per token (speculative.generate's
     arguments). Rows may differ in length; each row's output is plain decoding of it alone."""
     seqs = rows_of(prompts, model.c.vocab_size, [model])
-    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
-                           top_k, top_p)                 # (the prompts were checked above)
+    cli.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+                            top_k, top_p)                # (the prompts were checked above)
     stats = stats if stats is not None else sd.Stats()
     scorer = BatchScorer(model, len(seqs))
     sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
@@ -348,11 +349,11 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
     Each round: the draft guesses up to k tokens per row (one batched pass per position), the
     target checks every row's guesses in one batched pass, each row keeps its own number."""
     model = batch_draft(draft)
-    seqs = rows_of(prompts, sd.vocab_size_of(target),
+    seqs = rows_of(prompts, cli.vocab_size_of(target),
                    [m for m in (target, model) if m is not None and batchable(m)])
-    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
-                           top_k, top_p, k)
-    sd.check_vocabularies(target, draft)
+    cli.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+                            top_k, top_p, k)
+    cli.check_vocabularies(target, draft)
     drafter = None if model else as_drafter(draft)
     B, rng = len(seqs), sd.TorchUniform(generator)
     if hasattr(k, "update") or hasattr(drafter, "scorer_for") or not batchable(target):

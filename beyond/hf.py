@@ -252,7 +252,7 @@ def export_command(args):
     folder = args.checkpoints or None
     out = Path(args.out) if args.out else checkpoint.checkpoint_path(args.preset, folder) \
         .with_name(f"{args.preset}-hf")
-    gpt.preset(args.preset)  # an unknown name lists the presets
+    checkpoint.preset(args.preset)  # an unknown name lists the presets
     if out.exists() and not args.force:
         raise ValueError(f"{out} exists; pass --force to write into it (replaces its files)")
     model, state = gpt.load_checkpoint(checkpoint.checkpoint_path(args.preset, folder),
@@ -265,7 +265,7 @@ def export_command(args):
 
 def import_command(directory, args):
     target = checkpoint.checkpoint_path(args.preset, args.checkpoints or None)
-    gpt.preset(args.preset)
+    checkpoint.preset(args.preset)
     if target.exists() and not args.force:
         raise ValueError(f"{target} exists; pass --force to replace it")
     model, meta = load(directory)

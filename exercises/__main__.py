@@ -74,7 +74,7 @@ def lesson(args):
     started = time.time()
     corpus.prepare()
     folder = common.checkpoint_folder(args)
-    presets = list(gpt.PRESETS)
+    presets = list(checkpoint.PRESETS)
     stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
     stages += [(n, False) for n in args.only]
     stages += [(key, False) for key, _, _ in after_the_exercises(args)]

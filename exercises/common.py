@@ -37,7 +37,7 @@ class ExerciseArgs:
     results: str = "results"   # where figures, numbers and report.md go
 
 
-# --quick: the presets in gpt.SIZES["quick"], trained for seconds.
+# --quick: the presets in checkpoint.SIZES["quick"], trained for seconds.
 QUICK_TRAIN = TrainConfig(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
 
 
@@ -50,7 +50,7 @@ def load_models(args, names, log=print):
     """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
     models = {}
     for name in names:
-        config = gpt.preset(name, "quick") if args.quick else None
+        config = checkpoint.preset(name, "quick") if args.quick else None
         tc = QUICK_TRAIN if args.quick else TrainConfig()
         train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
                              progress=not args.quick, log=log if not args.quick else _quiet)

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 
 import gpt
-import numpy_speculative as ns
 import speculative as sd
+from beyond.decode import verdicts
 from exercises import common, player, report
 
 
@@ -49,7 +49,7 @@ def replay(prompt_ids, trace):
     """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token."""
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
-        fates, kind = ns.verdicts(proposed, n_accepted)
+        fates, kind = verdicts(proposed, n_accepted)
         rounds.append({"position": position, "guesses": gpt.decode(proposed),
                        "verdicts": fates, "kept": n_accepted, "target": gpt.decode([token]),
                        "kind": kind})

@@ -87,11 +87,11 @@ def models_for(args, device, log):
     if device == "cuda" and not args.quick:
         folder = common.checkpoint_folder(args) / "gpu"
         for name in ("big", "draft"):
-            train.ensure_trained(name, GPU_TRAIN, gpt.preset(name, "gpu"), folder=folder,
+            train.ensure_trained(name, GPU_TRAIN, checkpoint.preset(name, "gpu"), folder=folder,
                                  device="cuda", log=log)
         return (checkpoint.load_trained("big", folder, "cuda"),
                 checkpoint.load_trained("draft", folder, "cuda"),
-                "gpu pair (8 x 512 target, 2 x 256 draft: gpt.SIZES['gpu'])")
+                "gpu pair (8 x 512 target, 2 x 256 draft: checkpoint.SIZES['gpu'])")
     models = common.load_models(args, ["big", "distilled"], log=log)
     return (models["big"].to(device), models["distilled"].to(device),
             "lesson's big model and the distilled draft")

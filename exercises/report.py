@@ -91,7 +91,7 @@ def write(args):
 
 def trained_models(args):
     rows = []
-    for name in gpt.PRESETS:
+    for name in checkpoint.PRESETS:
         path = checkpoint.checkpoint_path(name, common.checkpoint_folder(args))
         if not path.exists():
             rows.append([name, "not trained yet", "", "", ""])

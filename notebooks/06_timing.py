@@ -36,6 +36,7 @@ import machine
 import speculative as sd
 from beyond import benchmark
 from beyond import registry
+from beyond import checkpoint
 from exercises import common, ex5_gpu
 
 models = common.notebook_models(["big", "distilled"])
@@ -650,7 +651,7 @@ else:
           "the arithmetic catch up with the reading;")
     print(" - timings need synchronisation (rule 3): without it they measure kernel launches.")
 
-lesson_draft = gpt.GPT(gpt.preset("draft"))  # untrained: only its size matters here
+lesson_draft = gpt.GPT(checkpoint.preset("draft"))  # untrained: only its size matters here
 print(f"parameters against the big model's: distilled draft "
       f"{distilled.num_params() / target.num_params():.0%}, the lesson's draft "
       f"{lesson_draft.num_params() / target.num_params():.1%}; c on this CPU: distilled in "

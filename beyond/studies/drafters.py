@@ -327,8 +327,8 @@ def run(args, log=print):
         registry.check_backend(backend)          # before any work
     folder = common.checkpoint_folder(args)
     target = common.load_models(args, ["big"], log=log)["big"]
-    if any(n in gpt.PRESETS for n in draft_names):
-        common.load_models(args, [n for n in draft_names if n in gpt.PRESETS], log=log)
+    if any(n in checkpoint.PRESETS for n in draft_names):
+        common.load_models(args, [n for n in draft_names if n in checkpoint.PRESETS], log=log)
     if "heads" in draft_names and not heads.heads_path(folder).exists():
         log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         heads.train(target, heads.HeadsConfig(checkpoints=str(folder)),

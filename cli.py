@@ -97,7 +97,8 @@ def run(main, argv=None):
 # The one-line errors of decoding's arguments (speculative.py, beyond/batched.py)
 
 
-def check_decoding_args(idx, max_new_tokens, temperature, top_k=None, top_p=None, k=1):
+def check_decoding_args(idx, max_new_tokens, temperature, top_k=None, top_p=None, k=1,
+                        lenience=1.0):
     """A one-line ValueError for a bad argument of decoding (k may be an adaptive schedule)."""
     if not (torch.is_tensor(idx) and idx.dim() == 2 and idx.dtype == torch.long):
         raise ValueError("idx must be a (B, T) LongTensor of token ids, "
@@ -114,6 +115,8 @@ def check_decoding_args(idx, max_new_tokens, temperature, top_k=None, top_p=None
         raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
+    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
+        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
 
 
 def vocab_size_of(model):

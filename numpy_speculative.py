@@ -1,24 +1,19 @@
 """
 numpy_speculative.py: speculative decoding in NumPy alone, written to be read top to bottom.
 
-No torch anywhere on this path. The weights come from the .npz file that training writes next to
-every checkpoint (gpt.export_npz: GPT-2 parameter names, torch's layouts), so this file runs
-where only NumPy is installed, and it is what exercise 3 of the lesson asks for: "build it".
+No torch anywhere: the weights come from the .npz file that training writes beside every
+checkpoint (gpt.export_npz: GPT-2 names, torch's layouts). This is exercise 3, "build it":
 
     model = load("checkpoints/big.npz")
     tokens = generate(model, prompt_tokens, 100)                        # plain, greedy
     tokens, passes = speculative_greedy(model, draft, prompt_tokens, 100, k=4)
 
-Contents, in the order a student writes them:
-1. the GPT forward pass (picoGPT-style functions, with a KV cache that can forget rejected
-   tokens); speculative.py's torch model computes the same logits;
-2. plain decoding and greedy speculative decoding, under the window rule of speculative.py;
-3. the sampling acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023) and
-   speculative sampling. speculative.py imports verify, residual, sample, warp, window_start and
-   greedy_verdict from here, so there is one acceptance rule in the project.
-The parts between the solution markers are the exercises: `python -m classroom build` replaces
-each with `raise NotImplementedError(...)` in the student version.
-
+In the order a student writes them: 1. the GPT forward pass (picoGPT-style, with a KV cache
+that can forget rejected tokens; gpt.py's torch model computes the same logits); 2. plain and
+greedy speculative decoding, under the window rule; 3. the sampling acceptance rule (Leviathan
+et al. 2023, Algorithm 1; Chen et al. 2023) and speculative sampling. The rest of the project
+decodes with this file's window rule, acceptance rule and 4. Scorer: there is one of each.
+The parts between the solution markers are the exercises (the student version raises there).
 Words, not letters: target = the big model (Leviathan's p), draft = the small one (q).
 Shapes: T new tokens, L tokens already cached, C channels, V vocabulary, hs head size.
 """
@@ -88,12 +83,9 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
 
 class Cache:
-    """Keys and values of every layer for the tokens seen so far, in the current window.
-
-    The cache holds the tokens at positions start .. start + length - 1 (`tokens`); a forward
-    pass appends to it. forget_from(position) drops every token from that position on: call it
-    after a rejection, or the rejected draft tokens stay in the context.
-    """
+    """Keys and values of every layer for the tokens at positions start .. start + length - 1
+    (`tokens`) of the current window; a forward pass appends to it. forget_from(position) drops
+    every token from there on: call it after a rejection, or rejected guesses stay in context."""
 
     def __init__(self, model, start=0):
         self.model = model
@@ -153,13 +145,10 @@ def mlp(x, params):
 
 
 def forward(model, tokens, cache=None):
-    """Logits (T, V) for the new tokens (a list of T ids), continuing the cache if one is given.
-
-    Row i is the model's prediction for the token after tokens[i]. Positions start at
-    cache.length; they must stay below model.block_size. Embeddings: transformer.wte (token)
-    and transformer.wpe (position); then every block (pre-LayerNorm: ln_1, attention,
-    residual; ln_2, MLP, residual); then transformer.ln_f and the head, which is tied to wte.
-    """
+    """Logits (T, V) for the new tokens (a list of T ids), continuing the cache if one is given:
+    row i predicts the token after tokens[i]. Positions start at cache.length, below block_size.
+    Embeddings transformer.wte (token) and .wpe (position); every block (pre-LayerNorm: ln_1,
+    attention, residual; ln_2, MLP, residual); transformer.ln_f and the head, tied to wte."""
     cache = cache if cache is not None else Cache(model)
     start, T = cache.length, len(tokens)
     if start + T > model.block_size:
@@ -185,12 +174,10 @@ def forward(model, tokens, cache=None):
 
 
 def window_start(n, block_size):
-    """First position of the context from which token n (0-based) is predicted.
-
-    The window starts at 0; when it would hold more than block_size tokens it jumps forward so
-    that only the last block_size // 2 are kept (and re-encoded into a fresh cache). It depends
-    on n alone, so plain and speculative decoding change windows at exactly the same positions.
-    """
+    """First position of the context from which token n (0-based) is predicted. The window
+    starts at 0; when it would hold more than block_size tokens it jumps forward so that only
+    the last block_size // 2 are kept (re-encoded into a fresh cache). It depends on n alone, so
+    plain and speculative decoding change windows at exactly the same positions."""
     if n <= block_size:
         return 0
     keep = max(1, block_size // 2)
@@ -199,9 +186,8 @@ def window_start(n, block_size):
 
 
 def windows(first, T, block_size):
-    """The passes that score positions first..T of a sequence of T tokens, one per window:
-    (pos, start, end), the window starting at `start` predicting positions pos..end. A check
-    that crosses a window jump is split there. Every scorer in the project walks these."""
+    """(pos, start, end) for each pass that scores positions first..T of T tokens: the window
+    from `start` predicts pos..end (a check crossing a jump is split). Every scorer walks these."""
     if not 1 <= first <= T:
         raise ValueError(f"can only score positions 1..{T}, not from {first}")
     pos = first
@@ -214,12 +200,9 @@ def windows(first, T, block_size):
 
 def score(model, cache, seq, first):
     """Logits (len(seq) - first + 1, V): row i predicts position first + i of seq from the
-    tokens before it, each from its window (window_start). Feeds the cache what it lacks.
-
-    The cache must hold tokens of seq: after a rejection, forget the rejected tokens
-    (cache.forget_from) before scoring again. (The exercise's own scorer, strict so that a
-    forgotten forget_from shows; speculative.Scorer walks the same windows() for every model.)
-    """
+    tokens before it, each from its window. Feeds the cache what it lacks. The cache must hold
+    tokens of seq: after a rejection, forget them (cache.forget_from) before scoring again.
+    (Strict so that a forgotten forget_from shows; Scorer below serves every other model.)"""
     rows = []
     for pos, start, end in windows(first, len(seq), model.block_size):
         if start != cache.start:                 # the window jumped: a fresh cache
@@ -250,12 +233,10 @@ def generate(model, prompt, max_new_tokens, *, temperature=0.0, top_k=None, rng=
 
 def greedy_verdict(draft_tokens, target_choices):
     """One greedy round: (how many draft tokens are kept, the token the target adds).
-
-    draft_tokens (k,) are the draft's guesses; target_choices (k+1,) the target's own choice
-    at each of those positions and one more. Guesses are kept from the left while they equal
-    the target's choice; the target then adds its own choice at the first mismatch (a
-    correction), or at position k when all were kept (the bonus token).
-    """
+    draft_tokens (k,): the draft's guesses; target_choices (k+1,): the target's own choice at
+    each of those positions and one more. Guesses are kept from the left while they equal the
+    target's choice; the target then adds its own choice at the first mismatch (a correction),
+    or at position k when all were kept (the bonus token)."""
     # BEGIN SOLUTION
     kept = 0
     while kept < len(draft_tokens) and draft_tokens[kept] == target_choices[kept]:
@@ -279,12 +260,10 @@ def replay(prompt, rounds):
 def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
     """Greedy speculative decoding with two KV caches. Returns (tokens, target passes): one pass
     per round (a round whose check crosses a window jump makes two forward calls, counted once).
-
     Each round: the draft proposes up to k tokens (one score() each); the target scores the
     last accepted token and every proposal in one score(); guesses are kept while they match
     the target's choices, and the target adds its own token. The output must equal
-    generate(target, prompt, max_new_tokens) token for token, for any length.
-    """
+    generate(target, prompt, max_new_tokens) token for token, for any length."""
     # BEGIN SOLUTION
     seq, passes = list(prompt), 0
     target_cache, draft_cache = Cache(target), Cache(draft)
@@ -335,9 +314,8 @@ def warp(logits, temperature=1.0, top_k=None, top_p=None):
 
 
 def sample(probs, rng):
-    """One token from probs (V,), which must sum to 1, with one rng.random() (inverse transform
-    sampling). Rounding can leave the total a hair below 1: a draw past it takes the last
-    token that has any probability."""
+    """One token from probs (V,) with one rng.random() (inverse transform sampling); a draw past
+    a total rounded a hair below 1 takes the last token that has any probability."""
     index = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
     return index if index < len(probs) else int(np.flatnonzero(probs)[-1])
 
@@ -351,23 +329,19 @@ def accept_probability(target_prob, draft_prob):
 
 
 def residual(target_probs, draft_probs):
-    """norm(max(0, target - draft)): where the correction after a rejection is drawn from.
-    It is all zero only when target == draft, and then no rejection can happen; we fall back to
-    the target so that rounding can never leave us with nothing to draw from."""
+    """norm(max(0, target - draft)): where the correction after a rejection is drawn from (all
+    zero only when target == draft, when no rejection can happen: then the target's own)."""
     leftover = np.maximum(target_probs - draft_probs, 0.0)
     total = leftover.sum()
     return leftover / total if total > 0 else target_probs / target_probs.sum()
 
 
 def verify(target_probs, draft_probs, draft_tokens, rng):
-    """One round of speculative sampling.
-
-    target_probs (k+1, V): the target's distributions for the k draft positions and one more;
-    draft_probs (k, V): the draft's distributions that proposed draft_tokens (k,);
-    rng: anything with .random() -> uniform [0, 1) (numpy.random.Generator, TorchUniform); use
-    nothing else of it, and draw every random number from it.
-    Returns (n_accepted, next_token): how many draft tokens are kept, and the token the target
-    adds after them (the correction of the first rejected one, or a bonus token if all passed).
+    """One round of speculative sampling. target_probs (k+1, V): the target's distributions for
+    the k draft positions and one more; draft_probs (k, V): the draft's distributions that
+    proposed draft_tokens (k,); rng: anything with .random() -> uniform [0, 1); draw every
+    random number from it, and nothing else. Returns (n_accepted, next_token): how many draft
+    tokens are kept, and the token the target adds (a correction, or the bonus if all passed).
     """
     # BEGIN SOLUTION
     for i, token in enumerate(draft_tokens):
@@ -385,10 +359,8 @@ def speculative_sample(target, draft, prompt, max_new_tokens, k, rng, *, tempera
                        top_k=None):
     """Speculative sampling: every output token has exactly the distribution that
     generate(target, prompt, ..., temperature, top_k, rng) samples from. Returns the tokens.
-
     Temperature and top-k shape both models' distributions (warp) before the acceptance test;
-    the draft samples its guesses from its own warped distribution; verify() decides.
-    """
+    the draft samples its guesses from its own warped distribution; verify() decides."""
     # BEGIN SOLUTION
     seq = list(prompt)
     target_cache, draft_cache = Cache(target), Cache(draft)
@@ -417,28 +389,23 @@ def speculative_sample(target, draft, prompt, max_new_tokens, k, rng, *, tempera
 
 
 class Scorer:
-    """A model and its KV cache: the one place that applies the window rule to a KV cache, for
-    every model but the exercise's (whose score() above teaches forget_from). The model gives
-    c (block_size, vocab_size), new_cache(B) with rollback(n), and logits(tokens (B, t), cache)
-    -> (B, t, V), NumPy in and out: gpt.GPT and beyond/fast_numpy.py's NumpyGPT do.
-
-    score(seqs, first): B token lists of length T -> logits (B, T - first + 1, V), row i
-    predicting position first + i; score_rows(seqs, {b: first}) -> {b: logits}. Only uncached
-    tokens are fed; cached ones that no longer match (rejected guesses) are rolled back first; a
-    row whose window jumps starts afresh, in a later pass. The rows here share one cache length
-    (decoded in step); beyond/batched.py's subclass lets them drift apart."""
+    """score() for every model but the exercise's (whose own teaches forget_from): a model with
+    c, new_cache(B) (rollback(n)) and logits(tokens (B, t), cache) -> (B, t, V) in NumPy, as
+    gpt.GPT and beyond/fast_numpy.py's NumpyGPT have. score(seqs, first): (B, T - first + 1, V);
+    score_rows(seqs, {b: first}) -> {b: logits}. Cached tokens that no longer match are rolled
+    back; a row whose window jumps starts afresh in a later pass. Rows share one cache length
+    here (decoded in step); beyond/batched.py's subclass lets them drift apart."""
 
     def __init__(self, model, batch_size=1):
-        self.model = model
+        self.model, self.cache = model, model.new_cache(batch_size)
         self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
-        self.cache = model.new_cache(batch_size)
         self.starts = [0] * batch_size              # each row's window start
         self.fed = [[] for _ in range(batch_size)]  # each row's cached tokens, from its start
         self.passes = 0                             # forward passes made
 
     def score(self, seqs, first):
-        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))
-        return np.stack([rows[b] for b in range(len(seqs))])
+        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))   # in row order
+        return np.stack(list(rows.values()))
 
     def score_rows(self, seqs, firsts):
         passes = [[]]                               # each pass: (row, new tokens, kept) segments
@@ -457,7 +424,8 @@ class Scorer:
                 passes[pass_].append((b, fed[keep:], keep))
                 parts[b].append((pass_, pos - 1 - start - keep))
         logits = [self.run(segments) if segments else {} for segments in passes]
-        return {b: joined([logits[p][b][skip:] for p, skip in parts[b]]) for b in firsts}
+        out = {b: [logits[p][b][skip:] for p, skip in parts[b]] for b in firsts}
+        return {b: rows[0] if len(rows) == 1 else np.concatenate(rows) for b, rows in out.items()}
 
     def run(self, segments):
         """One forward pass over (row, new tokens, kept) segments -> {row: (len(new), V)}."""
@@ -470,8 +438,7 @@ class Scorer:
         self.passes += 1
         return {b: logits[i] for i, (b, _, _) in enumerate(segments)}
 
-    def logits(self, new):
-        """Feed B lists of t new tokens through the model and its cache: logits (B, t, V)."""
+    def logits(self, new):                  # B lists of t new tokens -> logits (B, t, V)
         return self.model.logits(np.array(new), self.cache)
 
 
@@ -481,6 +448,3 @@ def common_prefix(fed, seq, start, limit):
         return limit
     return next(i for i in range(limit) if fed[i] != seq[start + i])
 
-
-def joined(arrays):
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)

@@ -18,11 +18,11 @@ when sampling, the (k, V) distributions they were drawn from (None when greedy; 
 from a deterministic drafter). Optional: vocab_size, reset() (a new sequence), kept(n) (how
 many of its last guesses were kept), scorer_for(target) (a drafter inside the big model gives
 the scorer that checks for it, to share work). A GPT is wrapped as a ModelDraft.
-
 Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,8 +41,7 @@ def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, 
 
     propose: the drafter's (the protocol above); score: the target's, with its KV cache
     (Scorer.score); schedule.k: guesses per round; sampling: greedy, or the warp and the random
-    numbers; after_round(guesses, kept, token) hears what each round did (counting, adapting).
-    """
+    numbers; after_round(guesses, kept, token) hears what each round did (counting, adapting)."""
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
         n = len(seq)
@@ -89,6 +88,15 @@ class Sampling:
         return verify(target_probs, self.lenience * draft_probs, guesses, self.rng)
 
 
+@dataclass
+class TorchUniform:
+    """Uniform numbers in [0, 1) from a torch.Generator, with NumPy's rng.random() interface."""
+    generator: torch.Generator = None
+
+    def random(self):
+        return torch.rand((), generator=self.generator, dtype=torch.float64).item()
+
+
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature=0.0,
                          top_k=None, top_p=None, generator=None, threads=machine.DECODE_THREADS,
@@ -99,16 +107,14 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
     has exactly the distribution generate(target, ...) samples from. k: guesses per round, or
     a schedule that adapts it (beyond/adaptive.py). Rows of a batch are decoded one after
     another (beyond/batched.py decodes them together). threads as in generate()."""
-    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k)
-    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
-        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
+    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k, lenience)
     check_vocabularies(target, draft)
     sampling = Sampling(temperature, top_k, top_p, TorchUniform(generator), lenience)
     schedule = k if hasattr(k, "update") else FixedK(k)
-    stats, rows = Stats(k=schedule.k_max), []
+    stats = Stats(k=schedule.k_max)
     with machine.threads(threads):
-        for row in idx.tolist():
-            rows.append(decode_row(target, draft, row, max_new_tokens, schedule, sampling, stats))
+        rows = [decode_row(target, draft, row, max_new_tokens, schedule, sampling, stats)
+                for row in idx.tolist()]
     return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
@@ -146,7 +152,7 @@ class FixedK:
     def __init__(self, k):
         self.k = self.k_max = k
 
-    def update(self, proposed, kept, draft_seconds, check_seconds):
+    def update(self, *round_):        # proposed, kept, draft seconds, check seconds: ignored
         pass
 
 
@@ -158,10 +164,8 @@ class FixedK:
 def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=None,
              generator=None, stats=None, threads=machine.DECODE_THREADS):
     """Plain decoding with a KV cache: one forward pass per new token. Returns idx (B, T+new).
-
-    Temperature 0 is greedy (argmax); otherwise tokens are sampled from warp(...). Pass a Stats
-    to have it counted. threads: torch threads while decoding (restored after; None keeps the
-    current setting): one, because a step is too small to share (machine.py)."""
+    Temperature 0 is greedy (argmax). Pass a Stats to have it counted. threads: torch threads
+    while decoding (restored after; None keeps the setting): one, a step is too small to share."""
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     stats = stats if stats is not None else Stats()
     scorer = as_scorer(model, idx.shape[0])
@@ -181,23 +185,18 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
 
 
 # ----------------------------------------------------------------------------------------------
-# The target's side: gpt.Scorer, a GPT and its KV cache under the window rule
+# A GPT as the target's scorer (numpy_speculative.Scorer) and as a drafter
 
 
 def as_scorer(model, batch_size=1):
     """A fresh Scorer for a GPT; anything else with score() is used as it is (after reset())."""
     if hasattr(model, "new_cache"):
         return Scorer(model, batch_size)
-    if not (hasattr(model, "score") and hasattr(model, "vocab_size")):
-        raise TypeError(f"{type(model).__name__} is neither a GPT nor a draft with "
-                        f"vocab_size and score(seqs, first)")
+    if not hasattr(model, "score"):
+        raise TypeError(f"{type(model).__name__} is neither a GPT nor has score(seqs, first)")
     if hasattr(model, "reset"):
         model.reset()
     return model
-
-
-# ----------------------------------------------------------------------------------------------
-# A language model as a drafter
 
 
 class ModelDraft:
@@ -208,28 +207,24 @@ class ModelDraft:
     def __init__(self, model):
         self.scorer = as_scorer(model)
         self.vocab_size = self.scorer.vocab_size
-        self.min_confidence = None      # a number: stop guessing below it
-        self.confidences = []
+        self.min_confidence, self.confidences = None, []    # a number: stop guessing below it
 
     def propose(self, seq, k, sampling):
-        work, tokens, probs = list(seq), [], []
-        self.confidences, sure = [], 1.0
+        work, probs, self.confidences, sure = list(seq), [], [], 1.0
         for _ in range(k):
             logits = self.scorer.score([work], len(work))[0, -1]           # (V,)
             if sampling.greedy:
-                token = int(logits.argmax())
+                work.append(int(logits.argmax()))
                 if self.min_confidence is not None:
-                    sure *= float(softmax(logits.astype(np.float64))[token])
+                    sure *= float(softmax(logits.astype(np.float64))[work[-1]])
             else:
                 probs.append(sampling.warp(logits))                        # (V,)
-                token = sampling.draw(probs[-1])
-                sure *= float(probs[-1][token])
+                work.append(sampling.draw(probs[-1]))
+                sure *= float(probs[-1][work[-1]])
             self.confidences.append(sure)
-            tokens.append(token)
-            work.append(token)
             if self.min_confidence is not None and sure < self.min_confidence:
                 break                                  # not sure enough to guess further
-        return tokens, (np.array(probs) if probs else None)                # (k, V) or None
+        return work[len(seq):], (np.array(probs) if probs else None)       # (k, V) or None
 
 
 def as_drafter(draft):
@@ -242,33 +237,16 @@ def as_drafter(draft):
 
 
 # ----------------------------------------------------------------------------------------------
-# Randomness
-
-
-class TorchUniform:
-    """Uniform numbers in [0, 1) from a torch.Generator, with NumPy's rng.random() interface."""
-
-    def __init__(self, generator=None):
-        self.generator = generator
-
-    def random(self):
-        return torch.rand((), generator=self.generator, dtype=torch.float64).item()
-
-
-# ----------------------------------------------------------------------------------------------
 # What a run did
 
 
 @dataclass
 class Stats:
-    """What a decoding run did; corrections and bonus tokens are not counted as accepted.
-
-    target_passes, draft_passes: forward passes of each model (a round whose check crosses a
-    window jump makes two); rounds; proposed and accepted guesses, accepted_per_position[i]
-    the rounds that kept guess i; new_tokens; target_positions: positions the target scored
-    (k + 1 a round, one a token in plain decoding), draft_positions: one a guess; draft_time,
-    target_time: seconds in each; trace: (guesses, kept, target's token) for every round.
-    """
+    """What a decoding run did: forward passes of each model (a check that crosses a window
+    jump makes two); rounds; guesses proposed and accepted (corrections and bonus tokens are
+    not), accepted_per_position[i] the rounds that kept guess i; new_tokens; positions each
+    model scored (k + 1 a round for the target); seconds in each; trace: (guesses, kept,
+    target's token) for every round."""
     k: int = 0
     target_passes: int = 0
     draft_passes: int = 0
@@ -288,8 +266,7 @@ class Stats:
             self.accepted_per_position = [0] * self.k
 
     @property
-    def acceptance_rate(self):
-        """Fraction of proposed guesses the target kept."""
+    def acceptance_rate(self):                                 # kept / proposed guesses
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
@@ -300,8 +277,7 @@ class Stats:
         return self.accepted / checked if checked else 0.0
 
     @property
-    def tokens_per_pass(self):
-        """New tokens per target forward pass: 1 for plain decoding, up to k+1 here."""
+    def tokens_per_pass(self):                 # 1 for plain decoding, up to k + 1 speculating
         return self.new_tokens / self.target_passes if self.target_passes else 0.0
 
     def count_round(self, guesses, kept, token):
@@ -331,11 +307,8 @@ class Stats:
 # Agreement measured on held-out text
 
 
-@dataclass
-class Agreement:
-    alpha: float             # mean over positions of sum_x min(target(x), draft(x))
-    greedy_agreement: float  # fraction of positions where both argmaxes are equal
-    positions: int
+# alpha: the mean of sum_x min(target(x), draft(x)); greedy_agreement: both argmaxes equal.
+Agreement = namedtuple("Agreement", "alpha greedy_agreement positions")
 
 
 @torch.no_grad()
@@ -350,19 +323,17 @@ def measure_agreement(target, draft, data, *, windows=64, window=None, temperatu
     starts = torch.linspace(0, len(data) - window - 1, windows).long()
     x = torch.stack([data[s:s + window] for s in starts])                  # (W, T)
     target_logits, draft_logits = (every_logit(model, x) for model in (target, draft))
-    alpha, agree = agreement_of(target_logits, draft_logits, temperature=temperature,
-                                top_k=top_k, top_p=top_p)
-    return Agreement(alpha=alpha, greedy_agreement=agree, positions=x.numel())
+    return Agreement(*agreement_of(target_logits, draft_logits, temperature=temperature,
+                                   top_k=top_k, top_p=top_p), positions=x.numel())
 
 
 def every_logit(model, x):
     """A GPT's (or a drafter's) logits at every position of the windows x (W, T): (W, T, V)."""
-    if not hasattr(model, "c"):      # a drafter that is no GPT: through its scorer
+    if not hasattr(model, "c"):                # a drafter that is no GPT: through its scorer
         scorer = as_scorer(model)
         return np.stack([scorer.score([row], 1)[0] for row in x.tolist()])
-    if isinstance(model, torch.nn.Module):
-        x = x.to(model.lm_head.weight.device)
-    return model(x)[0].float().cpu().numpy()
+    device = model.lm_head.weight.device if isinstance(model, torch.nn.Module) else "cpu"
+    return model(x.to(device))[0].float().cpu().numpy()
 
 
 def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, top_p=None):
@@ -378,8 +349,7 @@ def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, to
     # END SOLUTION
 
 
-def alpha(target, draft, data, **kwargs):
-    """Measured alpha: the mean over positions of sum_x min(p(x), q(x)) on held-out `data`."""
+def alpha(target, draft, data, **kwargs):  # the mean of sum_x min(p(x), q(x)) on `data`
     return measure_agreement(target, draft, data, **kwargs).alpha
 
 

@@ -83,8 +83,8 @@ class Sampling:
         if self.greedy:
             return greedy_verdict(guesses, target_logits.argmax(-1).tolist())
         target_probs = self.warp(target_logits)                             # (k+1, V)
-        draft_probs = np.reshape(draft_probs if guesses else [], (len(guesses), -1 if guesses
-                                                                  else target_probs.shape[1]))
+        V = target_probs.shape[1]
+        draft_probs = np.reshape(draft_probs if guesses else [], (len(guesses), V))  # (k, V)
         return verify(target_probs, self.lenience * draft_probs, guesses, self.rng)
 
 

@@ -201,7 +201,8 @@ def thread_table(log=print):
     The models are untrained (timing does not depend on the weights), so this needs no
     checkpoints. Every figure is a median of repeated runs, in milliseconds."""
     torch.manual_seed(0)
-    big, draft = gpt.GPT(checkpoint.preset("big")).eval(), gpt.GPT(checkpoint.preset("draft")).eval()
+    big = gpt.GPT(checkpoint.preset("big")).eval()
+    draft = gpt.GPT(checkpoint.preset("draft")).eval()
     prompt = torch.tensor([gpt.encode("ROMEO:\n")])
     workloads = {
         "decoding step, big model (1 token)":

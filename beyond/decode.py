@@ -113,9 +113,10 @@ def main(argv=None):
                            ("bonus token (all k accepted)", "bonus")], True))
     print(f"\n{stats.rounds} rounds: {stats.proposed} tokens proposed, {stats.accepted} accepted "
           f"({stats.acceptance_rate:.0%}); per draft position "
-          f"{[round(a / stats.rounds, 2) for a in stats.accepted_per_position]}")
-    print(f"{stats.new_tokens} new tokens from {stats.target_passes} target passes: "
-          f"{stats.tokens_per_pass:.2f} tokens per pass (at most {stats.k + 1})")
+          f"{[round(a / max(1, stats.rounds), 2) for a in stats.accepted_per_position]}")
+    print(f"{stats.new_tokens} new tokens from {stats.target_passes} target passes (one a round, "
+          f"two where a check crosses a window jump): {stats.tokens_per_pass:.2f} tokens per pass "
+          f"(at most {stats.k + 1})")
     print(f"time in the draft {stats.draft_time * 1e3:.0f} ms, in the target "
           f"{stats.target_time * 1e3:.0f} ms")
     if args.compare:

@@ -103,7 +103,7 @@ class EarlyExit:
         return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
 
     def score(self, seqs, first):
-        """The exit's logits (B, T - first + 1, V), as speculative.Scorer.score gives a
+        """The exit's logits (B, T - first + 1, V), as numpy_speculative.Scorer.score gives a
         model's (measure_agreement reads a drafter that is not a GPT so)."""
         return np.stack([self.scorer.exit_logits(seq, first) for seq in seqs])
 
@@ -121,7 +121,7 @@ def same_model(a, b):
 class SharedScorer:
     """One cache for all of a model's layers: exit_logits() drafts, score() checks.
 
-    score(seqs, first) is speculative.Scorer's (one sequence): the whole model's logits
+    score(seqs, first) is numpy_speculative.Scorer's (one sequence): the whole model's logits
     (1, T - first + 1, V) for positions first..T, under the window rule. exit_logits(seq, first)
     gives the exit's (T - first + 1, V) and runs the lower layers only.
     """
@@ -142,7 +142,7 @@ class SharedScorer:
         return self.logits(seq, first, full=False)
 
     def logits(self, seq, first, full):
-        """The window walk of speculative.Scorer over one cache for two groups of layers,
+        """The window walk of numpy_speculative.Scorer over one cache for two groups of layers,
         which keep different lengths (so Scorer's one-length rollback cannot serve)."""
         out = []
         with self.run.mode():
@@ -171,7 +171,8 @@ class Layers:
     """A model's layers a few at a time, on one cache: lower(tokens, row) runs layers 0..L-1
     on tokens at rows row.. and keeps their output; upper(row, end) runs layers L..n-1 on the
     kept rows row..end-1 -> logits (T, V); exit(row, end) reads the head off them -> (T, V).
-    A backend gives embed(tokens, row) -> (T, C), layers(x, row, lo, hi) -> (T, C), head(x)."""
+    A backend gives embed(tokens, row) -> (T, C), layers(x, row, lo, hi) -> (T, C), head(x),
+    each running the model's own code (no forward pass of its own: a layer range at a time)."""
 
     def lower(self, tokens, row):
         x = self.layers(self.embed(tokens, row), row, 0, self.exit_layer)
@@ -212,7 +213,7 @@ class TorchLayers(Layers):
 
 
 class NumpyLayers(Layers):
-    """For a numpy_gpt.NumpyGPT: its own layer code (block_layers, vector_layers), a layer
+    """For a beyond.fast_numpy.NumpyGPT: its own layer code (block_layers, vector_layers), a layer
     range at a time; one or two tokens on vectors, as NumpyGPT.logits does."""
 
     mode = contextlib.nullcontext

@@ -1,5 +1,6 @@
 """
-beyond/fast_numpy.py: the forward pass of gpt.GPT in plain NumPy, folded for speed, with the same KV cache interface.
+beyond/fast_numpy.py: the forward pass of gpt.GPT in plain NumPy, folded for speed, with the same
+KV cache interface.
 
 Why a second implementation? A tiny model's decoding step does little arithmetic: on a laptop
 CPU most of a one-token step is the fixed cost of each framework call (dispatch, autograd
@@ -19,7 +20,9 @@ Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - the attention scale 1/sqrt(hs) is folded into the query weights, GELU's 0.5 into the MLP's
   output weights;
 - one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
-  vectors whose LayerNorm statistics are Python floats.
+  vectors whose LayerNorm statistics are Python floats: 128 us against 175 through the block
+  path on the big model. It earns its place so, and the class its own: 2.6-3.5x faster than
+  numpy_speculative.forward (python -m beyond.studies.forwards; it goes if that falls below 1.5x).
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """
@@ -88,7 +91,7 @@ class NumpyGPT:
         w = {name: t.detach().cpu().double().numpy() for name, t in model.state_dict().items()}
 
         def after_norm(norm, weight, bias=None):
-            """Fold LayerNorm `norm` into the linear layer after it: (W', b') for y = n @ W' + b'."""
+            """LayerNorm `norm` folded into the linear layer after it: (W', b'), y = n W' + b'."""
             W = w[weight].T                                      # (in, out)
             b = w[bias] if bias else 0.0
             return w[norm + ".weight"][:, None] * W, w[norm + ".bias"] @ W + b
@@ -99,7 +102,8 @@ class NumpyGPT:
         self.layers = []
         for i in range(c.n_layer):
             h = f"transformer.h.{i}."
-            attn_w, attn_b = after_norm(h + "ln_1", h + "attn.c_attn.weight", h + "attn.c_attn.bias")
+            attn_w, attn_b = after_norm(h + "ln_1", h + "attn.c_attn.weight",
+                                        h + "attn.c_attn.bias")
             attn_w[:, :c.n_embd] /= math.sqrt(self.hs)           # queries pre-scaled
             attn_b[:c.n_embd] /= math.sqrt(self.hs)
             fc_w, fc_b = after_norm(h + "ln_2", h + "mlp.c_fc.weight", h + "mlp.c_fc.bias")

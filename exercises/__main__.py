@@ -2,7 +2,7 @@
 The main job: the whole lesson, end to end. `make lesson` runs this after setting up.
 
     python -m exercises                 # corpora, models (cached), all five exercises, report
-    python -m exercises --only 3 4      # some exercises
+    python -m exercises --only 3 4      # exercises 3 and 4 alone (make exercise N=3: one)
     python -m exercises --quick         # tiny models: what the tests run
     python -m exercises --no-drafters   # without the comparison of every drafter (minutes)
 
@@ -102,13 +102,17 @@ def lesson(args):
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
-    parser.add_argument("--only", type=int, nargs="+", default=list(EXERCISES),
-                        choices=list(EXERCISES), metavar="N", help="exercises to run (1-5)")
+    parser.add_argument("--only", type=int, nargs="+", default=None, choices=list(EXERCISES),
+                        metavar="N", help="these exercises alone (1-5), nothing after them")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")
-    cli.add_fields(parser, Stages, title="after the exercises")
+    cli.add_fields(parser, Stages, title="after the exercises (the whole main job only)")
     ns = parser.parse_args(argv)
     args = cli.take(Args, ns)
-    args.only = sorted(set(ns.only))
+    if ns.only:  # an exercise means that exercise: the studies after them run in the main job
+        args.only, args.drafters, args.transformers, args.sampling = sorted(set(ns.only)), \
+            False, False, False
+    else:
+        args.only = list(EXERCISES)
     lesson(args)
 
 

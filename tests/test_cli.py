@@ -156,6 +156,8 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
                           "--draft", "ngram", "--adaptive", "heuristic")
     assert adaptive.returncode == 0, adaptive.stderr
     assert "identical to plain greedy decoding" in adaptive.stdout
+    nothing = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "0")
+    assert nothing.returncode == 0 and "0 new tokens" in nothing.stdout, nothing.stderr  # no 0/0
 
 
 @pytest.mark.parametrize("args, words", [

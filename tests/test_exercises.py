@@ -159,3 +159,25 @@ def test_running_one_exercise_keeps_the_other_sections(tmp_path):
     assert "alpha = 0.5" in text and "alpha = 0.8" not in text, "exercise 2's section is stale"
     assert report.load_sections(args)[2]["date"] >= first_date
     assert text.count("## Exercise 2") == 1
+
+
+def test_one_exercise_means_that_exercise_alone(monkeypatch):
+    # `make exercise N=1` runs exercise 1 and nothing after it; the whole main job (the control)
+    # still runs the studies after the exercises.
+    from exercises import __main__ as job
+    seen = []
+    monkeypatch.setattr(job, "lesson", seen.append)
+    job.main(["--only", "1"])
+    job.main([])
+    assert seen[0].only == [1] and job.after_the_exercises(seen[0]) == []
+    assert seen[1].only == [1, 2, 3, 4, 5]
+    assert [key for key, _, _ in job.after_the_exercises(seen[1])][:1] == ["drafters"]
+
+
+def test_the_forwards_study_times_every_forward_pass(capsys):
+    # python -m beyond.studies.forwards on the tests' tiny shape: every path runs and is timed.
+    from beyond.studies import forwards
+    rows = forwards.main(["--size", "quick", "--tokens", "1,3", "--repeats", "3"])
+    assert set(rows) == {1, 3} and all(len(row) == 6 and min(row.values()) > 0
+                                       for row in rows.values())
+    assert "the rule: 1.5x" in capsys.readouterr().out

@@ -99,7 +99,7 @@ class Contrarian:
         self.target = target
 
     def reset(self):
-        self.scorer = sd.Scorer(self.target)
+        self.scorer = numpy_speculative.Scorer(self.target)
 
     def score(self, seqs, first):
         logits = self.scorer.score(seqs, first)             # (B, T, V)

@@ -18,9 +18,7 @@ import cli
 import corpus
 import machine
 import speculative as sd
-from beyond import batched
-from beyond import checkpoint
-from beyond import registry
+from beyond import batched, checkpoint, registry
 from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name
 from exercises import common

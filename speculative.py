@@ -22,7 +22,6 @@ Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
-from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -304,11 +303,14 @@ class Stats:
 
 
 # ----------------------------------------------------------------------------------------------
-# Agreement measured on held-out text
+# Agreement measured on held-out text, and the lesson's formulas (Leviathan et al., section 3)
 
 
-# alpha: the mean of sum_x min(target(x), draft(x)); greedy_agreement: both argmaxes equal.
-Agreement = namedtuple("Agreement", "alpha greedy_agreement positions")
+@dataclass
+class Agreement:
+    alpha: float             # mean over positions of sum_x min(target(x), draft(x))
+    greedy_agreement: float  # fraction of positions where both argmaxes are equal
+    positions: int
 
 
 @torch.no_grad()
@@ -351,10 +353,6 @@ def agreement_of(target_logits, draft_logits, *, temperature=1.0, top_k=None, to
 
 def alpha(target, draft, data, **kwargs):  # the mean of sum_x min(p(x), q(x)) on `data`
     return measure_agreement(target, draft, data, **kwargs).alpha
-
-
-# ----------------------------------------------------------------------------------------------
-# The lesson's formulas (Leviathan et al. 2023, section 3)
 
 
 def expected_tokens_per_pass(alpha, k):

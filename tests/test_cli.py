@@ -158,6 +158,10 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     assert "identical to plain greedy decoding" in adaptive.stdout
     nothing = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "0")
     assert nothing.returncode == 0 and "0 new tokens" in nothing.stdout, nothing.stderr  # no 0/0
+    bench = run_script("-m", "beyond.benchmark", "--checkpoints", tmp_path, "--prompts", "1",
+                       "--new_tokens", "8", "--ks", "2", "--drafts", "draft", "--repeats", "1",
+                       "--setups", "numpy/numpy", "--no-recompute", "--json", tmp_path / "b.json")
+    assert bench.returncode == 0 and (tmp_path / "b.json").exists(), bench.stderr
 
 
 @pytest.mark.parametrize("args, words", [

@@ -52,9 +52,9 @@ def rows_vs_batch(target, prompts, new_tokens=100, repeats=5):
 
 
 def decoders(target, draft, rows, new_tokens):
-    """(plain(), speculative(k)) decoding `rows` as speculative.generate and speculative_generate
-    do: one row on speculative.py's own path (tuned for one sequence), more rows here. Both give
-    lists of token lists; speculative(k) gives its Stats too."""
+    """(plain(), speculative(k)) decoding `rows`: one row on speculative.py's own path (tuned for
+    one sequence), more rows together in beyond/batched.py. Both give lists of token lists;
+    speculative(k) gives its Stats too."""
     if len(rows) > 1:
         return (lambda: batched.generate(target, rows, new_tokens),
                 lambda k: batched.speculative_generate(target, draft, rows, new_tokens, k=k))
@@ -69,15 +69,15 @@ def decoders(target, draft, rows, new_tokens):
 def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2, 3, 4, 6, 8),
                 measure=None, *, new_tokens=100, repeats=3, pass_repeats=100, log=print):
     """Speculative against plain decoding of the first b prompts, for each batch size b in
-    `sizes` and each k in `ks` (batch 1: speculative.py's one-row path, as the public functions
-    dispatch). One dict per (b, k): tokens/s of both, the measured speed-up (the median of
-    `repeats` alternating pairs) and the formula's prediction from passes timed at that size:
-    verify = a target pass over b x (k+1) new tokens / over b x 1; c = a draft pass over b x 1
-    / a target pass over b x 1 (a drafter that is not a GPT: its seconds per guess in the run
-    instead); alpha = guesses kept / guesses checked in the run. Passes are timed as decoding
-    makes them (pass_seconds; machine.pass_time at batch 1); measure(fn, repeats) -> median
-    seconds, default the wall clock on one torch thread. Every greedy output is checked against
-    plain decoding's first. pass_repeats: calls per timed pass."""
+    `sizes` and each k in `ks` (batch 1: speculative.py's one-row path). One dict per (b, k):
+    tokens/s of both, the measured speed-up (the median of `repeats` alternating pairs) and the
+    formula's prediction from passes timed at that size: verify = a target pass over b x (k+1)
+    new tokens / over b x 1; c = a draft pass over b x 1 / a target pass over b x 1 (a drafter
+    that is not a GPT: its seconds per guess in the run instead); alpha = guesses kept / guesses
+    checked in the run. Passes are timed as decoding makes them (pass_seconds; machine.pass_time
+    at batch 1); measure(fn, repeats) -> median seconds, default the wall clock on one torch
+    thread. Every greedy output is checked against plain decoding's first. pass_repeats: calls
+    per timed pass."""
     batch = [p[0].tolist() if torch.is_tensor(p) and p.dim() == 2 else list(p) for p in prompts]
     if max(sizes) > len(batch):
         raise ValueError(f"batch sizes up to {max(sizes)} need as many prompts, not {len(batch)}")

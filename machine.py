@@ -209,6 +209,12 @@ class Timed:
         return seconds
 
 
+def sync(model):
+    """Wait for `model`'s GPU, so that a timing read now is real (a no-op on the CPU)."""
+    if on_gpu(model):
+        torch.cuda.synchronize()
+
+
 def on_gpu(model):
     """Does `model` run on a GPU (whose work must be waited for before a timing is read)?"""
     p = next(model.parameters(), None) if hasattr(model, "parameters") else None
@@ -248,7 +254,8 @@ def resolve_device(device="auto"):
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; "
+                         "use --device cpu")
     return device
 
 

@@ -280,12 +280,6 @@ class BatchStats(sd.Stats):
     rows: list = field(default_factory=list, repr=False)
 
 
-def sync(model):
-    """Wait for the GPU so that the timings are real (a no-op on the CPU)."""
-    if machine.on_gpu(model):
-        torch.cuda.synchronize()
-
-
 def _pick(logits, sampling):
     """One token per row of logits (R, V): the argmax, or a draw from the warped distribution
     (returned too, (R, V), for the acceptance rule)."""
@@ -321,7 +315,7 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
             tokens, _ = _pick(np.stack([logits[b][-1] for b in rows]), sampling)      # (B,)
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
-        sync(model)
+        machine.sync(model)
     stats.target_passes += scorer.passes
     if isinstance(stats, BatchStats):
         stats.encode_time += scorer.encode_seconds
@@ -387,7 +381,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                         tokens, p = drafter.propose(seqs[b], k_row[b], sampling)
                         seqs[b] += tokens
                         probs[b] = [] if p is None else list(p)
-            sync(model or target)
+            machine.sync(model or target)
             drafted = time.perf_counter()
             # 2. The target checks every row's last accepted token and guesses in ONE pass.
             logits = checker.score_rows(seqs, n)                           # {b: (k_b+1, V)}
@@ -400,7 +394,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                 row.count_round(guesses, kept, token)
                 if hasattr(drafter, "kept"):
                     drafter.kept(kept)
-            sync(target)
+            machine.sync(target)
             stats.draft_time += drafted - started
             stats.target_time += time.perf_counter() - drafted
             stats.batch_rounds += 1

@@ -9,6 +9,8 @@ import ast
 from collections import namedtuple
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Module name -> rank. A key ending in ".*" covers a package and every module inside it.
@@ -183,30 +185,27 @@ def fake_project(tmp_path, files):
     return tmp_path
 
 
-def test_checker_reports_a_circle(tmp_path):
-    root = fake_project(tmp_path, {"beyond/ngram.py": "from beyond import heads\n",
-                                   "beyond/heads.py": "from . import ngram\n"})
-    assert circles(root) == [("beyond.heads", "beyond.ngram")]
+# Each bug a fake project plants, the checker that must report it, and exactly what it reports.
+PLANTED = {
+    "a circle": ({"beyond/ngram.py": "from beyond import heads\n",
+                  "beyond/heads.py": "from . import ngram\n"},
+                 "circles", [("beyond.heads", "beyond.ngram")]),
+    "an upward import": ({"gpt.py": "import speculative\n", "speculative.py": ""},
+                         "upward_imports", ["  gpt.py:1: gpt -> speculative  (rank 2 -> 3)"]),
+    "an import inside a function": ({"gpt.py": "", "speculative.py": "def f():\n    import gpt\n"},
+                                    "nested_imports", ["  speculative.py:2: speculative -> gpt"]),
+    "a leaf importing the project": ({"cli.py": "import machine\n", "machine.py": ""},
+                                     "upward_imports",
+                                     ["  cli.py:1: cli -> machine  (rank 0 -> 0)"]),
+    "an unplaced module": ({"gpt.py": "", "beyond/newcomer.py": ""},
+                           "unplaced_modules", ["beyond.newcomer"]),
+}
 
 
-def test_checker_reports_an_upward_import(tmp_path):
-    root = fake_project(tmp_path, {"gpt.py": "import speculative\n", "speculative.py": ""})
-    assert upward_imports(root) == ["  gpt.py:1: gpt -> speculative  (rank 2 -> 3)"]
-
-
-def test_checker_reports_an_import_inside_a_function(tmp_path):
-    root = fake_project(tmp_path, {"gpt.py": "", "speculative.py": "def f():\n    import gpt\n"})
-    assert nested_imports(root) == ["  speculative.py:2: speculative -> gpt"]
-
-
-def test_checker_reports_a_leaf_importing_the_project(tmp_path):
-    root = fake_project(tmp_path, {"cli.py": "import machine\n", "machine.py": ""})
-    assert upward_imports(root) == ["  cli.py:1: cli -> machine  (rank 0 -> 0)"]
-
-
-def test_checker_reports_an_unplaced_module(tmp_path):
-    root = fake_project(tmp_path, {"gpt.py": "", "beyond/newcomer.py": ""})
-    assert unplaced_modules(root) == ["beyond.newcomer"]
+@pytest.mark.parametrize("bug", PLANTED)
+def test_checker_reports_a_planted_bug(tmp_path, bug):
+    files, checker, reported = PLANTED[bug]
+    assert globals()[checker](fake_project(tmp_path, files)) == reported
 
 
 def test_checker_allows_main_guard_and_lazy_third_party(tmp_path):

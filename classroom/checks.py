@@ -230,22 +230,6 @@ def tokens_per_pass_limits(ctx):
 
 
 @check("2b", 2)
-def speedup_is_tokens_over_cost(ctx):
-    f = ctx.student("speculative").expected_speedup
-    for _ in range(200):
-        alpha, k = float(ctx.rng.random()), int(ctx.rng.integers(1, 11))
-        c, verify_cost = float(ctx.rng.uniform(0, 0.6)), float(ctx.rng.choice([1.0, 1.5, 2.0]))
-        want = tokens_per_pass(alpha, k) / (k * c + verify_cost)
-        got = a_float(f(alpha, k, c, verify_cost), "expected_speedup")
-        if abs(got - want) > 1e-9 * want:
-            raise Fail(f"{want:.6f} for alpha {alpha:.3f}, k {k}, c {c:.3f}, verify cost "
-                       f"{verify_cost}", f"{got:.6f}", "a round costs k draft steps of c "
-                       "each plus one verification pass of verify_cost target steps")
-        if verify_cost == 1.0 and abs(a_float(f(alpha, k, c), "expected_speedup") - want) > 1e-9:
-            raise Fail("verify_cost defaults to 1 (the lesson's formula)", "another default")
-
-
-@check("2c", 2)
 def simulation_agrees_with_the_formula(ctx):
     simulate = ctx.student("exercises.ex2_derive").simulate
     for _ in range(4):
@@ -266,7 +250,7 @@ def simulation_agrees_with_the_formula(ctx):
                        "always writes one token of the target's own")
 
 
-@check("2c", 1)
+@check("2b", 1)
 def simulation_draws_from_the_given_rng(ctx):
     simulate = ctx.student("exercises.ex2_derive").simulate
     same = [simulate(0.6, 4, 2000, np.random.default_rng(7))[0] for _ in range(2)]
@@ -295,6 +279,22 @@ def logits_close(got, want, what):
         raise Fail(f"{what}: the torch model's logits within 1e-5", f"off by {error:.2g} (first "
                    f"at new token {row})", "positions start at cache.length; attention may look "
                    "at earlier tokens only; LayerNorm uses the variance, not the std")
+
+
+@check("2c", 2)
+def speedup_is_tokens_over_cost(ctx):
+    f = ctx.student("speculative").expected_speedup
+    for _ in range(200):
+        alpha, k = float(ctx.rng.random()), int(ctx.rng.integers(1, 11))
+        c, verify_cost = float(ctx.rng.uniform(0, 0.6)), float(ctx.rng.choice([1.0, 1.5, 2.0]))
+        want = tokens_per_pass(alpha, k) / (k * c + verify_cost)
+        got = a_float(f(alpha, k, c, verify_cost), "expected_speedup")
+        if abs(got - want) > 1e-9 * want:
+            raise Fail(f"{want:.6f} for alpha {alpha:.3f}, k {k}, c {c:.3f}, verify cost "
+                       f"{verify_cost}", f"{got:.6f}", "a round costs k draft steps of c "
+                       "each plus one verification pass of verify_cost target steps")
+        if verify_cost == 1.0 and abs(a_float(f(alpha, k, c), "expected_speedup") - want) > 1e-9:
+            raise Fail("verify_cost defaults to 1 (the lesson's formula)", "another default")
 
 
 @check("3a", 4, torch_free=True)

@@ -186,7 +186,7 @@ for alpha in [0.2, 0.4, 0.6, 0.8, 0.9]:
 # %% [markdown]
 # ## Your turn: simulate the accept/reject process
 #
-# (This is part 2c of the exercise; part 2b, the speed-up, comes later, once the costs it needs
+# (This is part 2b of the exercise; part 2c, the speed-up, comes later, once the costs it needs
 # are on the table.)
 #
 # Write `simulate(alpha, k, rounds, rng)`: it returns the mean characters per round and the
@@ -198,7 +198,7 @@ for alpha in [0.2, 0.4, 0.6, 0.8, 0.9]:
 import numpy as np
 
 # %%
-check("2c", simulate=simulate)
+check("2b", simulate=simulate)
 
 # %% [markdown]
 # With the exercise's own `simulate`, the formula and the simulation side by side: lines are
@@ -416,7 +416,7 @@ assert round(sd.expected_tokens_per_pass(0.37, 4), 2) == 1.58
 # %% your turn: speculative.expected_speedup
 
 # %%
-check("2b", expected_speedup=expected_speedup, expected_tokens_per_pass=expected_tokens_per_pass)
+check("2c", expected_speedup=expected_speedup, expected_tokens_per_pass=expected_tokens_per_pass)
 
 # %% [markdown]
 # ### c and the verify cost on this machine

@@ -133,7 +133,7 @@ def grade_part(tmp_path, part, edit):
      ["SyntaxError", "speculative.py"]),
     ("wrong return type", "1a", ("numpy_speculative.py", "    return kept, target_choices[kept]",
                                  "    return str(kept)"), ["a pair of whole numbers"]),
-    ("nan", "2b", ("speculative.py", "    return expected_tokens_per_pass(alpha, k) / (k * c + "
+    ("nan", "2c", ("speculative.py", "    return expected_tokens_per_pass(alpha, k) / (k * c + "
                    "verify_cost)", "    return float('nan')"), ["nan"]),
     ("wrong signature", "4b", ("speculative.py", "def break_even_alpha(k, c, verify_cost=1.0):",
                                "def break_even_alpha(k):"), ["TypeError"]),
@@ -164,9 +164,9 @@ def test_a_missing_file_costs_its_parts_only(tmp_path):
     assert missing == ["exercises/ex2_derive.py"]
     results = runner.run_checks(ws, runner.select(exercise=2), [0], missing=missing)
     by_part = {p: [r for r in results if r.check.part == p] for p in ("2a", "2b", "2c")}
-    assert all(r.status == "missing" for r in by_part["2c"])
-    assert "missing file exercises/ex2_derive.py" in " ".join(by_part["2c"][0].lines())
-    assert all(r.status == "pass" for r in by_part["2a"] + by_part["2b"])
+    assert all(r.status == "missing" for r in by_part["2b"])
+    assert "missing file exercises/ex2_derive.py" in " ".join(by_part["2b"][0].lines())
+    assert all(r.status == "pass" for r in by_part["2a"] + by_part["2c"])
 
 
 def test_a_zip_with_an_extra_folder_level_is_found(tmp_path):

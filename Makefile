@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson train exercise check notebooks notebooks-html benchmark gpu-check test clean
+.PHONY: setup lesson train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,12 +27,15 @@ exercise: setup      ## one exercise: make exercise N=3
 check: setup         ## the assignments' checks: make check N=3 (all exercises without N)
 	$(PY) -m classroom check $(or $(N),all)
 
-notebooks: setup     ## the notebooks in Jupyter, from their sources in notebooks/*.py
+notebooks: setup     ## your own notebooks, blank your-turn cells, in my-notebooks/ (never overwritten); opens Jupyter Lab
 	$(PY) -m classroom notebooks
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab my-notebooks/
 
-notebooks-html: setup  ## run every notebook on the trained models; HTML copies in results/notebooks
-	$(PY) -m classroom notebooks --html results/notebooks
+notebooks-solved: setup  ## the solved notebooks, in solved-notebooks/
+	$(PY) -m classroom notebooks --solved
+
+notebooks-check: setup  ## run the six solved notebooks on the trained models: each one's time; fails on any error
+	$(PY) -m classroom notebooks --check
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) -m beyond.benchmark

@@ -25,11 +25,14 @@ What makes rows of different lengths share a pass:
 Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
 has exactly the target's distribution (the acceptance rule is numpy_speculative.verify).
 
-Stats: a BatchStats, whose `rows` are one Stats per row. The totals are the rows' sums, except
-target_passes (forward passes of the target over the batch: one per round, one more when some
-rows re-encode a jumped window), draft_passes (draft passes over the batch) and the times (wall
-time of the batch). So tokens_per_pass is the batch's new tokens per batched pass: up to
-B x (k+1). batch_rounds counts rounds of the batch; rounds, as before, rounds summed over rows.
+Stats: a BatchStats, whose `rows` are one Stats per row. Every figure speculative.Stats has
+means what it means for one sequence, summed over the rows: target_passes counts, for each row,
+the passes it took part in, so tokens_per_pass is a row's new tokens per pass (1 to k + 1, as
+when the rows are decoded one after another) and acceptance_rate the kept share of every row's
+guesses. What the batch shares has names of its own: batch_passes (forward passes of the target
+over the batch: one per round, one more when some rows re-encode a jumped window),
+batch_draft_passes, batch_rounds, and tokens_per_batch_pass (up to B x (k + 1)). The times are
+the wall time of the batch.
 
 Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
 drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
@@ -272,12 +275,19 @@ def check_memory(models, batch_size):
 
 @dataclass
 class BatchStats(sd.Stats):
-    """speculative.Stats for a batch: totals (see the module docstring) and one Stats per row.
-    encode_time: seconds (within draft_time and target_time) of the passes, of either model,
-    that encode rows from the start of their window: the prompts, and windows that jumped."""
+    """speculative.Stats for a batch: the rows' sums (per row, see the module docstring), the
+    batch's own passes and rounds, and one Stats per row. encode_time: seconds (within
+    draft_time and target_time) of the passes, of either model, that encode rows from the start
+    of their window: the prompts, and windows that jumped."""
+    batch_passes: int = 0
+    batch_draft_passes: int = 0
     batch_rounds: int = 0
     encode_time: float = 0.0
     rows: list = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_batch_pass(self):             # the whole batch's new tokens per shared pass
+        return self.new_tokens / self.batch_passes if self.batch_passes else 0.0
 
 
 def _pick(logits, sampling):
@@ -316,8 +326,9 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
         machine.sync(model)
-    stats.target_passes += scorer.passes
+    stats.target_passes += sum(scorer.row_passes)            # per row, as for one sequence
     if isinstance(stats, BatchStats):
+        stats.batch_passes += scorer.passes
         stats.encode_time += scorer.encode_seconds
     stats.target_positions += max_new_tokens * len(seqs)
     stats.new_tokens += max_new_tokens * len(seqs)
@@ -402,14 +413,9 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
     for b, row in enumerate(stats.rows):
         row.target_passes = checker.row_passes[b]
         row.draft_passes = guesser.row_passes[b] if guesser else row.proposed
-        for name in ("rounds", "proposed", "accepted", "new_tokens", "target_positions",
-                     "draft_positions"):
-            setattr(stats, name, getattr(stats, name) + getattr(row, name))
-        stats.accepted_per_position = [a + r for a, r in zip(stats.accepted_per_position,
-                                                              row.accepted_per_position)]
-        stats.trace += row.trace
-    stats.target_passes = checker.passes
-    stats.draft_passes = guesser.passes if guesser else stats.proposed
+        stats.add(row)                          # (a row has no times: those are the batch's)
+    stats.batch_passes = checker.passes
+    stats.batch_draft_passes = guesser.passes if guesser else stats.draft_passes
     stats.encode_time = checker.encode_seconds + (guesser.encode_seconds if guesser else 0.0)
     return _output(seqs, prompts), stats
 
@@ -427,5 +433,6 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
             sd.decode_row(target, draft, seq, max_new_tokens, schedule, sampling, row)
             stats.rows.append(row)
             stats.add(row)
-    stats.batch_rounds = stats.rounds
+    stats.batch_passes, stats.batch_draft_passes = stats.target_passes, stats.draft_passes
+    stats.batch_rounds = stats.rounds                    # (one row at a time: nothing shared)
     return _output(seqs, prompts), stats

@@ -11,7 +11,7 @@ Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom grade SUBMISSION --out results.json
     python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
     python -m classroom gradescope --out autograder.zip
-    python -m classroom notebooks [--student] [--html DIR]   # (make notebooks)
+    python -m classroom notebooks [--solved] [--check]      # (make notebooks, notebooks-check)
 """
 
 import csv
@@ -46,12 +46,16 @@ def parser():
     z = sub.add_parser("gradescope", help="write Gradescope's autograder zip")
     z.add_argument("--out", default="autograder.zip", help="the zip to write")
     n = sub.add_parser("notebooks", help="the notebooks (.ipynb) from their sources")
-    n.add_argument("--out", default="notebooks", help="where to write them (default: notebooks/)")
-    n.add_argument("--student", action="store_true", help="the student version")
+    n.add_argument("--solved", action="store_true",
+                   help="the solved version, in solved-notebooks/ (default: the student's own, "
+                        "blank your-turn cells, in my-notebooks/)")
+    n.add_argument("--out", help="another folder to write them to")
     n.add_argument("--force", action="store_true",
-                   help="overwrite notebooks that exist (your edits in them are lost)")
-    n.add_argument("--html", metavar="DIR",
-                   help="instead: run the solved notebooks and save HTML copies in DIR")
+                   help="overwrite student notebooks that exist (your work in them is lost)")
+    n.add_argument("--check", action="store_true",
+                   help="instead: run the six solved notebooks on the trained models, print "
+                        "each one's time, save HTML copies in results/notebooks; exit 1 if any "
+                        "fails")
     return p
 
 
@@ -119,6 +123,22 @@ def grade_all(args):
     return 0
 
 
+def notebooks_command(args):
+    if args.check:
+        return 1 if notebooks.check() else 0
+    version = "solved" if args.solved else "student"
+    folder = Path(args.out or (notebooks.SOLVED_FOLDER if args.solved else
+                               notebooks.STUDENT_FOLDER))
+    written = notebooks.write(folder, version, overwrite=args.force)
+    if written:
+        print(f"{len(written)} {version} notebook(s) written to {folder}/"
+              + ("" if args.solved else f"; start with {folder / '01_the_idea.ipynb'}"))
+    else:
+        print(f"the notebooks in {folder}/ exist already: kept, with your work in them "
+              "(--force rewrites them)")
+    return 0
+
+
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.command == "check":
@@ -131,13 +151,7 @@ def main(argv=None):
     if args.command == "grade-all":
         return grade_all(args)
     if args.command == "notebooks":
-        if args.html:
-            notebooks.html(args.html)
-            return 0
-        written = notebooks.write(args.out, student=args.student, overwrite=args.force)
-        print(f"{len(written)} notebook(s) written to {args.out}/" if written else
-              f"the notebooks in {args.out}/ exist already (kept: --force rewrites them)")
-        return 0
+        return notebooks_command(args)
     print(f"wrote {build.gradescope_zip(args.out)}")
     return 0
 

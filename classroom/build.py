@@ -56,7 +56,7 @@ def write_student_repository(dest, root=ROOT):
         target.write_text(student_text(relative, f.read_text()))
         shutil.copymode(f, target)
     # The student notebooks, ready to open (and committed there, unlike here).
-    notebooks.write(dest / "notebooks", student=True, root=root)
+    notebooks.write(dest / "notebooks", "student", root=root)
     ignore = dest / ".gitignore"
     ignore.write_text("".join(line for line in ignore.read_text().splitlines(keepends=True)
                               if line.strip() != "/notebooks/*.ipynb"))

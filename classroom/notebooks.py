@@ -1,5 +1,5 @@
 """
-classroom/notebooks.py: the notebooks, from readable sources, in a solved and a student version.
+classroom/notebooks.py: the notebooks, from readable sources, in a student and a solved version.
 
 A notebook's source is a plain Python file, notebooks/NN_name.py, in the "percent" layout that
 Jupytext and VS Code also read: `# %%` starts a code cell, `# %% [markdown]` a text cell whose
@@ -7,16 +7,20 @@ lines start with "# ". Diffs stay readable and no output is ever committed. A co
 starts with
 
     # %% your turn: numpy_speculative.greedy_verdict
+    # source only: the reference answer (the notebooks put its code here instead)
+    from numpy_speculative import greedy_verdict
 
-is a "your turn" cell: the build puts the named functions there, copied from the reference
-code (solution regions included), so a solution still lives once. The solved notebook keeps
-them; the student notebook replaces each region with a NotImplementedError, the same way and
-with the same tool as the classroom assignments (regions.py). The check cell after it runs that
-part's classroom checks (notebook_checks.py).
+is a "your turn" cell. Run as a source (VS Code, Jupytext), it imports the reference answer, so
+the source runs top to bottom as it is. The build drops those two lines and puts the named
+functions there, copied from the reference code (solution regions included), so a solution
+still lives once. The solved notebook keeps them; the student notebook replaces each region
+with a NotImplementedError, the same way and with the same tool as the classroom assignments
+(regions.py). The check cell after it runs that part's classroom checks (notebook_checks.py).
 
-    python -m classroom notebooks                 # notebooks/*.ipynb, solved (make notebooks)
-    python -m classroom notebooks --student --out DIR
-    python -m classroom notebooks --html DIR      # run the solved ones and save HTML copies
+    python -m classroom notebooks            # my-notebooks/: the student's own (make notebooks)
+    python -m classroom notebooks --solved   # solved-notebooks/ (make notebooks-solved)
+    python -m classroom notebooks --check    # run the solved ones on the trained models
+                                             # (make notebooks-check), HTML in results/notebooks
 """
 
 import ast
@@ -29,7 +33,13 @@ from classroom import regions
 from classroom.submissions import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
+STUDENT_FOLDER = ROOT / "my-notebooks"       # never overwritten: it holds the student's work
+SOLVED_FOLDER = ROOT / "solved-notebooks"    # regenerated each time
 YOUR_TURN = re.compile(r"^# %% your turn: (.+)$")
+SOURCE_ONLY = "# source only: the reference answer (the notebooks put its code here instead)"
+SOLVED_BANNER = ("**Solved version**: every your-turn cell below holds the reference answer. "
+                 "Your own blank copy: `make notebooks` (in `my-notebooks/`).")
+VERSIONS = ("student", "solved", "source")
 
 
 def sources(folder=NOTEBOOKS):
@@ -51,7 +61,8 @@ def function_source(module, name, root=ROOT):
 
 
 def your_turn_message(function):
-    return f"your turn: write {function} (see its docstring), then run the check cell below"
+    return (f"not started: write {function} (see its docstring), then run the check cell "
+            "below")
 
 
 def cells(text):
@@ -70,8 +81,20 @@ def cells(text):
     return found
 
 
-def read(path, student=False, root=ROOT):
-    """The notebook of source `path`: solved, or the student version."""
+def reference_import(body):
+    """A your-turn cell's source body without its source-only import of the reference."""
+    lines = body.splitlines()
+    if SOURCE_ONLY not in lines:
+        return body
+    at = lines.index(SOURCE_ONLY)
+    return "\n".join(lines[:at] + lines[at + 2:]).strip("\n")
+
+
+def read(path, version="student", root=ROOT):
+    """The notebook of source `path`: the student version (blank your-turn cells), the solved
+    one, or the source as it is (your-turn cells import the reference)."""
+    if version not in VERSIONS:
+        raise ValueError(f"no notebook version {version!r}; choose one of {VERSIONS}")
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}
@@ -80,30 +103,36 @@ def read(path, student=False, root=ROOT):
             text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
                              for line in body.splitlines())
             notebook.cells.append(nbformat.v4.new_markdown_cell(text))
+            if version == "solved" and len(notebook.cells) == 1:
+                notebook.cells.append(nbformat.v4.new_markdown_cell(SOLVED_BANNER))
             continue
         turn = YOUR_TURN.match(header)
-        if turn:
+        if turn and version != "source":
             names = turn.group(1).split()
             pieces = [function_source(".".join(n.split(".")[:-1]), n.split(".")[-1], root)
                       for n in names]
+            body = reference_import(body)
             body = (body + "\n\n" if body else "") + "\n\n\n".join(pieces)
-            if student:
+            if version == "student":
                 body = regions.student_version(body, your_turn_message)
         notebook.cells.append(nbformat.v4.new_code_cell(body))
     return notebook
 
 
-def write(folder, student=False, root=ROOT, overwrite=False):
-    """Write every notebook as .ipynb into folder. An existing one is kept unless overwrite:
-    it may hold a student's work."""
-    folder = Path(folder)
+def write(folder=None, version="student", root=ROOT, overwrite=False):
+    """Write every notebook as .ipynb into folder (by default my-notebooks/ for the student
+    version, solved-notebooks/ for the solved one). A student notebook that exists is kept
+    unless overwrite: it may hold the student's work. A solved one is rewritten, but never over
+    a file that is not a solved notebook."""
+    folder = Path(folder or (SOLVED_FOLDER if version == "solved" else STUDENT_FOLDER))
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for source in sources(root / "notebooks"):
         path = folder / source.with_suffix(".ipynb").name
-        if path.exists() and not overwrite:
+        if path.exists() and not overwrite and \
+                (version != "solved" or SOLVED_BANNER not in path.read_text()):
             continue
-        nbformat.write(read(source, student, root), path)
+        nbformat.write(read(source, version, root), path)
         written.append(path)
     return written
 
@@ -127,15 +156,33 @@ def execute(notebook, cwd=NOTEBOOKS, timeout=600, env=None):
     return notebook
 
 
-def html(folder, root=ROOT, log=print):
-    """Run every solved notebook (the trained models) and save an HTML copy of each."""
+def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=180):
+    """Run every solved notebook on the trained models (the real ones: SPECDEC_QUICK is
+    ignored), save an HTML copy of each, print the seconds each took. Returns the names of the
+    notebooks that failed; every claim a notebook makes is an assertion, so a claim that does
+    not hold on the trained models is a failure here."""
+    import time
+
+    from nbclient.exceptions import CellExecutionError
     from nbconvert import HTMLExporter
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    failed = []
     for source in sources(root / "notebooks"):
-        log(f"running {source.name} ...")
-        notebook = execute(read(source, root=root))
+        notebook, started = read(source, "solved", root), time.perf_counter()
+        try:
+            execute(notebook, env={"SPECDEC_QUICK": ""})
+            verdict = "passed"
+        except CellExecutionError as e:
+            lines = [line for line in str(e).splitlines() if line.strip()]
+            verdict = "FAILED: " + (lines[-1] if lines else "an error")
+            failed.append(source.stem)
+        seconds = time.perf_counter() - started
+        over = f" (over the {budget_s} s budget of a quiet 2-core machine)" if seconds > budget_s \
+            else ""
         page, _ = HTMLExporter().from_notebook_node(notebook)
-        target = folder / source.with_suffix(".html").name
-        target.write_text(page)
-        log(f"wrote {target}")
+        (folder / source.with_suffix(".html").name).write_text(page)
+        log(f"{source.stem:24} {seconds:6.0f} s  {verdict}{over}")
+    log(f"{len(failed)} of {len(sources(root / 'notebooks'))} notebooks failed; HTML copies in "
+        f"{folder}" if failed else f"every notebook passed on the trained models; HTML in {folder}")
+    return failed

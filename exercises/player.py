@@ -5,14 +5,20 @@ Round by round, as the lesson's recommended reading draws it: the draft's guesse
 the big model's verdict colours them (green kept, red rejected, struck through: thrown away
 unchecked), then the kept guesses and the big model's own character land in the text (yellow:
 its correction, blue: the bonus after a round where every guess was kept). Play, pause, step
-forward and back; the page needs nothing but a browser (no network, no library).
+forward and back; the page needs nothing but a browser (no network, no library). A space or a
+newline in a token box shows as a faint glyph (GLYPHS), since an empty box says nothing; the
+last frame sums the run up (summary()).
 
 page(prompt, rounds, title) takes the rounds of exercises.ex1_watch.replay(); exercise 1 writes
-results/ex1_player.html, and notebook 1 shows the same page.
+results/ex1_player.html, and notebook 1 shows the same page: display(player.show(page)).
 """
 
 import html
 import json
+
+# How a token box shows a character that would leave it empty: (glyph, its name). The running
+# text keeps the characters themselves (a newline adds its glyph before the line break).
+GLYPHS = {" ": ("\u2423", "a space"), "\n": ("\u23ce", "a newline")}
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1em; max-width: 58em; }
@@ -23,6 +29,8 @@ body { font-family: system-ui, sans-serif; margin: 1em; max-width: 58em; }
 .guess { color: #777; border: 1px dashed #aaa; }
 .rejected { background: #ffb3b3; } .thrown-away { color: #aaa; text-decoration: line-through; }
 .new { outline: 2px solid #333; }
+.glyph { color: #999; }
+#summary { font-weight: bold; }
 #controls button { font-size: 1em; margin-right: .4em; min-width: 4.5em; }
 #status { margin: .6em 0; min-height: 1.4em; }
 .legend span { padding: 0 .3em; margin-right: .6em; }
@@ -30,7 +38,6 @@ body { font-family: system-ui, sans-serif; margin: 1em; max-width: 58em; }
 
 SCRIPT = """
 const data = JSON.parse(document.getElementById("run").textContent);
-const show = c => c === "\\n" ? "\\u23ce\\n" : c;
 const frames = 3 * data.rounds.length;            // three steps a round; frame 0: the prompt
 let frame = 0, timer = null;
 
@@ -38,6 +45,25 @@ function span(cls, text, title) {
   const s = document.createElement("span");
   s.className = cls; s.textContent = text; if (title) s.title = title; return s;
 }
+
+// A token box. A space or a newline would leave it empty, so it shows a faint glyph instead,
+// named in its tooltip and for screen readers.
+function box(cls, c, title) {
+  const glyph = data.glyphs[c];
+  if (!glyph) return span(cls, c, title);
+  const s = span(cls + " glyph", glyph[0], (title ? title + ": " : "") + glyph[1]);
+  s.setAttribute("role", "img"); s.setAttribute("aria-label", glyph[1]);
+  return s;
+}
+
+// A character landed in the text. The text reads as text: a real space, and a newline that
+// breaks the line, after a faint glyph (a coloured line break alone would not show who wrote it).
+function landed(cls, c, title) {
+  if (c !== "\\n") return span(cls, c, title);
+  const s = box(cls, c, title); s.textContent += "\\n"; return s;
+}
+
+const named = c => data.glyphs[c] ? data.glyphs[c][1] : JSON.stringify(c);
 
 function render() {
   const out = document.getElementById("text");
@@ -47,28 +73,30 @@ function render() {
   for (let r = 0; r < done; r++) {
     const R = data.rounds[r], fresh = (r === round && stage === 2) ? " new" : "";
     R.guesses.forEach((g, i) => {
-      if (R.verdicts[i] === "kept") out.append(span("kept" + fresh, show(g), "round " + (r + 1)));
+      if (R.verdicts[i] === "kept") out.append(landed("kept" + fresh, g, "round " + (r + 1)));
     });
-    out.append(span(R.kind + fresh, show(R.target), "round " + (r + 1)));
+    out.append(landed(R.kind + fresh, R.target, "round " + (r + 1)));
   }
   let status = "the prompt; press play or step";
   if (frame > 0) {
-    const R = data.rounds[round], head = "round " + (round + 1) + " of " + data.rounds.length + ": ";
+    const R = data.rounds[round];
+    const head = "round " + (round + 1) + " of " + data.rounds.length + ": ";
     const kept = R.verdicts.filter(v => v === "kept").length;
     if (stage === 0) {
-      R.guesses.forEach(g => out.append(span("guess", show(g))));
+      R.guesses.forEach(g => out.append(box("guess", g)));
       status = head + "the draft guesses " + R.guesses.length + " character(s)";
     } else if (stage === 1) {
-      R.guesses.forEach((g, i) => out.append(span(R.verdicts[i], show(g))));
+      R.guesses.forEach((g, i) => out.append(box(R.verdicts[i], g)));
       status = head + "the big model checks them in one pass: " + kept + " kept" +
         (kept < R.guesses.length ? ", the next rejected" : "");
     } else {
-      status = head + "the big model writes " + JSON.stringify(R.target) + " (" +
+      status = head + "the big model writes " + named(R.target) + " (" +
         (R.kind === "bonus" ? "a bonus: every guess was kept" : "its correction") + "), " +
         (kept + 1) + " character(s) for one pass";
     }
   }
   document.getElementById("status").textContent = status;
+  document.getElementById("summary").hidden = frame !== frames;   // the last frame only
   document.getElementById("frame").textContent = "step " + frame + " of " + frames;
   document.getElementById("play").textContent = timer ? "pause" : "play";
   document.body.dataset.frame = frame;
@@ -94,12 +122,43 @@ render();
 """
 
 
-def page(prompt, rounds, title, delay_ms=600):
-    """The whole page as a string. rounds: [{guesses, verdicts, target, kind}] (ex1's replay)."""
-    data = {"prompt": prompt, "delay": delay_ms,
+def count(n, word):
+    """count(1, "round") == "1 round", count(2, "pass") == "2 passes"."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
+
+
+def spent(n_rounds, passes=None, window=None):
+    """What the big model did: a check a round, each one pass, except a check that crosses a
+    jump of its context window (numpy_speculative.windows splits it: the second pass re-reads
+    the window's kept half). passes: the run's Stats.target_passes, if known; window: the big
+    model's block_size, to name it."""
+    if passes is None:
+        return f"{count(n_rounds, 'round')}, one check of the big model each"
+    said = f"{count(n_rounds, 'round')}, {count(passes, 'pass')} of the big model"
+    if passes > n_rounds:
+        jump = f"a jump of the {window}-character window" if window else "a window jump"
+        said += (f" (more passes than rounds: a check that crosses {jump} takes a second "
+                 f"pass, to re-read the window's kept half)")
+    return said
+
+
+def summary(rounds, passes=None, window=None):
+    """The last frame's closing line. Every round writes its kept guesses and one character of
+    the big model's; plain decoding needs a pass of the big model per character."""
+    written = sum(r["verdicts"].count("kept") + 1 for r in rounds)
+    return (f"{count(written, 'character')} in {spent(len(rounds), passes, window)}; "
+            f"plain decoding needs {count(written, 'pass')}, one per character")
+
+
+def page(prompt, rounds, title, delay_ms=600, passes=None, window=None):
+    """The whole page as a string. rounds: [{guesses, verdicts, target, kind}] (ex1's replay);
+    passes, window: the run's passes of the big model and its window, for the summary (the
+    summary counts rounds without them: a slice of a run has no pass count of its own)."""
+    data = {"prompt": prompt, "delay": delay_ms, "glyphs": GLYPHS,
             "rounds": [{"guesses": list(r["guesses"]), "verdicts": r["verdicts"],
                         "target": r["target"], "kind": r["kind"]} for r in rounds]}
-    payload = json.dumps(data).replace("</", "<\\/")  # never closes the script element early
+    # ensure_ascii=False keeps the glyphs readable in the source; "<\/" never ends the script
+    payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{STYLE}</style></head>
@@ -111,6 +170,7 @@ class="correction">big model's correction</span><span class="bonus">bonus</span>
 <div id="controls"><button id="back">back</button><button id="play">play</button><button
 id="step">step</button> <span id="frame"></span></div>
 <p id="status"></p>
+<p id="summary" hidden>{html.escape(summary(rounds, passes, window))}</p>
 <div id="text"></div>
 <script type="application/json" id="run">{payload}</script>
 <script>{SCRIPT}</script>
@@ -122,3 +182,21 @@ def iframe(page_html, height=420):
     """The page inside an iframe, for a notebook (its script runs in its own document)."""
     return (f'<iframe srcdoc="{html.escape(page_html, quote=True)}" style="width:100%;'
             f'height:{height}px;border:0"></iframe>')
+
+
+class Shown:
+    """The page as a notebook displays it, in an iframe: display(player.show(page(...))).
+    Not HTML(iframe(...)): IPython's HTML warns "Consider using IPython.display.IFrame instead"
+    when given an iframe, and IFrame loads a URL, while this page lives in the iframe's srcdoc
+    (no file, no server). A notebook shows any object through its _repr_html_."""
+
+    def __init__(self, page_html, height=420):
+        self.page_html, self.height = page_html, height
+
+    def _repr_html_(self):
+        return iframe(self.page_html, self.height)
+
+
+def show(page_html, height=420):
+    """What a notebook cell displays to show the page: display(player.show(page(...)))."""
+    return Shown(page_html, height)

@@ -161,6 +161,8 @@ display(HTML(player.iframe(player.page("ROMEO:\n", rounds[:25], "The lesson's dr
 # below; the cell after it runs the course's checks on it.
 
 # %% your turn: numpy_speculative.greedy_verdict
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import greedy_verdict
 
 # %%
 from classroom.notebook_checks import check
@@ -187,6 +189,8 @@ print(f"{len(stats.trace)} rounds, each one consistent with the rule")
 # comes out? Write `replay`; it may call `greedy_verdict`.
 
 # %% your turn: numpy_speculative.replay
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import replay
 
 # %%
 check("1b", replay=replay, greedy_verdict=greedy_verdict)

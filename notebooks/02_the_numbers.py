@@ -135,6 +135,8 @@ assert agreement["distilled"]["greedy"] > agreement["draft"]["greedy"] or QUICK
 # divides 0 by 0 there, but the answer is plain, `k + 1`.
 
 # %% your turn: speculative.expected_tokens_per_pass
+# source only: the reference answer (the notebooks put its code here instead)
+from speculative import expected_tokens_per_pass
 
 # %%
 import corpus
@@ -195,6 +197,8 @@ for alpha in [0.2, 0.4, 0.6, 0.8, 0.9]:
 # once (`np.cumprod` along a row of accept/reject flags is 1 up to the first rejection, 0 after).
 
 # %% your turn: exercises.ex2_derive.simulate
+# source only: the reference answer (the notebooks put its code here instead)
+from exercises.ex2_derive import simulate
 import numpy as np
 
 # %%
@@ -414,6 +418,8 @@ assert round(sd.expected_tokens_per_pass(0.37, 4), 2) == 1.58
 # Write `expected_speedup(alpha, k, c, verify_cost=1.0)`. Use your `expected_tokens_per_pass`.
 
 # %% your turn: speculative.expected_speedup
+# source only: the reference answer (the notebooks put its code here instead)
+from speculative import expected_speedup
 
 # %%
 check("2c", expected_speedup=expected_speedup, expected_tokens_per_pass=expected_tokens_per_pass)

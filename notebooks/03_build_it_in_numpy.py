@@ -260,6 +260,8 @@ print(f"logits {logits.shape}; after {gpt.decode(tokens)!r} the big model's favo
 # through one cache in pieces.
 
 # %% your turn: numpy_speculative.layer_norm numpy_speculative.attention numpy_speculative.mlp numpy_speculative.forward
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import layer_norm, attention, mlp, forward
 from numpy_speculative import Cache, gelu, linear, softmax
 
 # %%
@@ -415,6 +417,8 @@ assert np.allclose(next_rows, ns.score(big, ns.Cache(big), seq, len(seq)), atol=
 # itself (every guess kept) and a draft that never agrees.
 
 # %% your turn: numpy_speculative.speculative_greedy
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import speculative_greedy
 from numpy_speculative import Cache, greedy_verdict, score
 
 # %%

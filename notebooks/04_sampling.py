@@ -379,6 +379,8 @@ plt.show()
 # decoder's first two characters are compared with the big model's over 2,000 runs.
 
 # %% your turn: numpy_speculative.verify numpy_speculative.speculative_sample
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import verify, speculative_sample
 from numpy_speculative import Cache, accept_probability, residual, sample, score, warp
 import numpy as np
 

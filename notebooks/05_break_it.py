@@ -182,6 +182,8 @@ assert len(set(lost[-20:])) <= 4 or QUICK  # the same few characters over and ov
 # - the greedy agreement: the share of positions where both argmaxes are equal.
 
 # %% your turn: speculative.agreement_of
+# source only: the reference answer (the notebooks put its code here instead)
+from speculative import agreement_of
 import numpy as np
 from numpy_speculative import warp
 
@@ -359,6 +361,8 @@ assert round(models["distilled"].num_params() / models["draft"].num_params()) ==
 # whose left end is too slow and whose right end is fast enough, and halve it until it is tiny.
 
 # %% your turn: speculative.break_even_alpha
+# source only: the reference answer (the notebooks put its code here instead)
+from speculative import break_even_alpha
 import math
 from speculative import expected_speedup
 

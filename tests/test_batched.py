@@ -155,7 +155,28 @@ def test_the_lessons_decoder_takes_a_batch_row_by_row(target):
     assert torch.equal(together, out)
     assert stats.new_tokens == 60 and stats.target_passes == sum(
         r.target_passes for r in batch_stats.rows)
-    assert batch_stats.target_passes < stats.target_passes      # the batch shares its passes
+    assert batch_stats.batch_passes < stats.target_passes       # the batch shares its passes
+
+
+def test_batch_stats_read_per_row_with_the_batch_figures_under_their_own_names(target):
+    # Ten copies of one prompt: every row writes the same text in the same rounds as the row
+    # decoded alone, so each per-row figure equals the single row's; the batch's passes are
+    # shared (about one per round), so its own figure is about ten times larger.
+    prompt = torch.randint(0, V, (1, 5), generator=torch.Generator().manual_seed(3))
+    draft = noisy_copy(target, 0.05, 1)
+    _, one = sd.speculative_generate(target, draft, prompt, 30, k=4)
+    _, ten = batched.speculative_generate(target, draft, prompt.repeat(10, 1), 30, k=4)
+    assert 1 <= ten.tokens_per_pass <= 5                              # a row's: 1 to k + 1
+    assert ten.tokens_per_pass == pytest.approx(one.tokens_per_pass)
+    assert ten.acceptance_rate == pytest.approx(one.acceptance_rate)
+    assert ten.kept_of_checked == pytest.approx(one.kept_of_checked)
+    assert (ten.target_passes, ten.new_tokens, ten.rounds) == \
+        (10 * one.target_passes, 10 * one.new_tokens, 10 * one.rounds)
+    assert ten.batch_passes == one.target_passes and ten.batch_rounds == one.rounds
+    assert ten.tokens_per_batch_pass == pytest.approx(10 * one.tokens_per_pass)
+    plain = batched.BatchStats()
+    batched.generate(target, prompt.repeat(10, 1), 30, stats=plain)
+    assert plain.tokens_per_pass <= 1 and plain.tokens_per_batch_pass > 9   # plain: 1 a pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -201,7 +222,8 @@ def test_stats_per_row_and_in_total(target):
     assert stats.accepted_per_position == [sum(c) for c in zip(*(r.accepted_per_position
                                                                 for r in rows))]
     assert stats.new_tokens == 5 * 30 and stats.tokens_per_pass == 150 / stats.target_passes
-    assert stats.batch_rounds <= stats.target_passes < sum(r.target_passes for r in rows)
+    assert stats.target_passes == sum(r.target_passes for r in rows)      # per row ...
+    assert stats.batch_rounds <= stats.batch_passes < stats.target_passes  # ... the batch shares
     for prompt, row, seq in zip(prompts, rows, out):
         assert row.new_tokens == 30 == row.accepted + row.rounds
         assert row.target_positions == row.proposed + row.rounds == row.draft_positions + row.rounds
@@ -217,7 +239,8 @@ def test_draft_equal_to_target_counts_whole_batch_passes():
     for k in (1, 4):
         _, stats = batched.speculative_generate(model, model, prompts, 5 * (k + 1), k=k)
         assert stats.acceptance_rate == 1.0
-        assert stats.target_passes == 5 and stats.tokens_per_pass == 4 * (k + 1)
+        assert stats.batch_passes == 5 and stats.tokens_per_batch_pass == 4 * (k + 1)
+        assert stats.target_passes == 4 * 5 and stats.tokens_per_pass == k + 1
         assert stats.accepted_per_position == [4 * 5] * k
 
 
@@ -333,7 +356,7 @@ def test_encode_time_counts_the_passes_that_start_a_window(target, monkeypatch):
     short, long_ = batched.BatchStats(), batched.BatchStats()
     batched.generate(target, rows, 6, stats=short)      # up to position 11: the prompt alone
     batched.generate(target, rows, 22, stats=long_)     # up to 26: the prompt and two jumps
-    assert short.encode_time == 1 and short.target_passes == 6
+    assert short.encode_time == 1 and short.batch_passes == 6
     assert long_.encode_time == 3
     draft = make_model(1)
     _, stats = batched.speculative_generate(target, draft, rows, 6, k=2)

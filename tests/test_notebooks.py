@@ -1,6 +1,8 @@
-"""The notebooks: each runs top to bottom in both versions (quick models, started from another
-working directory); the solved one's check cells score every point, the student one's say "not
-started" and the run still reaches the end."""
+"""The notebooks: each source runs top to bottom as it is (quick models, started from another
+working directory) and its check cells score every point with the reference it imports; the
+solved notebook differs from the source only in its your-turn cells, which run and score every
+point; the student notebook's check cells say "not started" and the run still reaches the end.
+(On the trained models: `make notebooks-check`, which is not part of this fast suite.)"""
 
 import ast
 import re
@@ -19,8 +21,10 @@ def checkpoints(tmp_path_factory):
     return tmp_path_factory.mktemp("notebook-checkpoints")  # quick models, trained once
 
 
-def run(source, student, checkpoints, cwd):
-    notebook = notebooks.read(source, student=student)
+def run(source, version, checkpoints, cwd, keep=None):
+    notebook = notebooks.read(source, version)
+    if keep:                                        # only the cells keep(cell) chooses
+        notebook.cells = [cell for cell in notebook.cells if keep(cell)]
     notebooks.execute(notebook, cwd=cwd, timeout=300,
                       env={"SPECDEC_QUICK": "1", "SPECDEC_CHECKPOINTS": str(checkpoints),
                            "NO_COLOR": "1"})
@@ -33,19 +37,34 @@ def check_cells(notebook):
                if cell.cell_type == "code")
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
-def test_the_solved_notebook_runs_and_scores_every_point(source, checkpoints, tmp_path):
-    notebook, text = run(source, False, checkpoints, tmp_path)  # cwd: not the project
+def scores_every_point(notebook, text):
     totals = re.findall(r"total (\d+)/(\d+) points", text)
     assert len(totals) == check_cells(notebook) >= 1
     assert all(got == full for got, full in totals), totals
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_the_source_runs_as_it_is_and_scores_every_point(source, checkpoints, tmp_path):
+    scores_every_point(*run(source, "source", checkpoints, tmp_path))  # cwd: not the project
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_the_solved_notebooks_your_turn_cells_score_every_point(source, checkpoints, tmp_path):
+    first = notebooks.read(source, "solved").cells
+    setup = next(cell for cell in first if cell.cell_type == "code")
+    yours = [cell for cell in first if cell.cell_type == "code" and
+             (cell is setup or "BEGIN SOLUTION" in cell.source or re.search(r"^check\(",
+                                                                             cell.source, re.M))]
+    assert sum("BEGIN SOLUTION" in cell.source for cell in yours) >= 1
+    scores_every_point(*run(source, "solved", checkpoints, tmp_path,
+                            keep=lambda cell: any(cell.source == y.source for y in yours)))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
 def test_the_student_notebook_runs_to_the_end_with_its_stubs(source, checkpoints, tmp_path):
-    student = notebooks.read(source, student=True)
+    student = notebooks.read(source, "student")
     assert not any("BEGIN SOLUTION" in cell.source for cell in student.cells)
-    notebook, text = run(source, True, checkpoints, tmp_path)
+    notebook, text = run(source, "student", checkpoints, tmp_path)
     totals = re.findall(r"total (\d+)/(\d+) points", text)
     assert len(totals) == check_cells(notebook) >= 1
     assert all(got == "0" for got, _ in totals) and "not started" in text
@@ -70,12 +89,49 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
     assert len(SOURCES) == 6, [s.name for s in SOURCES]
 
 
-def test_writing_the_notebooks_never_overwrites_one_that_exists(tmp_path):
-    written = notebooks.write(tmp_path)
+def test_every_your_turn_cell_imports_the_reference_in_the_source_only():
+    for source in SOURCES:
+        for kind, header, body in notebooks.cells(source.read_text()):
+            turn = notebooks.YOUR_TURN.match(header)
+            if not turn:
+                continue
+            lines = body.splitlines()
+            assert notebooks.SOURCE_ONLY in lines, f"{source.name}: {header}"
+            imported = lines[lines.index(notebooks.SOURCE_ONLY) + 1]
+            module, names = {".".join(n.split(".")[:-1]) for n in turn.group(1).split()}, \
+                [n.split(".")[-1] for n in turn.group(1).split()]
+            assert imported == f"from {module.pop()} import {', '.join(names)}", imported
+        for version in ("student", "solved"):
+            built = notebooks.read(source, version)
+            assert not any(notebooks.SOURCE_ONLY in cell.source for cell in built.cells)
+
+
+def test_the_build_drops_the_reference_import_and_defines_the_function():
+    body = f"import math\n{notebooks.SOURCE_ONLY}\nfrom speculative import break_even_alpha"
+    assert notebooks.reference_import(body) == "import math"
+    solved = notebooks.read(SOURCES[0], "solved")
+    code = [c.source for c in solved.cells if "def greedy_verdict(" in c.source]
+    assert code and "from numpy_speculative import greedy_verdict" not in code[0]
+
+
+def test_make_notebooks_gives_blank_copies_that_are_never_overwritten(tmp_path):
+    written = notebooks.write(tmp_path / "mine")  # the default: the student's own copies
     assert len(written) == len(SOURCES)
+    assert all("BEGIN SOLUTION" not in p.read_text() and "not started" in p.read_text()
+               for p in written)
     mine = written[0]
     mine.write_text(mine.read_text().replace("Your turn", "My work", 1))
-    assert notebooks.write(tmp_path) == []  # a student's edits are kept ...
+    assert notebooks.write(tmp_path / "mine") == []  # a student's edits are kept ...
+    assert notebooks.write(tmp_path / "mine", "solved") == []  # ... even from the solved ones
     assert "My work" in mine.read_text()
-    notebooks.write(tmp_path, overwrite=True)  # ... unless asked
+    notebooks.write(tmp_path / "mine", overwrite=True)  # ... unless asked
     assert "My work" not in mine.read_text()
+
+
+def test_the_solved_notebooks_say_so_and_are_rewritten(tmp_path):
+    written = notebooks.write(tmp_path, "solved")
+    assert all("BEGIN SOLUTION" in p.read_text() and "**Solved version**" in p.read_text()
+               for p in written)
+    written[0].write_text(written[0].read_text().replace("Setup", "Old setup", 1))
+    assert len(notebooks.write(tmp_path, "solved")) == len(SOURCES)
+    assert "Old setup" not in written[0].read_text()

@@ -111,7 +111,9 @@ def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2
                         "spread": machine.spread(ratios), "alpha": a, "c": c,
                         "verify_cost": verify_cost,
                         "predicted": sd.expected_speedup(a, k, c, verify_cost),
-                        "tokens_per_pass": stats.tokens_per_pass,
+                        "tokens_per_pass": stats.tokens_per_pass,  # a row's, per pass
+                        "tokens_per_batch_pass": getattr(stats, "tokens_per_batch_pass",
+                                                         stats.tokens_per_pass),
                         "tokens_per_row_round": stats.new_tokens / max(1, stats.rounds),
                         "rounds_over_row_mean": rounds / max(1, stats.rounds / b),
                         "expected_tokens_per_row_round": sd.expected_tokens_per_pass(a, k),

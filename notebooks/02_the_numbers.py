@@ -520,22 +520,38 @@ for name, label in DRAFTS.items():
           f"big-model steps and wrote {runs[name].tokens_per_pass:.2f} characters")
 
 # %% [markdown]
-# What to read in all this (your figures will differ from run to run, more so on a busy
-# machine; the README's benchmark makes the same comparison over more prompts):
+# What to read in all this, written by the next cell from this run's own figures (they differ
+# from run to run, more so on a busy machine; `python -m beyond.benchmark` makes the same
+# comparison over more prompts):
+
+# %%
+for name, label in DRAFTS.items():
+    measured, predicted, from_run = results[name, K]
+    guessing, checking = K * c[name], verify_cost[K]
+    print(f"- {label} {'pays' if measured > 1 else 'does not pay'} on this machine at k = {K}: "
+          f"{measured:.2f}x measured. Its {K} guesses cost {guessing:.2f} big-model steps "
+          f"(c = {c[name]:.2f}), the check {checking:.2f}, and a round wrote "
+          f"{runs[name].tokens_per_pass:.2f} characters in the time plain decoding writes "
+          f"{guessing + checking:.2f}.")
+    print(f"  The formula was {'optimistic' if predicted > measured else 'pessimistic'} here: "
+          f"{predicted:.2f}x from alpha, {from_run:.2f}x from the characters per pass the run "
+          f"really achieved.")
+
+# %% [markdown]
+# Why the figures come out this way:
 #
-# - **The lesson's draft does not pay on this CPU** (see the measured column above). Four guesses cost about one
-#   big-model step (c is around 0.3), the check costs around 1.5 steps, and the round writes
-#   about 2.2 characters in the time plain decoding writes 2.5 or more. That is the lesson's
-#   "no wall-clock gain". Its own loop had no KV cache, so every draft step recomputed the
-#   whole context, and c was larger still.
-# - **The distilled draft pays**, because it is right far more often for a step that costs
-#   about the same: on a CPU a step of a tiny model is mostly overhead, so width is nearly free
-#   and agreement is what counts.
-# - **The formula is optimistic.** The "from run" column feeds the same cost model with the
-#   characters per pass the run really achieved; for the lesson's draft that accounts for part
-#   of the gap (misses come in runs). The rest is time the formula does not count: the Python
-#   around each round, and a step inside the loop is not always as fast as the same step timed
-#   alone.
+# - A draft whose round writes fewer characters than plain decoding writes in the same time does
+#   not pay. That is the lesson's "no wall-clock gain" for its draft. Its own loop had no KV
+#   cache, so every draft step recomputed the whole context, and c was larger still.
+# - The distilled draft is right far more often for a step that costs about the same: on a CPU
+#   a step of a tiny model is mostly overhead, so width is nearly free and agreement is what
+#   counts.
+# - Where the formula is optimistic, the "from run" column explains part of the gap: misses
+#   come in runs, so the run keeps fewer characters per pass than alpha predicts. The rest is
+#   time the formula does not count: the Python around each round, and a step inside the loop
+#   is not always as fast as the same step timed alone. Where it is pessimistic, suspect the
+#   machine: c and the verify cost were timed in the cell before, at another moment than the
+#   decoding, and on a busy machine either can be off.
 #
 # On a GPU the picture changes: for a big model there, a draft costs a few percent of a step and
 # the verify cost is close to 1. The same two drafts under those costs:

@@ -23,7 +23,8 @@
 # trap that temperature and top-k set, and finally samples from the trained models.
 #
 # Reading time: about 30 minutes. You write `verify` (one round of the rule) and
-# `speculative_sample` (the whole decoder, in NumPy) in the "your turn" cell.
+# `speculative_sample` (the whole decoder, in NumPy) in the "your turn" cell: part 3c, the
+# stretch part of the lesson's exercise 3.
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
@@ -358,7 +359,8 @@ plt.show()
 # %% [markdown]
 # ## Your turn: the rule and the decoder (3c)
 #
-# Write two functions of `numpy_speculative.py`, the stretch part of exercise 3:
+# Write two functions of `numpy_speculative.py`. Its check is labelled **3c**: in the lesson's
+# numbering this is the stretch part of exercise 3 ("build it"), after notebook 3's 3a and 3b.
 #
 # - `verify(target_probs, draft_probs, draft_tokens, rng)`: one round of the rule. Walk the
 #   guesses from the left; keep guess `i` when `rng.random()` is below `accept_probability` of

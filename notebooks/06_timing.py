@@ -515,10 +515,12 @@ assert measured_check > free or verify[4] <= 1
 # bf16) and the verify cost rises towards `k + 1`: there is no idle capacity left to spend on
 # guesses.
 #
-# Our decoder speculates one sequence at a time, so this part does not decode; it times passes
-# at each batch size and feeds the formula: `c_B` is a draft pass over `B x 1` tokens over a
-# target pass over `B x 1`, and the verify cost `B x (k + 1)` over `B x 1`, for the lesson's
-# `k = 4`. Both models run in torch here, as both would on a GPU.
+# The lesson's decoder (`speculative.py`) takes a batch but decodes its rows one after another;
+# `beyond/batched.py` decodes a whole batch at once, each row keeping its own number of guesses,
+# and `python -m beyond.studies.batch_curve` times it against this prediction (minutes). Here we
+# only time passes at each batch size and feed the formula: `c_B` is a draft pass over `B x 1`
+# tokens over a target pass over `B x 1`, and the verify cost `B x (k + 1)` over `B x 1`, for
+# the lesson's `k = 4`. Both models run in torch here, as both would on a GPU.
 
 # %%
 K = 4

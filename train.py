@@ -13,6 +13,7 @@ Training is deterministic given --seed (on the same machine and device).
 """
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import asdict, fields
@@ -39,6 +40,76 @@ def settings(config, tc, corpus_name):
     training = {k: v for k, v in asdict(tc).items() if k != "threads"}
     return {"config": asdict(config), "train": training,
             "corpus": corpus_name, "data_sha256": data_sha}
+
+
+# An evaluation batch is a forward pass without the backward one: about a third of a training
+# step. The forecast counts an evaluation so until it has timed one.
+EVAL_BATCH_STEPS = 1 / 3
+
+
+class Watch:
+    """Follows gpt.train from outside: a progress line with the loss and, once there is one, the
+    validation loss; and one announcement of how long the training will take, forecast from its
+    first steps timed on this machine (machine.Pace), evaluations included.
+
+    gpt.train calls the model once per training step, in training mode (its evaluations run in
+    eval mode), so a forward hook on the model sees every step and its loss, and on_eval every
+    evaluation. (Distillation computes its loss outside the model: its line shows val alone.)
+    """
+
+    def __init__(self, name, model, tc, done=0, *, progress=True, log=print, val=None,
+                 clock=time.perf_counter):
+        self.name, self.tc, self.log, self.clock = name, tc, log, clock
+        self.started = clock()
+        self.first, self.step, self.loss, self.val = done, done, None, val
+        self.pace = machine.Pace(tc.steps, done, eval_every=tc.eval_every,
+                                 eval_steps=tc.eval_batches * EVAL_BATCH_STEPS, clock=clock)
+        self.announced = False
+        self.line = machine.ProgressLine(tc.steps, done, name) if progress else None
+        self.hook = model.register_forward_hook(self.on_forward)
+
+    def on_forward(self, model, inputs, output):
+        if not model.training:  # a batch of an evaluation
+            return
+        self.step += 1
+        self.pace.tick()
+        if output[1] is not None:
+            self.loss = output[1].item()
+        left = self.pace.seconds_left()
+        if left is not None and not self.announced:
+            self.announced = True
+            self.say(f"{self.name}: {self.tc.steps - self.first} steps, about "
+                     f"{machine.duration(self.elapsed() + left)} at this machine's current speed")
+        if self.line:
+            self.line.update(self.step, self.postfix(), left)
+
+    def on_eval(self, step, val_loss):
+        self.pace.evaluated()
+        self.val = val_loss
+        if self.line and not self.line.notebook:  # a notebook keeps to its one line
+            self.line.write(f"step {step:5d} | {self.postfix()} | "
+                            f"{machine.duration(self.elapsed())}", self.log)
+
+    def postfix(self):
+        """The losses so far: the validation loss only once there is one (never "val nan")."""
+        parts = [] if self.loss is None else [f"loss {self.loss:.3f}"]
+        if self.val is not None and not math.isnan(self.val):
+            parts.append(f"val {self.val:.3f}")
+        return "  ".join(parts)
+
+    def say(self, text):
+        if self.line:
+            self.line.write(text, self.log)
+        else:
+            self.log(text)
+
+    def elapsed(self):
+        return self.clock() - self.started
+
+    def close(self):
+        self.hook.remove()
+        if self.line:
+            self.line.close()
 
 
 def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fresh=False,
@@ -92,13 +163,19 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
         f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}"
         + (f", imitating {teacher_name}" if teacher_name else ""))
-    started = time.time()
-    gpt.train(model, tc.steps, log_every=tc.eval_every, source=source_for(corpus_name),
-              config=tc, device=device, checkpoint=path, resume=state, progress=progress,
-              corpus_name=corpus_name, extra={"settings": wanted, "preset": name},
-              teacher=teacher)
+    watch = Watch(name, model, tc, state["step"] if state else 0, progress=progress, log=log,
+                  val=state["val_loss"] if state else None)
+    try:
+        # Without a bar of its own (gpt.train's would show "val=nan" and flood notebooks), and
+        # with the evaluations' lines only where Watch does not write them (see on_eval).
+        gpt.train(model, tc.steps, log_every=0 if progress else tc.eval_every,
+                  source=source_for(corpus_name), config=tc, device=device, checkpoint=path,
+                  resume=state, progress=False, on_eval=watch.on_eval, corpus_name=corpus_name,
+                  extra={"settings": wanted, "preset": name}, teacher=teacher)
+    finally:
+        watch.close()
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
-        f"({time.time() - started:.0f}s)")
+        f"(took {machine.duration(watch.elapsed())})")
     return path
 
 

@@ -105,9 +105,10 @@ def grade_all(args):
         student = submission.stem
         try:
             results, _ = grade_one(submission)
-        except SubmissionError as e:
-            print(f"{student}: {e}")
-            rows.append({"student": student, "total": 0, "note": str(e)})
+        except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
+            reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
+            print(f"{student}: not graded: {reason}")
+            rows.append({"student": student, "note": f"not graded: {reason}"})  # blank, not 0
             continue
         row = {"student": student, "total": sum(r.score for r in results), "note": ""}
         for part in parts.PARTS:
@@ -116,7 +117,7 @@ def grade_all(args):
         print(f"{student}: {row['total']} points")
     columns = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
     with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, columns, restval=0)
+        writer = csv.DictWriter(f, columns, restval="")
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {args.csv} ({len(rows)} students)")

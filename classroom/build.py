@@ -152,8 +152,9 @@ random models and seeds, so make the properties hold, not the printed numbers.
 
 {points_table()}
 
-The notebooks (`notebooks/`, `make notebooks` opens them in Jupyter) tell the lesson's story in
-six parts, with the same functions as "your turn" cells and a check cell after each. They are
+The notebooks (`notebooks/*.ipynb`; `make notebooks` writes fresh copies into `my-notebooks/`
+and opens them in Jupyter) tell the lesson's story in six parts, with the same functions as
+"your turn" cells and a check cell after each. They are
 for practice and for reading; your grade comes from the files in the table above, so copy a
 function you finished in a notebook into its file.
 

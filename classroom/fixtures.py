@@ -9,7 +9,7 @@ that file's parts, not the checks of exercise 3. That is why the window rule and
 distribution are written out again below, as independent references (a test keeps the window
 rule equal to numpy_speculative.window_start).
 
-Each seed gives other weights, other prompts and, for odd seeds, other shapes; the public
+Each seed gives other weights, other prompts and, for every seed but 0, other shapes; the public
 checks use seed 0, the hidden ones the teacher's CLASSROOM_SEED.
 """
 

@@ -75,15 +75,27 @@ def first_two(model, prompt, temperature, top_k=None):
     return torch.stack(rows).numpy()
 
 
+PUBLIC_SHAPE = (2, 2, 16)  # (n_layer, n_head, n_embd) of the big model at the public seed, 0
+HIDDEN_SHAPES = [(layers, heads, width) for layers in (1, 2, 3) for heads in (1, 3, 4)
+                 for width in (12, 24)]  # wider or deeper, sampling gets too peaked to test
+
+
+def target_shape(seed):
+    """(n_layer, n_head, n_embd) of the big model at `seed`: the public one at seed 0, another at
+    every other seed (never 2 heads), so that a forward pass that hard-codes what the public
+    checks show fails every hidden seed."""
+    return PUBLIC_SHAPE if seed == 0 else HIDDEN_SHAPES[seed % len(HIDDEN_SHAPES)]
+
+
 def make(folder, seed):
     """Write the fixtures of `seed` into folder; returns folder."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(1000 + seed)
     rng = np.random.default_rng(seed)
-    heads, width = (2, 16) if seed % 2 == 0 else (4, 24)
-    target_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=2, n_head=heads,
-                           n_embd=width)
+    layers, heads, width = target_shape(seed)
+    target_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=layers,
+                           n_head=heads, n_embd=width)
     draft_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=1, n_head=2, n_embd=8)
     target, draft = random_gpt(target_config, generator), random_gpt(draft_config, generator)
 

@@ -8,6 +8,7 @@ models and what they must produce) are made once per seed in this process.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,13 +87,25 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                    "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
             command = [sys.executable, "-m", "classroom.worker", result.check.name, str(seed),
                        str(fixture_dirs[seed]), str(out)]
-            try:
-                done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
-                                      timeout=timeout, stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
+            # A session of its own: when the worker ends, every process it started goes too.
+            # Its output goes to a file, not a pipe: a forked child holding a pipe open would
+            # keep the grader waiting.
+            log = out.with_suffix(".log")
+            with open(log, "w") as sink:
+                worker = subprocess.Popen(command, cwd=root, env=env, stdout=sink, stderr=sink,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                try:
+                    finished = worker.wait(timeout=timeout) is not None
+                except subprocess.TimeoutExpired:
+                    finished = False
+                finally:
+                    kill_group(worker)
+            if not finished:
                 result.outcomes[seed] = {"status": "timeout", "message":
                                          f"did not finish within {timeout} s (an endless loop?)"}
                 return
+            done = subprocess.CompletedProcess(command, worker.returncode, "",
+                                               log.read_text(errors="replace"))
             if out.exists():
                 result.outcomes[seed] = json.loads(out.read_text())
             else:
@@ -104,6 +117,15 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
         with ThreadPoolExecutor(jobs) as pool:
             list(pool.map(work, tasks))
     return results
+
+
+def kill_group(process):
+    """Kill the process group a worker leads: the processes a submission forked go too."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass                                          # already gone
+    process.wait()
 
 
 def select(exercise=None, part=None, hidden=False):

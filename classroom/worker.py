@@ -21,7 +21,7 @@ BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",
            "beyond": "exercise 3 is yours to build: do not use beyond/ (its fast NumPy forward)",
            "gpt": "exercise 3 reads weights from .npz files: do not import gpt.py"}
-MEMORY = 3 * 1024 ** 3  # bytes a torch-free check may allocate
+MEMORY = 3 * 1024 ** 3  # bytes a check's process may allocate
 
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -47,20 +47,26 @@ def student_frame(tb, root, files):
     return ""
 
 
+def limit_memory():
+    """Every check's process may allocate MEMORY bytes at most (torch fits in it)."""
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    except (ImportError, ValueError, OSError):  # not on this platform: the time limit remains
+        pass
+
+
 def run(name, seed, fixture_dir, overrides=None, sandbox=True):
-    """Run check `name`; sandbox: block torch for exercise 3 and limit memory (a worker process
+    """Run check `name`; sandbox: limit memory, and block torch for exercise 3 (a worker process
     does; a notebook's check cell, in the student's own kernel, does not)."""
     root = Path.cwd().resolve()
     check = checks.CHECKS[name]
+    if sandbox:
+        limit_memory()
     if check.torch_free and sandbox:
         for module in BLOCKED:
             sys.modules.pop(module, None)
         sys.meta_path.insert(0, Blocker())
-        try:
-            import resource
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-        except (ImportError, ValueError, OSError):
-            pass
     try:
         check.function(checks.Context(seed, fixture_dir, overrides))
         return {"status": "pass"}

@@ -8,7 +8,9 @@ What to look at. Each round the draft (the junior writer) guesses k characters, 
 cheaply. The target (the senior editor) then reads the context and all k guesses in one pass and
 says, at every position, what it would have written itself. Guesses are kept from the left for
 as long as they match; at the first mismatch the editor's own character goes in, and the round
-ends. So every round writes between 1 and k+1 characters for one pass of the big model.
+ends. So every round writes between 1 and k+1 characters for one pass of the big model (two
+for a round whose check crosses a jump of the 128-character window: the second pass re-reads
+the window's kept half, which is why a long run shows a few more passes than rounds).
 
 Where the picture breaks: a human editor could fix one wrong word and keep the rest of the
 draft. Here everything after the first rejected guess is thrown away, because each later
@@ -30,6 +32,7 @@ import gpt
 import speculative as sd
 from beyond.decode import verdicts
 from exercises import common, player, report
+from numpy_speculative import windows
 
 
 @dataclass
@@ -45,14 +48,19 @@ def show(ch):
     return {"\n": "\u23ce", " ": "\u00b7"}.get(ch, ch)
 
 
-def replay(prompt_ids, trace):
-    """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token."""
+def replay(prompt_ids, trace, window=None):
+    """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token; and,
+    given the big model's window (its block_size), the passes each check took: one, or two when
+    it crosses a jump of the window (numpy_speculative.windows, the passes every scorer makes)."""
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
         fates, kind = verdicts(proposed, n_accepted)
         rounds.append({"position": position, "guesses": gpt.decode(proposed),
                        "verdicts": fates, "kept": n_accepted, "target": gpt.decode([token]),
                        "kind": kind})
+        if window:   # the check scores positions position .. position + len(proposed)
+            checked = windows(position, position + len(proposed), window)
+            rounds[-1]["passes"] = len(list(checked))
         position += n_accepted + 1
     return rounds
 
@@ -70,8 +78,11 @@ def print_round(i, r, text_so_far, on):
     who = ("its bonus character (all guesses kept)" if r["kind"] == "bonus"
            else "its own character instead" if r["guesses"]
            else "the last character itself (nothing left to guess)")
+    passes = r.get("passes", 1)
+    cost = ("one pass of the big model" if passes == 1 else f"{passes} passes of the big model "
+            "(the check crosses a jump of its window: a second pass re-reads the kept half)")
     print(f"    target writes {who}: {show(r['target'])!r}  "
-          f"-> {r['kept'] + 1} character(s) for one pass of the big model\n")
+          f"-> {r['kept'] + 1} character(s) for {cost}\n")
 
 
 COLOURS = {"kept": "#c8f7c5", "correction": "#ffe08a", "bonus": "#a8dcff"}
@@ -90,7 +101,7 @@ def coloured_text(prompt, rounds):
             'white-space:pre-wrap">' + "".join(spans) + "</div>")
 
 
-def write_html(path, prompt, rounds, stats, draft_name):
+def write_html(path, prompt, rounds, stats, draft_name, spent):
     rows = []
     for i, r in enumerate(rounds):
         cells = "".join(f'<td class="{v}">{html.escape(show(g))}</td>'
@@ -104,13 +115,13 @@ td{{font-family:monospace;padding:2px 8px;text-align:center}}</style>
 <h1>Speculative decoding, round by round</h1>
 <p>Draft <b>{html.escape(draft_name)}</b> guesses; the big model checks. <span class="kept">kept guess</span>
 <span class="correction">target's own character after a rejection</span> <span class="bonus">bonus character (all guesses kept)</span>.
-{stats.new_tokens} characters from {stats.target_passes} passes of the big model ({stats.tokens_per_pass:.2f} per pass);
+{stats.new_tokens} characters in {html.escape(spent)}: {stats.tokens_per_pass:.2f} per pass;
 {stats.accepted} of {stats.proposed} guesses kept ({stats.acceptance_rate:.0%}).</p>
 {coloured_text(prompt, rounds)}
 <h2>Every round</h2><p>Guesses after the first rejected one are thrown away.</p>
 <table><tr><th>round</th>{"".join(f"<th>guess {j + 1}</th>" for j in range(stats.k))}<th>target</th><th>written</th></tr>
 {"".join(rows)}</table>
-""")
+""", encoding="utf-8")
 
 
 def run(args, log=print):
@@ -120,7 +131,9 @@ def run(args, log=print):
     idx = common.encode_prompt(args.prompt)
     out, stats = sd.speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k)
     assert (out == sd.generate(target, idx, args.max_new_tokens)).all(), "greedy must match"
-    rounds = replay(idx[0].tolist(), stats.trace)
+    window = target.c.block_size
+    rounds = replay(idx[0].tolist(), stats.trace, window)
+    assert sum(r["passes"] for r in rounds) == stats.target_passes, "replayed passes are the run's"
     on = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     text = args.prompt
     for i, r in enumerate(rounds):
@@ -130,10 +143,12 @@ def run(args, log=print):
         text += "".join(g for g, v in zip(r["guesses"], r["verdicts"]) if v == "kept") + r["target"]
     assert text == gpt.decode(out[0])
     folder = common.results_dir(args)
-    write_html(folder / "ex1_watch.html", args.prompt, rounds, stats, args.draft)
+    spent = player.spent(len(rounds), stats.target_passes, window)  # rounds, passes, and why
+    write_html(folder / "ex1_watch.html", args.prompt, rounds, stats, args.draft, spent)
     title = (f"{common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()} guesses, the big "
              f"model checks (k = {args.k}, greedy)")
-    (folder / "ex1_player.html").write_text(player.page(args.prompt, rounds, title))
+    page = player.page(args.prompt, rounds, title, window=window)  # passes: the rounds' own
+    (folder / "ex1_player.html").write_text(page, encoding="utf-8")
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
@@ -143,16 +158,17 @@ def run(args, log=print):
                  f"characters per pass of the big model (blue: all guesses kept)")
     common.figure(args, "ex1_rounds.png", fig)
     numbers = {"prompt": args.prompt, "k": args.k, "draft": args.draft, "text": text,
-               "rounds": len(rounds), "new_tokens": stats.new_tokens,
+               "rounds": len(rounds), "target_passes": stats.target_passes,
+               "new_tokens": stats.new_tokens,
                "tokens_per_pass": stats.tokens_per_pass, "acceptance_rate": stats.acceptance_rate,
                "identical_to_plain": True}
     common.save_json(args, "ex1_watch.json", numbers)
-    log(f"{stats.new_tokens} characters in {len(rounds)} rounds: {stats.tokens_per_pass:.2f} per "
-        f"pass of the big model, {stats.acceptance_rate:.0%} of guesses kept; identical to the big "
-        f"model alone. Wrote {folder / 'ex1_watch.html'}")
+    log(f"{stats.new_tokens} characters in {spent}: {stats.tokens_per_pass:.2f} per pass, "
+        f"{stats.acceptance_rate:.0%} of guesses kept; identical to the big model alone. "
+        f"Wrote {folder / 'ex1_watch.html'}")
     markdown = (f"Prompt {args.prompt!r}, draft `{args.draft}`, k = {args.k}, greedy: "
-                f"{stats.new_tokens} characters in {len(rounds)} rounds, "
-                f"**{stats.tokens_per_pass:.2f} characters per pass** of the big model, "
+                f"{stats.new_tokens} characters in {spent}, "
+                f"**{stats.tokens_per_pass:.2f} characters per pass**, "
                 f"{stats.acceptance_rate:.0%} of guesses kept, output identical to the big model "
                 f"alone. Round by round: `ex1_watch.html`; animated: `ex1_player.html`; per round: "
                 f"![](ex1_rounds.png)")

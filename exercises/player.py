@@ -64,6 +64,8 @@ function landed(cls, c, title) {
 }
 
 const named = c => data.glyphs[c] ? data.glyphs[c][1] : JSON.stringify(c);
+const passes = R => R.passes === 1 ? "one pass" :          // two: the check crossed a jump
+  R.passes + " passes (the check crosses a jump of the window)";
 
 function render() {
   const out = document.getElementById("text");
@@ -87,12 +89,12 @@ function render() {
       status = head + "the draft guesses " + R.guesses.length + " character(s)";
     } else if (stage === 1) {
       R.guesses.forEach((g, i) => out.append(box(R.verdicts[i], g)));
-      status = head + "the big model checks them in one pass: " + kept + " kept" +
+      status = head + "the big model checks them in " + passes(R) + ": " + kept + " kept" +
         (kept < R.guesses.length ? ", the next rejected" : "");
     } else {
       status = head + "the big model writes " + named(R.target) + " (" +
         (R.kind === "bonus" ? "a bonus: every guess was kept" : "its correction") + "), " +
-        (kept + 1) + " character(s) for one pass";
+        (kept + 1) + " character(s) for " + passes(R);
     }
   }
   document.getElementById("status").textContent = status;
@@ -128,7 +130,7 @@ def count(n, word):
 
 
 def spent(n_rounds, passes=None, window=None):
-    """What the big model did: a check a round, each one pass, except a check that crosses a
+    """What the big model did: one check a round, one pass a check, except a check crossing a
     jump of its context window (numpy_speculative.windows splits it: the second pass re-reads
     the window's kept half). passes: the run's Stats.target_passes, if known; window: the big
     model's block_size, to name it."""
@@ -144,19 +146,22 @@ def spent(n_rounds, passes=None, window=None):
 
 def summary(rounds, passes=None, window=None):
     """The last frame's closing line. Every round writes its kept guesses and one character of
-    the big model's; plain decoding needs a pass of the big model per character."""
+    the big model's; plain decoding needs a pass of the big model per character. passes: by
+    default the rounds' own, when they all carry them (ex1's replay given the window)."""
+    if passes is None and rounds and all("passes" in r for r in rounds):
+        passes = sum(r["passes"] for r in rounds)
     written = sum(r["verdicts"].count("kept") + 1 for r in rounds)
     return (f"{count(written, 'character')} in {spent(len(rounds), passes, window)}; "
             f"plain decoding needs {count(written, 'pass')}, one per character")
 
 
 def page(prompt, rounds, title, delay_ms=600, passes=None, window=None):
-    """The whole page as a string. rounds: [{guesses, verdicts, target, kind}] (ex1's replay);
-    passes, window: the run's passes of the big model and its window, for the summary (the
-    summary counts rounds without them: a slice of a run has no pass count of its own)."""
+    """The whole page as a string. rounds: [{guesses, verdicts, target, kind}, and passes when
+    ex1's replay was given the window]; passes, window: for the summary (see summary())."""
     data = {"prompt": prompt, "delay": delay_ms, "glyphs": GLYPHS,
             "rounds": [{"guesses": list(r["guesses"]), "verdicts": r["verdicts"],
-                        "target": r["target"], "kind": r["kind"]} for r in rounds]}
+                        "target": r["target"], "kind": r["kind"],
+                        "passes": r.get("passes", 1)} for r in rounds]}
     # ensure_ascii=False keeps the glyphs readable in the source; "<\/" never ends the script
     payload = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
     return f"""<!doctype html>
@@ -178,7 +183,7 @@ id="step">step</button> <span id="frame"></span></div>
 """
 
 
-def iframe(page_html, height=420):
+def iframe(page_html, height=480):
     """The page inside an iframe, for a notebook (its script runs in its own document)."""
     return (f'<iframe srcdoc="{html.escape(page_html, quote=True)}" style="width:100%;'
             f'height:{height}px;border:0"></iframe>')
@@ -190,13 +195,16 @@ class Shown:
     when given an iframe, and IFrame loads a URL, while this page lives in the iframe's srcdoc
     (no file, no server). A notebook shows any object through its _repr_html_."""
 
-    def __init__(self, page_html, height=420):
+    def __init__(self, page_html, height=480):
         self.page_html, self.height = page_html, height
 
     def _repr_html_(self):
         return iframe(self.page_html, self.height)
 
+    def __repr__(self):                            # where HTML can't show: a plain-text note
+        return "<the speculative decoding player: an HTML page, shown by a notebook>"
 
-def show(page_html, height=420):
+
+def show(page_html, height=480):
     """What a notebook cell displays to show the page: display(player.show(page(...)))."""
     return Shown(page_html, height)

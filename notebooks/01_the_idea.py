@@ -149,8 +149,8 @@ plt.show()
 # writes the same page to `results/ex1_player.html`.
 
 # %%
-display(HTML(player.iframe(player.page("ROMEO:\n", rounds[:25], "The lesson's draft guesses, "
-                                       "the big model checks (k = 4, greedy)"))))
+display(player.show(player.page("ROMEO:\n", rounds[:25], "The lesson's draft guesses, "
+                                "the big model checks (k = 4, greedy)")))
 
 # %% [markdown]
 # ## Your turn: judge a round

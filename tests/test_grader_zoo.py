@@ -2,6 +2,8 @@
 must lose points with a message that names the property it breaks) and bad submissions (each
 costs only its own checks, with one clear line)."""
 
+import csv
+import time
 import zipfile
 
 import pytest
@@ -178,6 +180,48 @@ def test_a_zip_with_an_extra_folder_level_is_found(tmp_path):
     ws, missing = workspace(archive, tmp_path / "scratch")
     assert missing == []
     assert find_root(tmp_path / "alice").name == "speculative-class-alice"
+
+
+def forking_submission(marker):
+    """An edit that forks at import a process which, 2 s later, writes `marker`."""
+    return ("speculative.py", "def expected_tokens_per_pass(",
+            "import os as _os, time as _time\nif _os.fork() == 0:\n    _time.sleep(2)\n"
+            f"    open({str(marker)!r}, 'w').write('alive')\n    _os._exit(0)\n\n\n"
+            "def expected_tokens_per_pass(")
+
+
+@pytest.mark.parametrize("killed", [True, False], ids=["grader", "negative-control"])
+def test_processes_a_submission_forks_end_with_its_check(killed, tmp_path, monkeypatch):
+    marker = tmp_path / "still-running"
+    if not killed:                           # the control: a grader that only waits for them
+        monkeypatch.setattr(runner, "kill_group", lambda process: process.wait())
+    results, _ = grade_part(tmp_path, "2a", forking_submission(marker))
+    assert all(r.status == "pass" for r in results)      # forking costs nothing by itself ...
+    time.sleep(3)
+    assert marker.exists() != killed                      # ... but nothing outlives the check
+
+
+def test_grade_all_grades_the_others_when_one_zip_is_corrupt(tmp_path, monkeypatch):
+    # A zip whose data is damaged (extracting raises zlib.error or BadZipFile): that student's
+    # row says "not graded" with blank points, not 0, and the next student is still graded.
+    folder = tmp_path / "submissions"
+    good = copy_project(folder / "bob")
+    broken = folder / "alice.zip"
+    with zipfile.ZipFile(broken, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in parts.STUDENT_FILES:
+            z.write(good / name, name)
+    data = bytearray(broken.read_bytes())
+    for i in range(200, 400):                                  # inside the first member's data
+        data[i] ^= 0x55
+    broken.write_bytes(bytes(data))
+    select = runner.select
+    monkeypatch.setattr(runner, "select", lambda **kw: select(part="2a"))
+    from classroom.__main__ import main
+    grades = tmp_path / "grades.csv"
+    assert main(["grade-all", str(folder), "--csv", str(grades)]) == 0
+    rows = {r["student"]: r for r in csv.DictReader(grades.open())}
+    assert rows["alice"]["note"].startswith("not graded") and rows["alice"]["total"] == ""
+    assert rows["alice"]["2a"] == "" and rows["bob"]["total"] == "3" and rows["bob"]["2a"] == "3"
 
 
 def test_teachers_md_has_the_points_table_and_the_whole_zoo():

@@ -1,8 +1,9 @@
-"""The animation player in a real browser (headless Chromium through Selenium): play, pause,
-step forward and back, and what the page shows after each.
+"""The animation player: its closing summary, its glyphs for spaces and newlines, how a
+notebook shows it (with no warning), and, in a real browser (headless Chromium through
+Selenium), play, pause, step forward and back, and what the page shows after each.
 
 Needs chromium and chromedriver from the system's package manager (.ci/run installs them);
-without them the test is skipped here and says how to install them."""
+without them the browser tests are skipped here and say how to install them."""
 
 import shutil
 import time
@@ -31,6 +32,8 @@ def test_the_summary_counts_characters_rounds_and_passes():
     crossed = player.summary(ROUNDS, passes=3, window=128)   # one check crossed a window jump
     assert crossed.startswith("6 characters in 2 rounds, 3 passes of the big model (more passes")
     assert "a jump of the 128-character window takes a second pass" in crossed
+    counted = [dict(r, passes=p) for r, p in zip(ROUNDS, (1, 2))]   # passes from ex1's replay
+    assert player.summary(counted) == player.summary(ROUNDS, passes=3)
     assert player.summary(ROUNDS[:1]).startswith("3 characters in 1 round, ")
     assert player.summary(ROUNDS) in player.page("ROMEO:\n", ROUNDS, "a run")
 

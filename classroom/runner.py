@@ -48,12 +48,16 @@ class Result:
     def score(self):
         return self.check.points if self.status == "pass" else 0
 
-    def lines(self):
-        """What went wrong, in a few lines (nothing when it passed)."""
+    def lines(self, reveal_hidden=True):
+        """What went wrong, in a few lines (nothing when it passed). reveal_hidden=False: what a
+        hidden seed's run said stays out (it may quote the hidden inputs); only that it failed."""
         for seed, o in sorted(self.outcomes.items(), key=lambda item: item[0] != PUBLIC_SEED):
             if o["status"] == "pass":
                 continue
             which = "" if seed == PUBLIC_SEED else " (hidden seed)"
+            if seed != PUBLIC_SEED and not reveal_hidden:
+                return [f"{o['status']} on the hidden seed (what it said is shown after the "
+                        "grades are published)"]
             if o["status"] == "fail":
                 out = [f"expected{which}: {o['expected']}", f"got: {o['got']}"]
                 return out + ([f"hint: {o['hint']}"] if o.get("hint") else [])
@@ -177,8 +181,9 @@ def gradescope_json(results):
     tests = []
     for r in results:
         part = parts.BY_ID[r.check.part]
+        shown = "\n".join(r.lines(reveal_hidden=r.check.hidden)) or "passed"
         tests.append({"name": f"{part.id} {r.check.name}", "score": r.score,
-                      "max_score": r.check.points, "output": "\n".join(r.lines()) or "passed",
+                      "max_score": r.check.points, "output": shown,
                       "visibility": "after_published" if r.check.hidden else "visible"})
     return {"score": sum(r.score for r in results), "tests": tests,
-            "stdout_visibility": "visible"}
+            "stdout_visibility": "hidden"}   # the grader's log may quote hidden inputs

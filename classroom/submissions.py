@@ -87,12 +87,24 @@ def workspace(submission, scratch, root=ROOT):
     dest = copy_project(Path(scratch) / "workspace", root)
     missing = []
     for name in parts.STUDENT_FILES:
-        source = student_root / name
-        if source.is_file():
-            shutil.copy2(source, dest / name)
+        source = student_file(student_root, name)
+        if source:
+            shutil.copyfile(source, dest / name, follow_symlinks=False)
         else:
             missing.append(name)
     return dest, missing
+
+
+def student_file(student_root, name):
+    """The submission's file `name`, or None. A link is not the student's file (it may point at
+    the grader's own copy of the solution), nor is a file inside a linked folder."""
+    path = Path(student_root) / name
+    for step in [path, *path.parents]:
+        if step == Path(student_root):
+            break
+        if step.is_symlink():
+            return None
+    return path if path.is_file() else None
 
 
 def scratch_dir():

@@ -117,3 +117,19 @@ def test_grade_writes_gradescope_results(tmp_path, student_repo, monkeypatch):
     assert sum(t["max_score"] for t in data["tests"]) == sum(
         c.points for c in select(exercise=3, hidden=True)) == 18 + 3
     assert {t["visibility"] for t in data["tests"]} == {"visible", "after_published"}
+
+
+def test_what_a_hidden_seed_said_stays_out_of_visible_feedback():
+    # A submission can raise an exception that carries its inputs: on the hidden seed those are
+    # the hidden prompt and expected text. Visible tests say only that the hidden seed failed.
+    public = next(c for c in runner.select() if not c.hidden)
+    hidden = next(c for c in runner.select(hidden=True) if c.hidden)
+    secret = {"status": "error", "message": "ValueError: prompt SECRET-abc expected SECRET-xyz"}
+    results = [runner.Result(c, {runner.PUBLIC_SEED: {"status": "pass"}, 271828: secret})
+               for c in (public, hidden)]
+    data = runner.gradescope_json(results)
+    visible = [t for t in data["tests"] if t["visibility"] == "visible"]
+    assert visible and all("SECRET" not in t["output"] for t in visible)
+    assert "hidden seed" in visible[0]["output"] and data["stdout_visibility"] != "visible"
+    later = [t for t in data["tests"] if t["visibility"] == "after_published"]
+    assert "SECRET-abc" in later[0]["output"]                   # the teacher still sees it

@@ -201,6 +201,22 @@ def test_processes_a_submission_forks_end_with_its_check(killed, tmp_path, monke
     assert marker.exists() != killed                      # ... but nothing outlives the check
 
 
+def test_a_link_to_the_graders_files_is_not_a_submission(tmp_path):
+    # Links in a submission to the grader's reference (a file, or a folder holding one) would
+    # hand the student the solution's points: they count as missing files.
+    submission = copy_project(tmp_path / "submission")
+    (submission / "speculative.py").unlink()
+    (submission / "speculative.py").symlink_to(ROOT / "speculative.py")
+    (submission / "exercises").rename(tmp_path / "elsewhere")
+    (submission / "exercises").symlink_to(ROOT / "exercises", target_is_directory=True)
+    _, missing = workspace(submission, tmp_path / "scratch")
+    assert set(missing) == {"speculative.py", "exercises/ex2_derive.py", "exercises/ex5_gpu.py"}
+    (submission / "speculative.py").unlink()                         # the control: real files
+    (submission / "speculative.py").write_text((ROOT / "speculative.py").read_text())
+    _, missing = workspace(submission, tmp_path / "scratch2")
+    assert "speculative.py" not in missing
+
+
 def test_grade_all_grades_the_others_when_one_zip_is_corrupt(tmp_path, monkeypatch):
     # A zip whose data is damaged (extracting raises zlib.error or BadZipFile): that student's
     # row says "not graded" with blank points, not 0, and the next student is still graded.

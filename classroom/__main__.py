@@ -40,6 +40,7 @@ def parser():
     g = sub.add_parser("grade", help="grade one submission (folder, git repository or zip)")
     g.add_argument("submission", help="the student's folder, bare git repository or zip")
     g.add_argument("--out", default="results.json", help="Gradescope's results.json")
+    g.add_argument("--part", help="grade one part only, e.g. 3b (a regrade)")
     a = sub.add_parser("grade-all", help="grade every submission in a folder into one CSV")
     a.add_argument("folder", help="one folder or zip per student")
     a.add_argument("--csv", default="grades.csv", help="one row per student")
@@ -78,17 +79,18 @@ def check(args):
     return 0
 
 
-def grade_one(submission):
-    """All checks, public and hidden seeds, on a submission: (results, missing files)."""
+def grade_one(submission, part=None):
+    """All checks (or a part's), public and hidden seeds, on a submission: (results, missing
+    files)."""
     with scratch_dir() as scratch:
         root, missing = workspace(submission, scratch)
-        results = runner.run_checks(root, runner.select(hidden=True),
+        results = runner.run_checks(root, runner.select(part=part, hidden=True),
                                     [runner.PUBLIC_SEED, runner.hidden_seed()], missing=missing)
     return results, missing
 
 
 def grade(args):
-    results, missing = grade_one(args.submission)
+    results, missing = grade_one(args.submission, args.part)
     print(runner.table(results))
     Path(args.out).write_text(json.dumps(runner.gradescope_json(results), indent=2) + "\n")
     print(f"wrote {args.out}")

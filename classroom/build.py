@@ -230,8 +230,14 @@ jobs:
 """
 
 
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH = "torch==2.13.*"  # the project's pin (pyproject.toml; a test keeps the two equal)
+
+
 def gradescope_zip(out, root=ROOT):
-    """Gradescope's autograder: setup.sh, run_autograder and this repository in source/."""
+    """Gradescope's autograder zip, in the layout Gradescope documents: setup.sh and
+    run_autograder at the top, next to this repository's files; Gradescope unpacks it all into
+    /autograder/source. AUTOGRADER_ROOT stands in for /autograder (the tests use it)."""
     seed = runner.hidden_seed()
     out = Path(out)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
@@ -239,22 +245,25 @@ def gradescope_zip(out, root=ROOT):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16  # executable
             z.writestr(info, body)
-        script("setup.sh", """#!/usr/bin/env bash
+        script("setup.sh", f"""#!/usr/bin/env bash
 # Gradescope runs this once when it builds the autograder image.
 set -euo pipefail
 apt-get update && apt-get install -y python3 python3-venv python3-pip make git
-cd /autograder/source
+cd "${{AUTOGRADER_ROOT:-/autograder}}/source"
 python3 -m venv .venv
+# torch's CPU build (the grader needs no GPU; the default build pulls gigabytes of CUDA)
+.venv/bin/pip install --quiet --index-url "${{TORCH_INDEX:-{TORCH_CPU_INDEX}}}" "{TORCH}"
 .venv/bin/pip install --quiet -e .
 """)
         script("run_autograder", f"""#!/usr/bin/env bash
 # Gradescope runs this for every submission.
 set -euo pipefail
-cd /autograder/source
-CLASSROOM_SEED={seed} .venv/bin/python -m classroom grade /autograder/submission \\
-    --out /autograder/results/results.json
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+cd "$ROOT/source"
+CLASSROOM_SEED={seed} .venv/bin/python -m classroom grade "$ROOT/submission" \\
+    --out "$ROOT/results/results.json" "$@"
 """)
         for f in project_files(root):
-            z.write(f, "source/" + f.relative_to(root).as_posix())
+            z.write(f, f.relative_to(root).as_posix())
     os.chmod(out, 0o644)
     return out

@@ -5,11 +5,14 @@ otherwise (the bug zoo and bad submissions are in test_grader_zoo.py).
 """
 
 import json
+import os
+import subprocess
+import zipfile
 
 import pytest
 
 from classroom import build, parts, regions, runner
-from classroom.submissions import ROOT
+from classroom.submissions import ROOT, copy_project
 
 # ----------------------------------------------------------------------------------------------
 # Regions
@@ -133,3 +136,27 @@ def test_what_a_hidden_seed_said_stays_out_of_visible_feedback():
     assert "hidden seed" in visible[0]["output"] and data["stdout_visibility"] != "visible"
     later = [t for t in data["tests"] if t["visibility"] == "after_published"]
     assert "SECRET-abc" in later[0]["output"]                   # the teacher still sees it
+
+
+def test_the_gradescope_zip_runs_in_gradescopes_layout(tmp_path):
+    # Gradescope unpacks the zip into /autograder/source, runs setup.sh there once and
+    # run_autograder per submission (AUTOGRADER_ROOT stands in for /autograder). setup.sh needs
+    # the network, so the project's own environment stands in for the one it installs.
+    autograder = tmp_path / "autograder"
+    with zipfile.ZipFile(build.gradescope_zip(tmp_path / "autograder.zip")) as z:
+        z.extractall(autograder / "source")
+    source = autograder / "source"
+    assert (source / "setup.sh").exists() and (source / "run_autograder").exists()
+    assert (source / "pyproject.toml").exists() and (source / "classroom").is_dir()
+    setup = (source / "setup.sh").read_text()
+    assert build.TORCH_CPU_INDEX in setup and f'"{build.TORCH}"' in setup
+    assert f'"{build.TORCH}"' in (ROOT / "pyproject.toml").read_text()  # one pin, kept equal
+    (source / ".venv").symlink_to(ROOT / ".venv", target_is_directory=True)
+    copy_project(autograder / "submission")
+    (autograder / "results").mkdir()
+    done = subprocess.run(["bash", str(source / "run_autograder"), "--part", "2a"],
+                          env={**os.environ, "AUTOGRADER_ROOT": str(autograder)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((autograder / "results" / "results.json").read_text())
+    assert data["score"] == sum(c.points for c in runner.select(part="2a", hidden=True)) > 0

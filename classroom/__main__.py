@@ -22,7 +22,8 @@ from pathlib import Path
 
 import cli
 from classroom import build, notebooks, parts, runner
-from classroom.submissions import ROOT, SubmissionError, scratch_dir, workspace
+from classroom.submissions import (ROOT, SubmissionError, broken_files, scratch_dir,
+                                   with_blank_files, workspace)
 
 
 def parser():
@@ -82,11 +83,22 @@ def check(args):
 def grade_one(submission, part=None):
     """All checks (or a part's), public and hidden seeds, on a submission: (results, missing
     files)."""
+    seeds, chosen = [runner.PUBLIC_SEED, runner.hidden_seed()], runner.select(part=part,
+                                                                            hidden=True)
     with scratch_dir() as scratch:
         root, missing = workspace(submission, scratch)
-        results = runner.run_checks(root, runner.select(part=part, hidden=True),
-                                    [runner.PUBLIC_SEED, runner.hidden_seed()], missing=missing)
-    return results, missing
+        broken = broken_files(root)
+        if not broken:
+            return runner.run_checks(root, chosen, seeds, missing=missing), missing
+        # A file that does not compile costs its own parts; the other parts run with a blank
+        # copy of it in its place (their files may import it).
+        own = [c for c in chosen if parts.BY_ID[c.part].file in broken]
+        others = [c for c in chosen if c not in own]
+        stand_in = with_blank_files(root, broken, Path(scratch) / "stand-in")
+        results = runner.run_checks(root, own, seeds, missing=missing) + \
+            runner.run_checks(stand_in, others, seeds, missing=missing)
+    order = {c.name: i for i, c in enumerate(chosen)}
+    return sorted(results, key=lambda r: order[r.check.name]), missing
 
 
 def grade(args):

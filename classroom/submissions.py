@@ -9,7 +9,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from classroom import parts
+from classroom import parts, regions
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER_COPIED = {".git", ".venv", "checkpoints", "results", "__pycache__", ".pytest_cache",
@@ -109,3 +109,26 @@ def student_file(student_root, name):
 
 def scratch_dir():
     return tempfile.TemporaryDirectory(prefix="classroom-grade-")
+
+
+def broken_files(workspace_root):
+    """The student files in a workspace that Python cannot even compile (a syntax error)."""
+    broken = []
+    for name in parts.STUDENT_FILES:
+        path = Path(workspace_root) / name
+        try:
+            compile(path.read_text(errors="replace"), str(path), "exec")
+        except (SyntaxError, ValueError, OSError):
+            broken.append(name)
+    return broken
+
+
+def with_blank_files(workspace_root, names, dest, root=ROOT):
+    """A copy of the workspace in which each of `names` is the blank student version of that
+    file (the solutions replaced by NotImplementedError): the other files that import it still
+    import, so a syntax error in one file costs the parts of that file only."""
+    shutil.copytree(workspace_root, dest)
+    for name in names:
+        reference = (Path(root) / name).read_text()
+        (Path(dest) / name).write_text(regions.student_version(reference, parts.message))
+    return Path(dest)

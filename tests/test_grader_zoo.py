@@ -217,6 +217,26 @@ def test_a_link_to_the_graders_files_is_not_a_submission(tmp_path):
     assert "speculative.py" not in missing
 
 
+def test_a_file_that_does_not_compile_costs_its_own_parts_only(tmp_path, monkeypatch):
+    # speculative.py imports numpy_speculative.py: a syntax error there must not cost 2a.
+    submission = copy_project(tmp_path / "submission")
+    broken = submission / "numpy_speculative.py"
+    broken.write_text(broken.read_text().replace("    kept = 0\n", "    kept = = 0\n", 1))
+    select = runner.select
+    monkeypatch.setattr(runner, "select", lambda part=None, **kw: [
+        c for c in select(hidden=True) if c.part in ("1a", "2a")])
+    from classroom.__main__ import grade_one
+    results, _ = grade_one(submission)
+    by_part = {p: [r for r in results if r.check.part == p] for p in ("1a", "2a")}
+    assert all(r.status == "error" and "SyntaxError" in " ".join(r.lines())
+               for r in by_part["1a"])
+    assert by_part["2a"] and all(r.status == "pass" for r in by_part["2a"])
+    # the control: run as submitted, the import error reaches 2a
+    ws, _ = workspace(submission, tmp_path / "scratch")
+    plain = runner.run_checks(ws, [r.check for r in by_part["2a"]], [0])
+    assert all(r.status != "pass" for r in plain)
+
+
 def test_grade_all_grades_the_others_when_one_zip_is_corrupt(tmp_path, monkeypatch):
     # A zip whose data is damaged (extracting raises zlib.error or BadZipFile): that student's
     # row says "not graded" with blank points, not 0, and the next student is still graded.

@@ -11,6 +11,7 @@ the student version.
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -20,7 +21,8 @@ from pathlib import Path
 from classroom import checks, notebooks, parts, regions, runner
 from classroom.submissions import ROOT, project_files
 
-TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/")
+TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
+                 "README.md")  # the student's README is student_readme()
 
 
 class BuildError(ValueError):
@@ -32,6 +34,10 @@ def student_text(relative, text):
         return regions.student_version(text, parts.message)
     if relative == "classroom/checks.py":
         return regions.without_hidden(text)
+    if relative == "Makefile":  # a student's `make test` runs their checks (no tests/ there)
+        return re.sub(r"^test: setup.*\n\t.*$",
+                      "test: setup          ## your checks, every exercise (make check N=3: one)\n"
+                      "\t$(PY) -m classroom check", text, flags=re.M)
     if relative.endswith(".ipynb"):
         notebook = json.loads(text)
         for cell in notebook["cells"]:
@@ -49,7 +55,7 @@ def write_student_repository(dest, root=ROOT):
         relative = f.relative_to(root).as_posix()
         if relative.startswith(TEACHERS_ONLY):
             continue
-        target = dest / ("ABOUT.md" if relative == "README.md" else relative)
+        target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if relative == ".ci/run":
             continue
@@ -127,7 +133,8 @@ def student_readme():
 
 Five exercises on speculative decoding with tiny character-level GPTs. The library around them
 is complete; the functions you write raise `NotImplementedError("Exercise N, part ...")` until
-you do. What the lesson is, and its figures: `docs/LESSON.md`; the whole project: `ABOUT.md`.
+you do. What the lesson is, and its figures: `docs/LESSON.md`; how the library is built:
+`docs/DESIGN.md`; the functions you may call: `docs/API.md`.
 
 ## Set up (once)
 

@@ -69,7 +69,7 @@ def student_repo(tmp_path_factory):
 
 
 def test_build_writes_a_complete_student_repository(student_repo):
-    for name in ["README.md", "ABOUT.md", ".ci/run", ".github/workflows/classroom.yml",
+    for name in ["README.md", ".ci/run", ".github/workflows/classroom.yml",
                  "classroom/checks.py", "numpy_speculative.py", "docs/LESSON.md", "Makefile"]:
         assert (student_repo / name).exists(), name
     assert not (student_repo / "tests").exists()
@@ -83,6 +83,10 @@ def test_build_writes_a_complete_student_repository(student_repo):
     workflow = (student_repo / ".github" / "workflows" / "classroom.yml").read_text()
     assert workflow.count("autograding-command-grader") == len(parts.PARTS)
     assert "make check N=3" in (student_repo / "README.md").read_text()
+    assert not (student_repo / "ABOUT.md").exists()       # the teacher's README stays here
+    makefile = (student_repo / "Makefile").read_text()
+    assert "-m classroom check" in makefile.split("\ntest:")[1].split("\n\n")[0]
+    assert "pytest" not in makefile.split("\ntest:")[1].split("\n\n")[0]
 
 
 def test_the_student_repository_checks_itself_and_reports(student_repo, run_script):

@@ -84,8 +84,15 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                 else:
                     tasks.append((result, seed))
 
+        stalled = set()  # parts with a check that ran out of time: an endless loop, likely
+
         def work(task):
             result, seed = task
+            if result.check.part in stalled:  # its other checks would only loop again
+                result.outcomes[seed] = {"status": "timeout", "message": "not run: another "
+                                         f"check of part {result.check.part} did not finish "
+                                         f"within {timeout} s"}
+                return
             out = Path(scratch) / f"{result.check.name}-{seed}.json"
             env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1",
                    "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -105,6 +112,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                 finally:
                     kill_group(worker)
             if not finished:
+                stalled.add(result.check.part)
                 result.outcomes[seed] = {"status": "timeout", "message":
                                          f"did not finish within {timeout} s (an endless loop?)"}
                 return

@@ -237,6 +237,22 @@ def test_a_file_that_does_not_compile_costs_its_own_parts_only(tmp_path, monkeyp
     assert all(r.status != "pass" for r in plain)
 
 
+def test_an_endless_loop_is_cut_once_per_part(tmp_path):
+    # 3b has several checks and two seeds; each would wait out the limit. After the first
+    # timeout the part's other checks are not run, so the grade waits about one limit.
+    edit = ("numpy_speculative.py", "    seq, passes = list(prompt), 0\n",
+            "    while True:\n        pass\n    seq, passes = list(prompt), 0\n")
+    submission = copy_project(tmp_path / "submission")
+    text = (submission / edit[0]).read_text()
+    (submission / edit[0]).write_text(text.replace(edit[1], edit[2], 1))
+    ws, missing = workspace(submission, tmp_path / "scratch")
+    results = runner.run_checks(ws, runner.select(part="3b", hidden=True), [0, 1], jobs=1,
+                                timeout=3)
+    assert all(r.status == "timeout" for r in results) and len(results) >= 3
+    waited = [o for r in results for o in r.outcomes.values() if "not run" not in o["message"]]
+    assert len(waited) == 1                          # one limit waited out, not 2 x 4 of them
+
+
 def test_grade_all_grades_the_others_when_one_zip_is_corrupt(tmp_path, monkeypatch):
     # A zip whose data is damaged (extracting raises zlib.error or BadZipFile): that student's
     # row says "not graded" with blank points, not 0, and the next student is still graded.

@@ -18,18 +18,13 @@ from dataclasses import dataclass, field
 import cli
 import corpus
 import gpt
+import machine
 from beyond import checkpoint
 from beyond.studies import drafters, sampling_costs, transformers
 from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
-# Seconds each stage took on a 2-core CPU, for the time-left estimate (0 when cached).
-EXPECTED_SECONDS = {"big": 200, "draft": 12, "names": 12, "distilled": 110,
-                    1: 5, 2: 3, 3: 15, 4: 12, 5: 40, "drafters": 420, "transformers": 120,
-                    "sampling": 150}
-
-
 @dataclass
 class Stages:
     drafters: bool = True      # then every drafter compared (beyond.studies.drafters; minutes)
@@ -43,21 +38,26 @@ class Args(common.ExerciseArgs, Stages):
 
 
 class Progress:
-    """One line per stage: what runs now, and about how long is left."""
+    """One line per stage: what runs now, and about how long is left, forecast from the time
+    each stage took on the reference machine scaled by this machine's speed, measured now
+    (common.forecast) and again as the job goes on (the stages so far against their forecast)."""
 
     def __init__(self, stages):
         self.stages, self.started, self.done = stages, time.time(), 0
+        self.probes = common.probes()
+        self.forecast_so_far = 0.0
 
     def start(self, label, key):
-        left = sum(EXPECTED_SECONDS[k] for k, cached in self.stages[self.done:] if not cached)
         elapsed = time.time() - self.started
-        print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({elapsed:.0f}s so far, "
-              f"about {_minutes(left)} left)", flush=True)
+        waiting = [k for k, cached in self.stages[self.done:] if not cached]
+        left = common.forecast(waiting, self.probes)
+        if self.forecast_so_far > 30:      # the stages so far say how this machine runs today
+            left *= elapsed / self.forecast_so_far
+        print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({machine.duration(elapsed)} so "
+              f"far, about {machine.duration(left)} left)", flush=True)
+        key_cached = self.stages[self.done][1]
+        self.forecast_so_far += 0 if key_cached else common.forecast([key], self.probes)
         self.done += 1
-
-
-def _minutes(seconds):
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f}s"
 
 
 def after_the_exercises(args):

@@ -10,6 +10,7 @@ in seconds.
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 
 import cli
 import gpt
+import machine
 import speculative as sd
 import train
 from beyond import checkpoint
@@ -58,8 +60,43 @@ def load_models(args, names, log=print):
     return models
 
 
-# Minutes each preset takes to train on a 2-core laptop, for the notice before training.
-TRAIN_MINUTES = {"big": 3.5, "draft": 0.3, "names": 0.3, "distilled": 2}
+# Seconds each stage of the main job took on the reference machine (a quiet 2-core x86-64 VM,
+# torch 2.13 CPU, 2026-12-01; models: training from nothing), and that machine's probes. A
+# forecast scales them by this machine's probes, timed now: a slower or busier machine waits
+# longer. Training is timed on training's threads, the rest (decoding) on one thread.
+STAGE_SECONDS = {"big": 192, "draft": 15, "names": 12, "distilled": 115,
+                 1: 2, 2: 2, 3: 28, 4: 21, 5: 71, "drafters": 420, "transformers": 120,
+                 "sampling": 60}
+TRAINING = ("big", "draft", "names", "distilled")
+REFERENCE_PROBES = {"training": 0.125, "decoding": 0.21}   # seconds, see probes()
+
+
+def probes(repeats=5):
+    """This machine's speed now: the median seconds of one training step (forward and backward,
+    20 x 128 characters) of an untrained model of the big one's size, on training's threads,
+    and on decoding's one thread."""
+    torch.manual_seed(0)
+    model = gpt.GPT(gpt.Config(**{**vars(checkpoint.preset("big")), "vocab_size": 65}))
+    x = torch.randint(0, 65, (20, model.c.block_size))
+
+    def step_seconds(threads):
+        times = []
+        with machine.threads(threads):
+            for i in range(repeats + 1):              # the first one warms up, untimed
+                started = time.perf_counter()
+                _, loss = model(x, x)
+                loss.backward()
+                times.append(time.perf_counter() - started)
+        return sorted(times[1:])[repeats // 2]
+    return {"training": step_seconds(machine.training_threads()),
+            "decoding": step_seconds(machine.DECODE_THREADS)}
+
+
+def forecast(stages, measured=None):
+    """Seconds the stages (keys of STAGE_SECONDS) will take here, at this machine's speed now."""
+    measured = measured or probes()
+    return sum(STAGE_SECONDS[s] * measured[kind] / REFERENCE_PROBES[kind] for s in stages
+               for kind in ["training" if s in TRAINING else "decoding"])
 
 
 def notebook_args():
@@ -72,11 +109,12 @@ def notebook_args():
 def notebook_models(names):
     """The trained presets a notebook needs; trains the missing ones, saying so first."""
     args = notebook_args()
-    missing = [n for n in names if not checkpoint.checkpoint_path(n, checkpoint_folder(args)).exists()]
+    folder = checkpoint_folder(args)
+    missing = [n for n in names if not checkpoint.checkpoint_path(n, folder).exists()]
     if missing and not args.quick:
-        minutes = sum(TRAIN_MINUTES[n] for n in missing)
-        print(f"training {', '.join(missing)} first: about {minutes:.0f} minute(s) on a 2-core "
-              f"laptop, once (`make train` does the same from a terminal)")
+        print(f"training {', '.join(missing)} first, once: about "
+              f"{machine.duration(forecast(missing))} at this machine's speed now (`make train` "
+              "does the same from a terminal)")
     return load_models(args, names, log=print if missing else _quiet)
 
 

@@ -181,3 +181,13 @@ def test_the_forwards_study_times_every_forward_pass(capsys):
     assert set(rows) == {1, 3} and all(len(row) == 6 and min(row.values()) > 0
                                        for row in rows.values())
     assert "the rule: 1.5x" in capsys.readouterr().out
+
+
+def test_a_stage_forecast_scales_with_this_machines_measured_speed():
+    from exercises import common
+    reference = dict(common.REFERENCE_PROBES)
+    assert common.forecast(["big", 3], reference) == common.STAGE_SECONDS["big"] + \
+        common.STAGE_SECONDS[3]
+    twice_as_slow_training = {**reference, "training": 2 * reference["training"]}
+    assert common.forecast(["big", 3], twice_as_slow_training) == pytest.approx(
+        2 * common.STAGE_SECONDS["big"] + common.STAGE_SECONDS[3])     # decoding unchanged

@@ -1,10 +1,12 @@
 """Threads and busy-machine notes: decoding runs on one torch thread and gives the count back;
 a program spinning on a core is noticed; unsteady timings are noticed."""
 
+import re
 import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 import machine
@@ -77,3 +79,64 @@ def test_unsteady_timings_are_noticed():
     quiet.other_cores = 0.0
     assert quiet.note([0.05]) == ""
     assert "differed by up to 40%" in quiet.note([0.05, 0.4])
+
+
+# ----------------------------------------------------------------------------------------------
+# Honest waiting: durations, the forecast from timed steps, one progress line in a notebook
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_durations_read_as_a_person_says_them_and_never_zero_minutes():
+    assert machine.duration(0.2) == "1 s" and machine.duration(40) == "40 s"
+    assert machine.duration(190) == "3 min 10 s" and machine.duration(61) == "1 min"
+    assert machine.duration(3900) == "1 h 5 min"
+    assert not [s for s in range(0, 4000, 7) if re.search(r"\b0 (min|s)\b", machine.duration(s))]
+
+
+def test_the_forecast_counts_steps_and_evaluations_as_timed():
+    # 100 steps of 0.1 s, an evaluation every 25 steps costing 1 s more: 10 s + 4 x 1 s in all.
+    clock = Clock()
+    pace = machine.Pace(100, eval_every=25, eval_steps=0.0, skip=3, min_steps=5,
+                        min_seconds=0.5, clock=clock)
+    forecasts = {}
+    for step in range(1, 101):
+        clock.now += 0.1
+        pace.tick()
+        if step % 25 == 0:
+            clock.now += 1.0                   # the evaluation after this step
+            pace.evaluated()
+        forecasts[step] = pace.seconds_left()
+    assert forecasts[4] is None                 # too few steps timed to forecast
+    assert forecasts[10] == pytest.approx(90 * 0.1 + 4 * 0.0)   # no evaluation timed yet
+    assert forecasts[30] == pytest.approx(70 * 0.1 + 3 * 1.0)   # then each costs what it took
+    assert forecasts[100] == 0
+
+
+def test_a_notebook_gets_one_line_updated_in_place(monkeypatch):
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, data, raw=False):
+            updates.append(data["text/plain"])
+
+    import IPython.display
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda data, raw=False, display_id=False: shown.append(data) or Handle())
+    clock = Clock()
+    line = machine.ProgressLine(100, label="big", notebook=True, every=0.5, clock=clock)
+    for step in range(1, 101):
+        clock.now += 0.1
+        line.update(step, "loss 2.000", left=(100 - step) * 0.1)
+    line.close()
+    assert len(shown) == 1                            # one output ...
+    assert 15 <= len(updates) <= 25                   # ... redrawn every 0.5 s, not every step
+    assert "100/100 steps" in updates[-1] and "left" not in updates[-1]

@@ -104,3 +104,34 @@ def test_lesson_snippet_runs():
     assert x.shape == y.shape and len(val_data) > 0
     assert decode(encode("JULIET:\n")) == "JULIET:\n"
     assert train(model, steps=1, log_every=0, source=gpt.names_data) is model
+
+
+def test_the_progress_shows_the_validation_loss_only_once_it_exists():
+    import train
+    model = GPT(tiny_config())
+    watch = train.Watch("tiny", model, TrainConfig(steps=10, eval_every=5), progress=False,
+                        log=lambda *a: None)
+    try:
+        assert "nan" not in watch.postfix() and "val" not in watch.postfix()
+        watch.loss, watch.val = 2.5, float("nan")       # gpt.train's value before evaluating
+        assert watch.postfix() == "loss 2.500"
+        watch.on_eval(5, 2.25)
+        assert watch.postfix() == "loss 2.500  val 2.250"
+    finally:
+        watch.close()
+
+
+def test_training_announces_its_time_from_its_own_first_steps():
+    import train
+    said, ticks = [], iter(range(10_000))
+    model = GPT(tiny_config())
+    tc = TrainConfig(steps=40, eval_every=20, batch_size=4)
+    watch = train.Watch("tiny", model, tc, progress=False, log=said.append,
+                        clock=lambda: next(ticks) * 0.5)          # every reading: 0.5 s later
+    try:
+        model.train()
+        for _ in range(12):
+            model(torch.zeros(1, 4, dtype=torch.long))
+    finally:
+        watch.close()
+    assert len(said) == 1 and said[0].startswith("tiny: 40 steps, about ")

@@ -25,6 +25,8 @@ from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_g
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
+
+
 @dataclass
 class Stages:
     drafters: bool = True      # then every drafter compared (beyond.studies.drafters; minutes)
@@ -40,23 +42,26 @@ class Args(common.ExerciseArgs, Stages):
 class Progress:
     """One line per stage: what runs now, and about how long is left, forecast from the time
     each stage took on the reference machine scaled by this machine's speed, measured now
-    (common.forecast) and again as the job goes on (the stages so far against their forecast)."""
+    (common.forecast) and again as the job goes on (the stages so far against their forecast).
+    No forecast with --quick: its tiny models take seconds, not the lesson-size stages' times."""
 
-    def __init__(self, stages):
+    def __init__(self, stages, forecast=True):
         self.stages, self.started, self.done = stages, time.time(), 0
-        self.probes = common.probes()
+        self.probes = common.probes() if forecast else None
         self.forecast_so_far = 0.0
 
     def start(self, label, key):
         elapsed = time.time() - self.started
-        waiting = [k for k, cached in self.stages[self.done:] if not cached]
-        left = common.forecast(waiting, self.probes)
-        if self.forecast_so_far > 30:      # the stages so far say how this machine runs today
-            left *= elapsed / self.forecast_so_far
-        print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({machine.duration(elapsed)} so "
-              f"far, about {machine.duration(left)} left)", flush=True)
-        key_cached = self.stages[self.done][1]
-        self.forecast_so_far += 0 if key_cached else common.forecast([key], self.probes)
+        so_far = f"{machine.duration(elapsed)} so far"
+        if self.probes:
+            waiting = [k for k, cached in self.stages[self.done:] if not cached]
+            left = common.forecast(waiting, self.probes)
+            if self.forecast_so_far > 30:  # the stages so far say how this machine runs today
+                left *= elapsed / self.forecast_so_far
+            so_far += f", about {machine.duration(left)} left"
+            key_cached = self.stages[self.done][1]
+            self.forecast_so_far += 0 if key_cached else common.forecast([key], self.probes)
+        print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
         self.done += 1
 
 
@@ -78,7 +83,7 @@ def lesson(args):
     stages = [(name, checkpoint.checkpoint_path(name, folder).exists()) for name in presets]
     stages += [(n, False) for n in args.only]
     stages += [(key, False) for key, _, _ in after_the_exercises(args)]
-    progress = Progress(stages)
+    progress = Progress(stages, forecast=not args.quick)
     for name in presets:
         progress.start(f"model {name!r}", name)
         common.load_models(args, [name])
@@ -96,7 +101,7 @@ def lesson(args):
                                  checkpoints=args.checkpoints, results=args.results)
         sections[key] = module.run(stage_args, log=print)
         path = report.record(args, key, sections[key], log=None)
-    print(f"\ndone in {time.time() - started:.0f}s: {path}")
+    print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
     return sections
 
 

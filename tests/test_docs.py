@@ -1,60 +1,247 @@
-"""The README is all a user has: every link in it and in docs/ points inside the repository."""
+"""The README is all a user has: it must stay a short landing page whose links, commands, quoted
+code and figures are the repository's own; every document's links point inside the repository;
+a figure quoted in two documents is the same figure."""
 
+import ast
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEACHERS = ROOT / "classroom" / "TEACHERS.md"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), TEACHERS]
+
+
+def read(name):
+    return (ROOT / name).read_text()
+
+
+def flat(text):
+    """Text with every run of whitespace (line breaks included) as one space."""
+    return " ".join(text.split())
+
+
+README = read("README.md")
+RESULTS = read("docs/RESULTS.md")
+LESSON = read("docs/LESSON.md")
+
+
+def links(text):
+    return [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+            if not t.startswith(("http://", "https://"))]
 
 
 def test_links_stay_inside_the_repository():
     for doc in DOCS:
         text = doc.read_text()
         assert "../shared" not in text, f"{doc.name} points outside the repository"
-        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
-            if target.startswith(("http://", "https://")):
-                continue
+        for target in links(text):
             path = (doc.parent / target).resolve()
             assert path.exists() and ROOT in path.parents, f"{doc.name}: broken link {target}"
 
 
+def test_the_readme_links_nothing_outside_the_repository():
+    assert not re.search(r"\]\((https?:|/|\.\./)", README), \
+        "the README links outside the repository"
+
+
+def teachers_only():
+    """classroom/build.py's TEACHERS_ONLY: what the student repository leaves out."""
+    tree = ast.parse(read("classroom/build.py"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "TEACHERS_ONLY":
+            return ast.literal_eval(node.value)
+    raise AssertionError("classroom/build.py has no TEACHERS_ONLY")
+
+
+def test_documents_the_student_repository_keeps_link_nothing_it_leaves_out():
+    left_out = teachers_only()
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        relative = doc.relative_to(ROOT).as_posix()
+        if relative.startswith(left_out):
+            continue
+        for target in links(doc.read_text()):
+            path = (doc.parent / target).resolve().relative_to(ROOT).as_posix()
+            assert not path.startswith(left_out), \
+                f"{relative} links {target}, which the student repository leaves out: " \
+                "quote it as `code`"
+
+
 def test_the_public_api_and_the_lesson_are_linked_from_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    assert "(docs/API.md)" in readme and "(docs/LESSON.md)" in readme
-
-
-README = (ROOT / "README.md").read_text()
-RESULTS = (ROOT / "docs" / "RESULTS.md").read_text()
+    assert "(docs/API.md)" in README and "(docs/LESSON.md)" in README
+    assert "from gpt import GPT, Config, train, encode, decode, get_batch," in README
 
 
 def test_the_readme_is_a_landing_page():
     lines = README.splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines: move detail into docs/"
     path = next(i for i, line in enumerate(lines) if line.startswith("## The learning path"))
-    assert path < 60 and "01_the_idea" in "\n".join(lines[:path + 5])
+    assert path < 60, "the learning path must start within the README's first 60 lines"
+    top = "\n".join(lines[:path])
+    assert "make lesson" in top and "make test" in top and "make notebooks" in top
+    assert "my-notebooks/01_the_idea.ipynb" in top, "say which notebook to open first"
+    files = README.split("## The files")[1].split("\n## ")[0]
+    rows = [r for r in files.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert 0 < len(rows) <= 12, f"the README's files table has {len(rows)} rows (at most 12)"
+
+
+def table_after(text, heading):
+    """The first table after heading: one list of cells per row, the header first."""
+    section = text.split(heading, 1)[1]
+    rows = re.search(r"^(\|.*\n)+", section, re.M).group(0).splitlines()
+    return [[c.strip() for c in r.strip("|").split("|")] for r in rows if "---" not in r]
+
+
+def learning_path_rows():
+    return table_after(README, "## The learning path")[1:]
+
+
+def test_the_learning_path_is_the_notebooks_in_order_with_their_own_reading_times_and_parts():
+    from classroom.parts import PARTS
+    part_of = {f"{p.file[:-3].replace('/', '.')}.{f}": p.id for p in PARTS for f in p.functions}
+    rows = learning_path_rows()
+    sources = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert [r[1].strip("`") for r in rows] == [s.stem for s in sources]
+    for row, source in zip(rows, sources):
+        text = source.read_text()
+        minutes = re.search(r"Reading time: about (\d+) minutes", text).group(1)
+        assert row[-1] == f"{minutes} min", f"{source.stem}: the notebook says {minutes} minutes"
+        turns = re.findall(r"^# %% your turn: (.+)$", text, re.M)
+        parts = sorted({part_of[f] for cell in turns for f in cell.split()})
+        assert sorted(re.findall(r"\b[1-5][a-c]\b", row[3])) == parts, \
+            f"{source.stem}: its your-turn cells are parts {parts}"
+
+
+def test_every_make_command_in_the_documents_is_a_target():
+    targets = set(re.findall(r"^([\w-]+):", read("Makefile"), re.M))
+    for doc in DOCS:
+        text = doc.read_text()
+        for target in re.findall(r"`make ([a-z][\w-]*)|^make ([a-z][\w-]*)", text, re.M):
+            target = "".join(target)
+            assert target in targets, f"{doc.name}: `make {target}` is not in the Makefile"
+
+
+def find_lines(source, piece, start):
+    for at in range(start, len(source) - len(piece) + 1):
+        if source[at:at + len(piece)] == piece:
+            return at
+    return None
 
 
 def test_code_the_readme_quotes_is_the_code_of_the_file_it_names():
     # Each ```python block follows a sentence naming its file, like "(`speculative.py`, ...)";
-    # every line of the block must be in that file as it is.
-    for before, block in re.findall(r"([^\n]*\n[^\n]*)\n\n```python\n(.*?)```", README, re.S):
+    # its lines are that file's lines, whole and in order; a line "..." marks lines left out.
+    blocks = list(re.finditer(r"^```python\n(.*?)^```", README, re.S | re.M))
+    assert len(blocks) >= 3, "the README quotes the round, the greedy verdict and the rule"
+    for block in blocks:
+        before = "\n".join(README[:block.start()].rstrip("\n").splitlines()[-3:])
         files = re.findall(r"`([\w/]+\.py)`", before)
-        assert files, f"name the file this code comes from: {block[:60]!r}"
-        source = (ROOT / files[-1]).read_text()
-        for line in block.splitlines():
-            assert line in source, f"README quotes a line {files[-1]} does not have: {line!r}"
+        assert files, f"name the file this code comes from: {block.group(1)[:60]!r}"
+        source = read(files[-1]).splitlines()
+        pieces, start = [[]], 0
+        for line in block.group(1).splitlines():
+            if line.strip() == "...":
+                pieces.append([])
+            else:
+                pieces[-1].append(line)
+        for piece in filter(None, pieces):
+            at = find_lines(source, piece, start)
+            assert at is not None, f"README quotes lines {files[-1]} does not have, in this " \
+                                   f"order: {piece[0]!r} ..."
+            start = at + len(piece)
+
+
+def benchmark_rows():
+    """RESULTS.md's benchmark table, one dict per row, bold marks removed."""
+    rows = [[c.replace("**", "") for c in r] for r in table_after(RESULTS, "## The benchmark")]
+    return [dict(zip(rows[0], r)) for r in rows[1:]]
 
 
 def test_figures_quoted_twice_are_the_same_run():
+    bench = benchmark_rows()
     # The README's results table repeats rows of the benchmark table in docs/RESULTS.md.
-    table = README.split("## What it does here")[1].split("## ")[0]
-    rows = [r for r in table.splitlines() if r.startswith("| ") and "---" not in r][1:]
-    assert len(rows) == 4
-    for row in rows:
-        k, per_pass, kept, speedup, predicted = [c.strip() for c in row.strip("|").split("|")][1:]
-        assert re.search(rf"\| {k} \|[^\n]*\| {re.escape(per_pass)} \| {kept} \|", RESULTS) and \
-            re.search(rf"\*?\*?{re.escape(speedup)}\*?\*? \| {re.escape(predicted)} \| "
-                      rf"{re.escape(per_pass)} \| {kept} \|", RESULTS), row
-    # make lesson's time: the README rounds what RESULTS.md measured
+    rows = table_after(README, "## What it does here")
+    assert rows[0][1:] == ["best k", "tokens per pass", "guesses kept", "speed-up", "predicted"]
+    measured = {tuple(r[c] for c in rows[0][1:]) for r in bench}
+    assert len(rows) == 5
+    for row in rows[1:]:
+        assert tuple(c.replace("**", "") for c in row[1:]) in measured, row
+
+    # LESSON.md quotes the benchmark too.
+    lesson = flat(LESSON)
+    verify = sorted(float(r["verify cost"]) for r in bench)
+    assert f"{verify[0]:.2f}-{verify[-1]:.2f} in the benchmark" in lesson, "verify cost's range"
+    for speedup, k in re.findall(r"([\d.]+x) at k = (\d) in the benchmark", lesson):
+        assert any(r["speed-up"] == speedup and r["best k"] == k for r in bench), speedup
+    for per_pass, k in re.findall(r"([\d.]+) at k = (\d) \(benchmark\)", lesson):
+        assert any(r["tokens per pass"] == per_pass and r["best k"] == k for r in bench), per_pass
+    lesson_draft = sorted(float(r["speed-up"][:-1]) for r in bench if r["draft"] == "draft"
+                          and r["big model / draft backend"].startswith("torch"))
+    assert f"the lesson's draft gives {lesson_draft[0]:.2f}-{lesson_draft[-1]:.2f}x" in lesson, \
+        "the lesson's draft's speed-ups with KV caches"
+
+    # Agreement, the KV cache and the distilled draft's range, between LESSON.md and RESULTS.md.
+    results = flat(RESULTS)
+    alpha = re.search(r"([\d.]+) for the lesson's draft, ([\d.]+) for the distilled one", results)
+    assert f"({alpha[1]} on held-out text)" in lesson, "the lesson's draft's agreement"
+    assert f"agrees with the big model on {round(float(alpha[2]) * 100)}% of held-out" in lesson, \
+        "the distilled draft's agreement"
+    cache = re.search(r"A KV cache\*\* makes plain decoding of the big model ([\d.]+x) faster",
+                      results)
+    assert f"about {cache[1]} faster than the lesson's loop" in lesson, "what a KV cache buys"
+    spread = re.search(r"the distilled NumPy draft measured ([\d.]+-[\d.]+x)", results)
+    assert f"decodes {spread[1]} faster" in lesson, "the distilled draft's range over runs"
+
+    # One `python speculative.py` run, in RESULTS.md and in LESSON.md.
+    lesson_run = re.search(r"the lesson's draft keeps (\d+)% of its guesses, ([\d.]+) characters",
+                           results)
+    assert f"{lesson_run[1]}% for 200 characters" in lesson and \
+        f"{lesson_run[2]} (`speculative.py`)" in lesson, "the lesson's draft in speculative.py"
+    distilled = re.search(r"the distilled draft keeps (\d+)%, ([\d.]+) per pass, "
+                          r"\*\*([\d.]+x) faster", results)
+    quoted = re.search(r"(\d+)% kept, ([\d.]+) characters per pass, ([\d.]+x) in a "
+                       r"`python speculative.py` run", lesson)
+    assert quoted and quoted.groups() == distilled.groups(), "LESSON.md and RESULTS.md: one run"
+
+    # The commands' times: the README rounds what RESULTS.md measured.
     minutes, seconds = map(int, re.search(r"`make lesson` \| (\d+) min (\d+) s", RESULTS).groups())
-    assert f"about {round(minutes + seconds / 60)} minutes from nothing" in README
+    assert f"about {round(minutes + seconds / 60)} minutes from nothing" in README, \
+        f"RESULTS.md measured make lesson at {minutes} min {seconds} s"
+    test_time = re.search(r"`make test` \| about (\d+) minutes", RESULTS)[1]
+    for name, text in [("README.md", README), ("docs/TESTING.md", read("docs/TESTING.md"))]:
+        said = re.findall(r"make test[^\n]*?about (\d+) minutes", text)
+        assert said and set(said) == {test_time}, \
+            f"{name}: make test takes about {test_time} minutes"
+    bench_time = re.search(r"`make benchmark`, (?:about )?(\d+) minutes", RESULTS)[1]
+    assert f"`make benchmark`, about {bench_time} minutes" in README, "make benchmark's time"
+
+
+def test_the_teachers_points_are_the_graders():
+    from classroom.parts import PARTS
+    text = TEACHERS.read_text()
+    for p in PARTS:
+        row = re.search(rf"^\| {p.id} \|.*\| `{re.escape(p.file)}` \| (\d+) \| (\d+) min \|$",
+                        text, re.M)
+        assert row and (int(row[1]), int(row[2])) == (p.points, p.minutes), \
+            f"TEACHERS.md, part {p.id}: {p.points} points, {p.minutes} min in classroom/parts.py"
+    total = sum(p.points for p in PARTS)
+    assert f"{total} in a student's own `make check`" in flat(text)
+    assert f"`make check` here scores {total}/{total}" in flat(text)
+
+
+def test_formula_figures_in_the_documents_are_the_codes():
+    # API.md and LESSON.md both quote the break-even alphas; LESSON.md the tokens per pass.
+    import speculative as sd
+    low, high = f"{sd.break_even_alpha(4, 0.2):.4f}", f"{sd.break_even_alpha(4, 0.05):.4f}"
+    api, lesson = flat(read("docs/API.md")), flat(LESSON)
+    assert f"k = 4: {low} at c = 0.2, {high} at c = 0.05" in api
+    assert f"α = {low} when c = 0.2 and α = {high} when c = 0.05" in lesson
+    assert f"= {sd.expected_tokens_per_pass(0.8, 4):.4f}" in lesson
+
+
+def test_design_quotes_the_threads_table_of_results():
+    # DESIGN.md's "1.8x faster than one thread" is the training row of RESULTS.md's table.
+    section = RESULTS.split("## Threads, and a busy machine")[1]
+    one, two = re.search(r"\| training step[^|]*\| 1 \| ([\d.]+) \|.*\n\| \| 2 \| ([\d.]+) \|",
+                         section).groups()
+    assert f"({float(one) / float(two):.1f}x faster than one thread here)" in \
+        flat(read("docs/DESIGN.md"))

@@ -191,3 +191,13 @@ def test_a_stage_forecast_scales_with_this_machines_measured_speed():
     twice_as_slow_training = {**reference, "training": 2 * reference["training"]}
     assert common.forecast(["big", 3], twice_as_slow_training) == pytest.approx(
         2 * common.STAGE_SECONDS["big"] + common.STAGE_SECONDS[3])     # decoding unchanged
+
+
+def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
+    # --quick's tiny models take seconds: a forecast from the lesson-size stages (and a probe of
+    # a big model before every quick run) would say minutes.
+    from exercises import common
+    monkeypatch.setattr(common, "probes", lambda: pytest.fail("probed the machine"))
+    progress = lesson.Progress([("big", False), (1, False)], forecast=False)
+    progress.start("model 'big'", "big")
+    assert "left" not in capsys.readouterr().out

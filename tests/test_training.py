@@ -135,3 +135,28 @@ def test_training_announces_its_time_from_its_own_first_steps():
     finally:
         watch.close()
     assert len(said) == 1 and said[0].startswith("tiny: 40 steps, about ")
+
+
+def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
+        tmp_path, monkeypatch, capsys):
+    # What a notebook saw: tqdm's bar on stderr, kept as ~1,800 lines by an executed notebook,
+    # with "val=nan" until the first evaluation.
+    import IPython.display
+
+    import machine
+    import train
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, data, raw=False):
+            updates.append(data["text/plain"])
+
+    monkeypatch.setattr(machine, "in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda data, raw=False, display_id=False: shown.append(data) or Handle())
+    corpus.prepare()
+    tc = TrainConfig(steps=20, batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5)
+    train.ensure_trained("draft", tc, tiny_config(), folder=tmp_path, progress=True)
+    out, err = capsys.readouterr()
+    assert len(shown) == 1 and updates and "20/20 steps" in updates[-1]
+    assert err == "" and "nan" not in out + "".join(updates)

@@ -1,0 +1,247 @@
+"""
+beyond/tree.py: token trees: several guesses per position, all checked in one pass of the big
+model, exact for greedy decoding and for sampling.
+
+A chain of k guesses ends at its first wrong guess. A tree keeps the drafter's second and third
+guesses too (beyond/tree_grow.py grows it), and the big model scores every node in one pass:
+each node attends to the context and to its own ancestors only (the tree mask), at the position
+of its depth, so its logits are exactly those it would get at the end of its own chain. Then:
+
+  1. grow: the drafter grows a tree after the last written token (the root), with a budget of
+     nodes, no deeper than the window leaves room for (tree_grow.grow);
+  2. score: one pass over the root and every node, under the tree mask (score_tree);
+  3. walk: greedy follows the big model's choice from the root down while a child holds it;
+     sampling tries the children one after another with the multi-candidate rule that keeps the
+     target's distribution (beyond/tree_sampling.py, SpecInfer's rule);
+  4. roll back: the keys and values of the kept path move next to the root in the KV cache and
+     everything else is forgotten (keep_path), so the next pass continues the cache.
+The big model adds its own token after the kept path, as in the lesson's loop.
+
+The mask of one round, a root r (the last written token), two guesses a, b for the next token
+and c after a; 3 cached tokens before r (1: may attend; the tree_mask docstring explains):
+
+                  cached  r a b c          positions: r at 3, a and b at 4, c at 5
+             r    1 1 1   1 . . .
+             a    1 1 1   1 1 . .
+             b    1 1 1   1 . 1 .
+             c    1 1 1   1 1 . 1
+
+The forward pass is the model's own: gpt.GPT's blocks and beyond/fast_numpy.py's NumpyGPT layers
+both read a causal mask at [first new slot:, :end]; here the tree's rows stand in for it for one
+pass, and the positions are given rather than counted (tree_logits). Changes from SpecInfer and
+Medusa: one sequence, a static shape chosen by the formula in tree_grow.py (Medusa picks its
+shape from measured accuracies in the same way), trees only as deep as the window rule allows
+(numpy_speculative.window_start), so that greedy output equals plain decoding at every length.
+Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary.
+"""
+
+import copy
+
+import numpy as np
+import torch
+
+import machine
+import speculative as sd
+from beyond.fast_numpy import normalise
+from beyond.tree_grow import as_brancher, best_shape, chain_shape, check_shape, grow  # noqa: F401
+from beyond.tree_sampling import sample_walk
+from cli import check_decoding_args, check_vocabularies
+from numpy_speculative import Scorer, common_prefix, window_start
+
+# ----------------------------------------------------------------------------------------------
+# The mask and one pass
+
+
+def tree_mask(parents, cached, chain):
+    """visible[i, j] (T, L + T), T = chain + N + 1: may new token i attend to slot j? The new
+    tokens are `chain` tokens of written text not yet cached, then the tree's nodes (root first).
+    Every new token sees the `cached` slots; the chain sees itself causally; a node sees the
+    whole chain, itself and its ancestors, never a sibling's branch."""
+    nodes = len(parents)
+    ancestor = np.eye(nodes, dtype=bool)                  # (N+1, N+1): a node sees itself ...
+    for i in range(1, nodes):
+        ancestor[i] |= ancestor[parents[i]]               # ... and all its parent sees
+    T = chain + nodes
+    visible = np.zeros((T, cached + T), dtype=bool)       # (T, L + T)
+    visible[:, :cached] = True
+    visible[:chain, cached:cached + chain] = np.tri(chain, dtype=bool)
+    visible[chain:, cached:cached + chain] = True
+    visible[chain:, cached + chain:] = ancestor
+    return visible
+
+
+def tree_logits(model, tokens, positions, visible, cache):
+    """One pass of a gpt.GPT or a NumpyGPT over T new tokens (list) at `positions` (T,) in the
+    window, under `visible` (T, L + T): their keys and values fill cache slots L..L+T-1 in that
+    order. -> logits (T, V) as a NumPy array."""
+    L, T = cache.length, len(tokens)
+    if isinstance(model, torch.nn.Module):
+        logits = torch_tree_logits(model, tokens, positions, visible, cache)
+    else:                           # NumpyGPT's layers add model.mask[L:L+T, :L+T] to the scores
+        tree_model = copy.copy(model)                     # the same weights, the tree's mask
+        tree_model.mask = np.zeros((L + T, L + T), np.float32)
+        tree_model.mask[L:] = np.where(visible, 0.0, -np.inf)            # (T, L + T)
+        x = model.wte[tokens] + model.wpe[positions]      # (T, C)
+        hidden = tree_model.block_layers(x[None], L, cache)[0]           # (T, C)
+        logits = normalise(hidden) @ model.head_w + model.head_b         # (T, V)
+    cache.length = L + T
+    return logits
+
+
+@torch.inference_mode()
+def torch_tree_logits(model, tokens, positions, visible, cache):
+    """tree_logits for a gpt.GPT: its own blocks, each attention's causal mask (its buffer
+    `mask`, read at [L:L+T, :L+T] when a cache is used) replaced by the tree's for this pass."""
+    t, device = model.transformer, model.lm_head.weight.device
+    L, T = cache.length, len(tokens)
+    saved = [block.attn.mask for block in t.h]
+    mask = torch.zeros(L + T, L + T, dtype=torch.bool, device=device)  # only rows L.. are read
+    mask[L:] = torch.from_numpy(visible)                                  # (T, L + T)
+    x = t.wte(torch.tensor([tokens], device=device)) + t.wpe(
+        torch.tensor(positions, device=device))                          # (1, T, C)
+    try:
+        for layer, block in enumerate(t.h):
+            block.attn.mask = mask
+            x = block(x, cache, layer)                                   # (1, T, C)
+    finally:
+        for block, causal in zip(t.h, saved):
+            block.attn.mask = causal
+    return model.lm_head(t.ln_f(x))[0].float().cpu().numpy()             # (T, V)
+
+
+# ----------------------------------------------------------------------------------------------
+# The big model's scorer: score a tree, keep the accepted path
+
+
+class TreeScorer(Scorer):
+    """numpy_speculative.Scorer (one sequence) that also scores trees: self.fed[0] is what the
+    cache holds, from window start self.starts[0] (the window rule decides where it starts).
+    Nodes sit side by side in the cache's slots but at their depth's position, so a tree of
+    `nodes` guesses can need that many slots past the window: the cache has them."""
+
+    def __init__(self, model, nodes):
+        super().__init__(model)
+        k = self.cache.k                                  # (n_layer, 1, nh, block, hs)
+        shape = k.shape[:3] + (k.shape[3] + nodes,) + k.shape[4:]
+        wider = k.new_zeros if torch.is_tensor(k) else (lambda s: np.zeros(s, k.dtype))
+        self.cache.k, self.cache.v = wider(shape), wider(shape)
+
+    def room(self, seq):
+        """How deep a tree after seq may be: its deepest node predicts a token from the same
+        window as the root, or it would need another pass (the window rule)."""
+        n = len(seq)
+        return window_start(n, self.block_size) + self.block_size - n
+
+    def score_tree(self, seq, tree):
+        """Logits (N+1, V) after the root (seq[-1]) and every node, in one pass."""
+        n, start = len(seq), window_start(len(seq), self.block_size)
+        if start != self.starts[0]:                       # the window jumped: a fresh cache
+            self.starts[0], self.fed[0] = start, []
+        fed = self.fed[0]
+        keep = common_prefix(fed, seq, start, min(len(fed), n - 1 - start))
+        self.cache.rollback(keep)
+        chain = seq[start + keep:n - 1]                   # written, not cached, before the root
+        root = n - 1 - start                              # the root's slot and position
+        positions = list(range(keep, root)) + [root + d for d in tree.depths]      # (T,)
+        visible = tree_mask(tree.parents, keep, len(chain))                         # (T, L+T)
+        logits = tree_logits(self.model, chain + tree.tokens, positions, visible, self.cache)
+        self.passes += 1
+        fed[keep:] = chain + tree.tokens                  # slots as fed; keep_path compacts
+        return logits[len(chain):]                        # (N+1, V)
+
+    def keep_path(self, seq, tree, path):
+        """Roll back: the kept nodes (root to leaf) move to the slots after the root, in order,
+        and the cache forgets every other node. Node i sat at slot root + i; i >= its depth,
+        so no kept node is overwritten before it is moved."""
+        root = len(seq) - 1 - self.starts[0]
+        kept = [root + node for node in path]             # (kept,) slots to keep
+        moved = slice(root + 1, root + 1 + len(path))
+        k, v = self.cache.k, self.cache.v                 # (n_layer, 1, nh, block, hs)
+        k[:, :, :, moved] = k[:, :, :, kept]
+        v[:, :, :, moved] = v[:, :, :, kept]
+        self.cache.length = root + 1 + len(path)
+        self.fed[0][root + 1:] = [tree.tokens[node] for node in path]
+
+
+def greedy_walk(tree, choices):
+    """choices[i]: the big model's token after node i. Follow the child that holds it, from
+    the root down. -> (the kept nodes, root to leaf; the big model's token after the last)."""
+    node, path = 0, []
+    while True:
+        child = next((c for c in tree.children(node) if tree.tokens[c] == choices[node]), None)
+        if child is None:
+            return path, choices[node]
+        path.append(child)
+        node = child
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+def tree_decode(grow_tree, scorer, seq, max_new_tokens, sampling, after_round):
+    """Extend seq (a list of ids) by max_new_tokens, a tree per round. grow_tree(seq, max_depth,
+    sampling) -> Tree; scorer: a TreeScorer; after_round(tree, path, token) hears each round."""
+    goal = len(seq) + max_new_tokens
+    while len(seq) < goal:
+        n = len(seq)
+        # 1. Grow a tree after seq[-1]: never past the goal, never past the window's room.
+        tree = grow_tree(seq, min(goal - n - 1, scorer.room(seq)), sampling)
+        # 2. The big model scores the root and every node in one pass.
+        logits = scorer.score_tree(seq, tree)                              # (N+1, V)
+        # 3. Walk down the tree: greedy, or the multi-candidate rule.
+        if sampling.greedy:
+            path, token = greedy_walk(tree, logits.argmax(-1).tolist())
+        else:
+            path, token = sample_walk(tree, sampling.warp(logits), sampling.rng)
+        # 4. Roll back: only the kept path stays in the cache; then write it and the token.
+        scorer.keep_path(seq, tree, path)
+        seq += [tree.tokens[node] for node in path] + [token]
+        after_round(tree, path, token)
+    return seq
+
+
+@torch.no_grad()
+def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None, accept=None,
+                  temperature=0.0, top_k=None, top_p=None, generator=None,
+                  threads=machine.DECODE_THREADS):
+    """Speculative decoding with a token tree. Returns (idx (B, T+new), speculative.Stats).
+
+    The tree: `shape` (rank paths, tree_grow.py), or the best shape of `budget` nodes for the
+    per-rank acceptance `accept` (a list; default: the draft keeps half its first guesses,
+    a fifth its second, ...). Greedy output equals speculative.generate(target, ...) exactly;
+    sampling has exactly its distribution. In Stats, a round's "guesses" are all its nodes
+    (proposed, target_positions) and accepted_per_position[d] counts kept nodes of depth d+1."""
+    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
+    check_vocabularies(target, draft)
+    if not hasattr(target, "new_cache"):
+        raise ValueError("the target of a tree must be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
+    if shape is None:
+        shape = best_shape(accept or DEFAULT_ACCEPT, 8 if budget is None else budget)
+    check_shape(shape, target.c.block_size)
+    brancher = as_brancher(draft)
+    sampling = sd.Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
+    stats = sd.Stats(k=max(map(len, shape)))
+    with machine.threads(threads):
+        rows = [decode_row(target, brancher, shape, row, max_new_tokens, sampling, stats)
+                for row in idx.tolist()]
+    return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
+
+
+DEFAULT_ACCEPT = [0.5, 0.2, 0.1, 0.05]
+
+
+def decode_row(target, brancher, shape, seq, max_new_tokens, sampling, stats):
+    """tree_decode for one sequence, its growing and checking timed from outside."""
+    scorer = TreeScorer(target, len(shape))
+    scorer.score_tree = checking = machine.Timed(scorer.score_tree, machine.on_gpu(target))
+    growing = machine.Timed(lambda s, depth, smp: grow(brancher, s, shape, depth, smp))
+
+    def after_round(tree, path, token):
+        stats.count_round(tree.tokens[1:], len(path), token)
+        stats.target_passes += 1
+
+    tree_decode(growing, scorer, seq, max_new_tokens, sampling, after_round)
+    stats.draft_time += growing.take()
+    stats.target_time += checking.take()
+    return seq

@@ -1,0 +1,194 @@
+"""
+beyond/tree_grow.py: growing a tree of guesses (beyond/tree.py checks it in one pass).
+
+A tree is a list of nodes, each a token and its parent; node 0, the root, is the last token
+already written, and a parent always comes before its children. Its shape is written as rank
+paths, as Medusa writes its trees: (0,) is the drafter's first guess for the next token, (1,)
+its second, (0, 0) its first guess after its first guess, and so on. A chain of k guesses is
+(0,), (0, 0), ..., k zeros; the budget is the number of paths (nodes checked besides the root).
+
+The formula. If the target's choice is the drafter's r-th guess with probability accept[r]
+(whatever came before), a node is kept with the product of accept[r] along its rank path, and a
+round writes 1 + the sum of those products per target pass (tree_tokens_per_pass: for a chain it
+is the lesson's (1 - a^(k+1)) / (1 - a)). best_shape keeps, for a budget, the nodes with the
+largest products: as a child's product never exceeds its parent's, they always form a tree, and
+no other shape of that size scores more under the formula (Sequoia, Chen et al. 2024, builds
+its trees from the same per-rank acceptance, by dynamic programming).
+
+The branching protocol: tokens, draft_probs = brancher.branch(seq, depth, width, sampling):
+up to `width` different guesses for the token after seq (the written text and the tree's path
+to the node), in rank order; `depth` is that token's depth in the tree (1 for the root's
+children). When sampling, each guess is drawn from the drafter's warped distribution less the
+guesses drawn before it, and that distribution comes back with it (draft_probs (n, V); one-hot
+rows for a deterministic drafter); greedy, draft_probs is None. as_brancher gives one for a GPT
+draft (its top guesses, or draws) and for an n-gram table (the guess of its longest context,
+then of shorter ones); a drafter with branch() is used as it is.
+"""
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import speculative as sd
+from beyond.ngram import NGramDraft
+from beyond.tree_sampling import draw_distinct
+
+
+@dataclass
+class Tree:
+    """tokens[i], parents[i] (< i; -1 for the root, node 0); draft_probs[i]: the distribution
+    guess i was drawn from (sampling), or None."""
+    tokens: list
+    parents: list = field(default_factory=lambda: [-1])
+    draft_probs: list = field(default_factory=lambda: [None])
+    depths: list = field(default_factory=lambda: [0])
+
+    def add(self, token, parent, draft_probs=None):
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.draft_probs.append(draft_probs)
+        self.depths.append(self.depths[parent] + 1)
+        return len(self.tokens) - 1
+
+    def children(self, node):
+        return [i for i, parent in enumerate(self.parents) if parent == node]
+
+    def path_to(self, node):
+        """The nodes from the root's child down to `node`."""
+        path = []
+        while node > 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes, and the formula
+
+
+def chain_shape(k):
+    """k guesses one after another: the lesson's chain, as a tree."""
+    return [(0,) * d for d in range(1, k + 1)]
+
+
+def node_value(ranks, accept):
+    """The chance that the node at rank path `ranks` is kept, under the formula."""
+    value = 1.0
+    for r in ranks:
+        value *= accept[r] if r < len(accept) else 0.0
+    return value
+
+
+def tree_tokens_per_pass(shape, accept):
+    """Expected tokens a round writes per target pass: 1 + the sum of node_value over the shape."""
+    return 1.0 + sum(node_value(ranks, accept) for ranks in shape)
+
+
+def best_shape(accept, budget, max_depth=None):
+    """The `budget` rank paths with the largest node_value (see the module docstring), no deeper
+    than max_depth; ties go to the shallower, then lower-ranked node. Sorted parents first."""
+    check_budget(budget)
+    frontier = [(-accept[r], (r,)) for r in range(len(accept))]   # (minus value, rank path)
+    heapq.heapify(frontier)
+    shape = []
+    while frontier and len(shape) < budget:
+        minus_value, ranks = heapq.heappop(frontier)
+        shape.append(ranks)
+        if max_depth is None or len(ranks) < max_depth:
+            for r, a in enumerate(accept):
+                heapq.heappush(frontier, (minus_value * a, ranks + (r,)))
+    return sorted(shape)
+
+
+def check_budget(budget):
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise ValueError(f"a tree's budget (guesses checked per round) must be a whole number "
+                         f">= 1, not {budget!r}")
+
+
+def check_shape(shape, block_size):
+    """A one-line ValueError unless shape is a list of rank paths, parents first, that fits."""
+    check_budget(len(shape) if isinstance(shape, (list, tuple)) else shape)
+    seen = {()}
+    for ranks in shape:
+        if not (isinstance(ranks, tuple) and ranks and ranks[:-1] in seen and
+                all(isinstance(r, int) and r >= 0 for r in ranks)):
+            raise ValueError(f"a tree shape is a list of rank paths, each after its parent, such "
+                             f"as [(0,), (1,), (0, 0)]; {ranks!r} is not one of them")
+        seen.add(ranks)
+    depth = max(map(len, shape))
+    if depth > block_size - 1:
+        raise ValueError(f"a tree {depth} deep does not fit the target's window of {block_size} "
+                         f"tokens (the root and its context need room too); keep it below "
+                         f"{block_size}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Drafters that branch
+
+
+class ModelBranches:
+    """A GPT draft (through its Scorer): its `width` likeliest next tokens, or draws."""
+
+    def __init__(self, scorer):
+        self.scorer, self.vocab_size = scorer, scorer.vocab_size
+
+    def branch(self, seq, depth, width, sampling):
+        logits = self.scorer.score([seq], len(seq))[0, -1]                 # (V,)
+        if sampling.greedy:
+            return np.argsort(-logits, kind="stable")[:width].tolist(), None
+        return draw_distinct(sampling.warp(logits), width, sampling.rng)
+
+
+class NGramBranches:
+    """An n-gram table: the guess of its longest context seen, then those of shorter contexts
+    that differ (deterministic: one-hot draft rows when sampling)."""
+
+    def __init__(self, table):
+        self.table, self.vocab_size = table, table.vocab_size
+
+    def branch(self, seq, depth, width, sampling):
+        tokens = []
+        for n in range(min(self.table.order - 1, len(seq)), -1, -1):   # contexts, longest first
+            token = self.table.next_token(seq[len(seq) - n:])
+            if token not in tokens:
+                tokens.append(token)
+        tokens = tokens[:width]
+        return tokens, None if sampling.greedy else np.eye(self.vocab_size)[tokens]  # (n, V)
+
+
+def as_brancher(draft):
+    """A drafter that can give several guesses per position, or a one-line error."""
+    if hasattr(draft, "branch"):
+        return draft
+    if isinstance(draft, NGramDraft):
+        return NGramBranches(draft)
+    if isinstance(draft, sd.ModelDraft):
+        return ModelBranches(draft.scorer)
+    if hasattr(draft, "new_cache"):                    # a gpt.GPT or a NumpyGPT
+        return ModelBranches(sd.as_scorer(draft))
+    raise ValueError(f"{type(draft).__name__} cannot branch (one guess per position): a tree "
+                     f"needs a GPT draft or an n-gram table; decode this one with "
+                     f"speculative_generate")
+
+
+def grow(brancher, seq, shape, max_depth, sampling):
+    """The tree of `shape` after seq (root: seq[-1]), no deeper than max_depth. A rank the
+    drafter has no guess for is left out, with everything under it."""
+    tree, node_of, guesses = Tree([seq[-1]]), {(): 0}, {}
+    widths = {}
+    for ranks in shape:                                 # how many guesses each parent needs
+        widths[ranks[:-1]] = max(widths.get(ranks[:-1], 0), ranks[-1] + 1)
+    for ranks in shape:                                 # parents first: depth first, in order
+        parent = node_of.get(ranks[:-1])
+        if parent is None or len(ranks) > max_depth:
+            continue
+        if parent not in guesses:                       # one call of the drafter per parent
+            context = seq + [tree.tokens[i] for i in tree.path_to(parent)]
+            guesses[parent] = brancher.branch(context, len(ranks), widths[ranks[:-1]], sampling)
+        tokens, draft_probs = guesses[parent]
+        if ranks[-1] < len(tokens):
+            node_of[ranks] = tree.add(tokens[ranks[-1]], parent,
+                                      None if draft_probs is None else draft_probs[ranks[-1]])
+    return tree

@@ -36,6 +36,7 @@ Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary
 """
 
 import copy
+import functools
 
 import numpy as np
 import torch
@@ -58,16 +59,23 @@ def tree_mask(parents, cached, chain):
     Every new token sees the `cached` slots; the chain sees itself causally; a node sees the
     whole chain, itself and its ancestors, never a sibling's branch."""
     nodes = len(parents)
-    ancestor = np.eye(nodes, dtype=bool)                  # (N+1, N+1): a node sees itself ...
-    for i in range(1, nodes):
-        ancestor[i] |= ancestor[parents[i]]               # ... and all its parent sees
     T = chain + nodes
     visible = np.zeros((T, cached + T), dtype=bool)       # (T, L + T)
     visible[:, :cached] = True
     visible[:chain, cached:cached + chain] = np.tri(chain, dtype=bool)
     visible[chain:, cached:cached + chain] = True
-    visible[chain:, cached + chain:] = ancestor
+    visible[chain:, cached + chain:] = ancestors(tuple(parents))
     return visible
+
+
+@functools.lru_cache(maxsize=256)          # a static shape gives the same few trees, round after round
+def ancestors(parents):
+    """(N+1, N+1) bool: is node j node i or one of its ancestors?"""
+    seen = np.eye(len(parents), dtype=bool)               # a node sees itself ...
+    for i in range(1, len(parents)):
+        seen[i] |= seen[parents[i]]                       # ... and all its parent sees
+    seen.flags.writeable = False                          # shared between calls
+    return seen
 
 
 def tree_logits(model, tokens, positions, visible, cache):
@@ -95,17 +103,18 @@ def torch_tree_logits(model, tokens, positions, visible, cache):
     t, device = model.transformer, model.lm_head.weight.device
     L, T = cache.length, len(tokens)
     saved = [block.attn.mask for block in t.h]
-    mask = torch.zeros(L + T, L + T, dtype=torch.bool, device=device)  # only rows L.. are read
-    mask[L:] = torch.from_numpy(visible)                                  # (T, L + T)
+    rows = np.zeros((L + T, L + T), dtype=bool)           # only rows L.. are read
+    rows[L:] = visible                                    # (T, L + T)
+    mask = torch.from_numpy(rows).to(device)
     x = t.wte(torch.tensor([tokens], device=device)) + t.wpe(
         torch.tensor(positions, device=device))                          # (1, T, C)
     try:
         for layer, block in enumerate(t.h):
-            block.attn.mask = mask
+            block.attn._buffers["mask"] = mask            # (setattr's checks cost 10 us a call)
             x = block(x, cache, layer)                                   # (1, T, C)
     finally:
         for block, causal in zip(t.h, saved):
-            block.attn.mask = causal
+            block.attn._buffers["mask"] = causal
     return model.lm_head(t.ln_f(x))[0].float().cpu().numpy()             # (T, V)
 
 
@@ -156,9 +165,10 @@ class TreeScorer(Scorer):
         root = len(seq) - 1 - self.starts[0]
         kept = [root + node for node in path]             # (kept,) slots to keep
         moved = slice(root + 1, root + 1 + len(path))
-        k, v = self.cache.k, self.cache.v                 # (n_layer, 1, nh, block, hs)
-        k[:, :, :, moved] = k[:, :, :, kept]
-        v[:, :, :, moved] = v[:, :, :, kept]
+        if path != list(range(1, len(path) + 1)):         # not already in place (first guesses)
+            k, v = self.cache.k, self.cache.v             # (n_layer, 1, nh, slots, hs)
+            k[:, :, :, moved] = k[:, :, :, kept]
+            v[:, :, :, moved] = v[:, :, :, kept]
         self.cache.length = root + 1 + len(path)
         self.fed[0][root + 1:] = [tree.tokens[node] for node in path]
 
@@ -216,6 +226,8 @@ def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None
     check_vocabularies(target, draft)
     if not hasattr(target, "new_cache"):
         raise ValueError("the target of a tree must be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
+    if shape is not None and budget is not None:
+        raise ValueError("give a tree a shape or a budget, not both")
     if shape is None:
         shape = best_shape(accept or DEFAULT_ACCEPT, 8 if budget is None else budget)
     check_shape(shape, target.c.block_size)

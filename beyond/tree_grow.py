@@ -101,6 +101,26 @@ def best_shape(accept, budget, max_depth=None):
     return sorted(shape)
 
 
+def drafter_calls(shape):
+    """Calls of the drafter a round of this shape makes: one per node with children."""
+    return len({ranks[:-1] for ranks in shape})
+
+
+def tree_speedup(shape, accept, c, verify_cost):
+    """The lesson's expected_speedup for a tree: tokens per pass over the cost of a round in
+    big-model steps, c per drafter call (a call gives every child of a node) plus one pass over
+    the root and the nodes (verify_cost steps)."""
+    return tree_tokens_per_pass(shape, accept) / (drafter_calls(shape) * c + verify_cost)
+
+
+def fastest_shape(accept, budget, c, verify_cost):
+    """Of the best shapes of `budget` nodes no deeper than 1, 2, ..., budget, the one
+    tree_speedup expects to be fastest: shallower trees call the drafter less for as many
+    nodes (siblings come from one call)."""
+    shapes = [best_shape(accept, budget, depth) for depth in range(1, budget + 1)]
+    return max(shapes, key=lambda shape: tree_speedup(shape, accept, c, verify_cost))
+
+
 def check_budget(budget):
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         raise ValueError(f"a tree's budget (guesses checked per round) must be a whole number "
@@ -142,14 +162,15 @@ class ModelBranches:
 
 
 class NGramBranches:
-    """An n-gram table: the guess of its longest context seen, then those of shorter contexts
-    that differ (deterministic: one-hot draft rows when sampling)."""
+    """An n-gram table: with prompt lookup, what followed the last characters where they
+    occurred before (the chain's first guess); then the guess of its longest context seen,
+    then those of shorter contexts that differ (deterministic: one-hot draft rows, sampling)."""
 
     def __init__(self, table):
         self.table, self.vocab_size = table, table.vocab_size
 
     def branch(self, seq, depth, width, sampling):
-        tokens = []
+        tokens = self.table.looked_up(seq, 1) if self.table.prompt_lookup else []
         for n in range(min(self.table.order - 1, len(seq)), -1, -1):   # contexts, longest first
             token = self.table.next_token(seq[len(seq) - n:])
             if token not in tokens:
@@ -168,9 +189,9 @@ def as_brancher(draft):
         return ModelBranches(draft.scorer)
     if hasattr(draft, "new_cache"):                    # a gpt.GPT or a NumpyGPT
         return ModelBranches(sd.as_scorer(draft))
-    raise ValueError(f"{type(draft).__name__} cannot branch (one guess per position): a tree "
-                     f"needs a GPT draft or an n-gram table; decode this one with "
-                     f"speculative_generate")
+    raise ValueError(f"{type(draft).__name__} cannot branch (it proposes a chain, one guess per "
+                     f"position): a tree needs a GPT draft or an n-gram table; decode this one "
+                     f"with speculative_generate")
 
 
 def grow(brancher, seq, shape, max_depth, sampling):

@@ -3,6 +3,7 @@ chain's, greedy output against plain decoding (both backends, every length, acro
 jumps), the sampling output distribution against the target's, exactly (enumerated) and by
 sampling; each with a negative control that must fail. Then the formula and bad input."""
 
+import json
 from collections import Counter, defaultdict
 from itertools import product
 
@@ -15,7 +16,9 @@ from beyond import tree as tr
 from beyond.fast_numpy import NumpyGPT
 from beyond.ngram import NGramDraft
 from beyond.studies.lenience import next_token_probs
-from beyond.tree_grow import Tree, best_shape, chain_shape, node_value, tree_tokens_per_pass
+from beyond.studies import trees as study
+from beyond.tree_grow import (Tree, best_shape, chain_shape, fastest_shape, node_value,
+                              tree_speedup, tree_tokens_per_pass)
 from numpy_speculative import accept_probability, residual, sample
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
 from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model, noisy_copy,
@@ -310,3 +313,58 @@ def test_a_drafter_that_cannot_branch_is_a_one_line_error(target):
             return [0] * k, None
     with pytest.raises(ValueError, match=r"^ChainOnly cannot branch[^\n]*speculative_generate$"):
         tr.tree_generate(target, ChainOnly(), torch.tensor([[1]]), 5)
+
+
+def test_a_shape_with_a_budget_too_is_a_one_line_error(target):
+    with pytest.raises(ValueError, match="a shape or a budget, not both"):
+        tr.tree_generate(target, target, torch.tensor([[1]]), 5, shape=WIDE, budget=4)
+
+
+def test_fastest_shape_trades_depth_for_drafter_calls():
+    accept = [0.6, 0.15, 0.1, 0.08]
+    deep = best_shape(accept, 16)
+    # A costly drafter: fewer calls (a shallower, bushier tree) beat more characters per pass.
+    fast = fastest_shape(accept, 16, c=0.5, verify_cost=1.5)
+    assert max(map(len, fast)) < max(map(len, deep))
+    assert tree_speedup(fast, accept, 0.5, 1.5) > tree_speedup(deep, accept, 0.5, 1.5)
+    assert tree_tokens_per_pass(fast, accept) < tree_tokens_per_pass(deep, accept)
+    assert fastest_shape(accept, 16, c=0.0, verify_cost=1.5) == deep    # free calls: most per pass
+
+
+def test_ngram_branches_start_with_the_chains_guess():
+    table = NGramDraft.from_data(np.array([0, 1, 2, 3, 0, 2, 1, 3, 3, 0, 1, 1, 2]), 4, order=3,
+                                 prompt_lookup=True)
+    seq = [1, 2, 3, 0, 1, 2]
+    guesses, _ = tr.as_brancher(table).branch(seq, 1, 4, sd.Sampling())
+    assert guesses[0] == table.propose(seq, 1, sd.Sampling())[0][0] == 3   # looked up
+    assert len(set(guesses)) == len(guesses) > 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The study
+
+
+def test_study_quick_run_writes_its_figure_table_and_numbers(tmp_path):
+    study.main(["--quick", "--checkpoints", str(tmp_path / "checkpoints"), "--results",
+                str(tmp_path / "results"), "--drafts", "draft,ngram", "--budgets", "2,6"])
+    results = tmp_path / "results"
+    assert (results / "trees.png").read_bytes().startswith(b"\x89PNG")
+    text = (results / "trees.md").read_text()
+    assert "| big model | drafter | N |" in text and "x . ." in text      # the table, a mask
+    numbers = json.loads((results / "trees.json").read_text())
+    for r in numbers["rows"]:
+        assert 1 <= r["tokens_per_pass"] <= r["budget"] + 1
+        assert 1 <= r["predicted_tokens_per_pass"] <= r["budget"] + 1
+    assert {r["kind"] for r in numbers["rows"]} >= {"chain", "tree"}
+    assert {r["backend"] for r in numbers["rows"]} == {"torch", "numpy"}
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--budgets", "0"], "--budgets takes whole numbers >= 1"),
+    (["--drafts", "exit1"], "EarlyExit cannot branch"),
+])
+def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
+    result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",
+                        tmp_path, "--results", tmp_path, *flags)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,279 @@
+"""
+beyond/studies/trees.py: token trees against chains of the same drafter, at the same number of
+checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
+next to the formula's prediction (beyond/tree_grow.py).
+
+    python -m beyond.studies.trees                 # the lesson's models: a few minutes
+    python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
+    python -m beyond.studies.trees --quick         # tiny models: what the tests run
+
+For each drafter: `accept[r]`, how often the big model's greedy choice is the drafter's r-th
+guess (measured on the big model's own greedy text after separate calibration prompts), and c,
+the seconds of one call of the drafter over one step of the big model. For each budget N
+(guesses checked per round, the root's besides), two shapes: the chain of N guesses and the
+best tree of N nodes for that accept (tree_grow.best_shape); every output is checked against
+plain greedy decoding. Then, per target backend:
+
+    per pass   characters written per pass of the big model (predicted: 1 + the sum over nodes
+               of the product of accept along the node's path)
+    speed-up   plain decoding's time / this one's, the median of --repeats alternated pairs
+               (chains run through the lesson's speculative_generate, trees through tree_generate)
+    predicted  per pass / (c x the drafter's calls per round + one pass over N + 1 tokens)
+
+It prints the mask of one real round (the first of the first prompt) and writes
+results/trees.png, results/trees.json and results/trees.md.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+import corpus
+import machine
+import speculative as sd
+from beyond import registry
+from beyond import tree as tr
+from beyond.tree_grow import (as_brancher, drafter_calls, fastest_shape, tree_speedup,
+                               tree_tokens_per_pass)
+from exercises import common
+
+
+@dataclass
+class Args(common.ExerciseArgs):
+    drafts: str = "draft,distilled,ngram"  # drafters compared (GPT presets, ngram, ngram-big)
+    backends: str = "torch,numpy"          # big model's backends (drafts in NumPy where they can)
+    budgets: str = "2,4,8,16,32"           # guesses checked per round (chain k = tree nodes)
+    prompts: int = 8                       # held-out prompts (and as many to calibrate on)
+    new_tokens: int = 200                  # characters written per prompt
+    repeats: int = 3                       # timings are medians over this many alternated pairs
+    width: int = 4                         # guesses per position measured (accept's length)
+
+
+def rank_acceptance(big, brancher, prompts, n, width):
+    """(accept, seconds per drafter call): accept[r] is the fraction of positions of the big
+    model's greedy text after `prompts` where its token is the drafter's r-th guess."""
+    hits, positions, seconds = [0] * width, 0, 0.0
+    for prompt in prompts:
+        text = sd.generate(big, prompt, n)[0].tolist()
+        for t in range(prompt.shape[1], len(text)):
+            started = time.perf_counter()
+            guesses, _ = brancher.branch(text[:t], 1, width, sd.Sampling())
+            seconds += time.perf_counter() - started
+            positions += 1
+            if text[t] in guesses:
+                hits[guesses.index(text[t])] += 1
+    return [h / positions for h in hits], seconds / positions
+
+
+def one_round(big, draft, prompt, shape):
+    """The first round's tree and its mask, as text (what the mask looks like)."""
+    seq = prompt[0].tolist()
+    tree = tr.grow(as_brancher(draft), seq, shape, tr.TreeScorer(big, 0).room(seq), sd.Sampling())
+    label = [repr(corpus.decode([t]))[1:-1] or " " for t in tree.tokens]
+    visible = tr.tree_mask(tree.parents, 0, 0)                            # (N+1, N+1)
+    lines = [f"one round's tree after {corpus.decode(seq)[-20:]!r}: node (parent, depth) "
+             "token; the mask over the tree's slots (x: may attend; every node also sees "
+             "the cached context)"]
+    for i, row in enumerate(visible):
+        lines.append(f"  {i:2d} ({tree.parents[i]:2d}, {tree.depths[i]}) {label[i]:>3}  "
+                     + " ".join("x" if v else "." for v in row))
+    return "\n".join(lines)
+
+
+def compare(args, big_model, drafts, log):
+    prompts = corpus.held_out_prompts(args.prompts, 32)
+    calibration = corpus.held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
+    budgets, n = common.whole_numbers(args.budgets, "budgets"), args.new_tokens
+    rows, notes = [], []
+    for backend in args.backends.split(","):
+        big = registry.with_backend(big_model, backend)
+        plain_out = [sd.generate(big, p, n) for p in prompts]
+        step = machine.pass_time(big, 1)
+        verify = {b: machine.pass_time(big, b + 1) / step for b in budgets}
+
+        def plain():
+            return [sd.generate(big, p, n) for p in prompts]
+        log(f"\nbig model in {backend}: one step {step * 1e6:.0f} us; a pass over N+1 tokens "
+            f"costs " + ", ".join(f"{verify[b]:.2f}" for b in budgets) + f" steps at N = "
+            f"{', '.join(map(str, budgets))}")
+        for name, draft in drafts.items():
+            accept, call_s = rank_acceptance(big, as_brancher(draft), calibration, n, args.width)
+            c = call_s / step
+            log(f"  {name}: accept by rank " + ", ".join(f"{a:.3f}" for a in accept)
+                + f"; c {c:.3f}")
+            spreads = []
+            with machine.Busy() as busy:
+                for budget in budgets:
+                    for kind, shape in shapes(accept, budget, c, verify[budget]):
+                        row = measure(big, draft, prompts, n, kind, shape, plain, plain_out,
+                                      args.repeats)
+                        predicted = tree_tokens_per_pass(shape, accept)
+                        row.update(backend=backend, draft=name, budget=budget, c=c,
+                                   accept=accept, verify=verify[budget],
+                                   depth=max(map(len, shape)), calls=drafter_calls(shape),
+                                   predicted_tokens_per_pass=predicted,
+                                   predicted_speedup=tree_speedup(shape, accept, c,
+                                                                  verify[budget]))
+                        spreads.append(machine.spread(row.pop("ratios")))
+                        rows.append(row)
+                        log(f"    N {budget:2d} {kind:9} (depth {row['depth']:2d}, "
+                            f"{row['calls']:2d} calls): "
+                            f"{row['tokens_per_pass']:.2f} per pass (predicted "
+                            f"{predicted:.2f}), {row['speedup']:.2f}x plain (predicted "
+                            f"{row['predicted_speedup']:.2f}x)")
+            note = busy.note(spreads)
+            if note:
+                notes.append(f"{backend}, {name}: {note}")
+                log(f"  {note}")
+    return rows, notes
+
+
+def shapes(accept, budget, c, verify_cost):
+    """The shapes compared at one budget: the chain, the tree with the most characters per
+    pass, and the tree the formula expects to be fastest, where it differs."""
+    out = {"chain": tr.chain_shape(budget), "tree": tr.best_shape(accept, budget)}
+    fast = fastest_shape(accept, budget, c, verify_cost)
+    if fast not in out.values():
+        out["fast tree"] = fast
+    return out.items()
+
+
+def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
+    """One setup: runs checked against plain decoding, then timed against it, alternately."""
+    def run():
+        if kind == "chain":            # the lesson's loop: the chain as speculative.py runs it
+            return [sd.speculative_generate(big, draft, p, n, k=len(shape)) for p in prompts]
+        return [tr.tree_generate(big, draft, p, n, shape=shape) for p in prompts]
+    stats = sd.Stats()
+    for (out, s), want in zip(run(), plain_out):
+        if not torch.equal(out, want):
+            raise SystemExit(f"a {kind} of {len(shape)} wrote something other than plain greedy "
+                             f"decoding: a bug, please report it")
+        stats.add(s)
+    _, spec_s, speedup, ratios = machine.paired_times(plain, run, repeats)
+    return {"kind": kind, "shape": shape, "tokens_per_pass": stats.tokens_per_pass,
+            "speedup": speedup, "ratios": ratios,
+            "tokens_per_s": len(prompts) * n / spec_s}
+
+
+def fastest(rows, backend, name, trees):
+    """The fastest row of a drafter on a backend: among its trees, or among its chains."""
+    return max((r for r in rows if (r["backend"], r["draft"]) == (backend, name)
+                and (r["kind"] != "chain") == trees), key=lambda r: r["speedup"])
+
+
+def verdicts(rows):
+    """Per backend and drafter: the tree against the chain at each budget, and the fastest of
+    the trees against the fastest chain."""
+    lines = []
+    for backend, name in dict.fromkeys((r["backend"], r["draft"]) for r in rows):
+        mine = {(r["budget"], r["kind"]): r for r in rows
+                if (r["backend"], r["draft"]) == (backend, name)}
+        chains = [r for (_, kind), r in mine.items() if kind == "chain"]
+        top = max(chains, key=lambda r: r["tokens_per_pass"])
+        tree, chain = fastest(rows, backend, name, True), fastest(rows, backend, name, False)
+        lines.append(
+            f"{backend}, {name}: tree / chain, characters per pass at the same N: "
+            + ", ".join(f"N {r['budget']}: {gain:.2f}" for r, gain in (
+                (r, mine[r["budget"], "tree"]["tokens_per_pass"] / r["tokens_per_pass"])
+                for r in chains))
+            + f" (the best chain writes {top['tokens_per_pass']:.2f} per pass, at N "
+            f"{top['budget']}); fastest tree ({tree['kind']}, N {tree['budget']}) "
+            f"{tree['speedup']:.2f}x plain, fastest chain (k {chain['budget']}) "
+            f"{chain['speedup']:.2f}x: tree / chain {tree['speedup'] / chain['speedup']:.2f}")
+    return lines
+
+
+def plot(args, rows):
+    """Characters per pass (measured, and the formula faint) and speed-ups against N: one
+    colour per drafter, dashed chains, solid trees, dotted the formula's fastest trees."""
+    plt = common.pyplot()
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    fig, axes = plt.subplots(1, 1 + len(backends), figsize=(5 * (1 + len(backends)), 4.2))
+    styles = {"chain": "--", "tree": "-", "fast tree": ":"}
+    for i, name in enumerate(dict.fromkeys(r["draft"] for r in rows)):
+        for kind, style in styles.items():
+            for ax, backend in zip(axes, [backends[0]] + backends):
+                rs = [r for r in rows if (r["draft"], r["kind"], r["backend"]) ==
+                      (name, kind, backend)]
+                x, y = [r["budget"] for r in rs], [r["speedup"] for r in rs]
+                if ax is axes[0]:
+                    y = [r["tokens_per_pass"] for r in rs]
+                    ax.plot(x, [r["predicted_tokens_per_pass"] for r in rs], style,
+                            color=f"C{i}", alpha=0.3, lw=3)
+                ax.plot(x, y, style + "o", color=f"C{i}", label=f"{name} {kind}" if rs else None)
+    axes[0].set(title="characters per pass (faint: the formula)", ylabel="per pass")
+    for ax, backend in zip(axes[1:], backends):
+        ax.axhline(1, color="grey", lw=0.5)
+        ax.set(title=f"speed-up over plain decoding, {backend} big model", ylabel="speed-up")
+    budgets = sorted({r["budget"] for r in rows})
+    for ax in axes:
+        ax.set(xscale="log", xlabel="guesses checked per round (N)")
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return common.figure(args, "trees.png", fig)
+
+
+def markdown(args, rows, notes, mask_text):
+    table = [[r["backend"], r["draft"], r["budget"], r["kind"], f"{r['depth']} / {r['calls']}",
+              f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
+              f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['tokens_per_s']:,.0f}"]
+             for r in rows]
+    return "\n".join([
+        f"`python -m beyond.studies.trees{' --quick' if args.quick else ''}`, "
+        f"{args.prompts} held-out prompts x {args.new_tokens} characters, greedy, every output "
+        "equal to plain decoding; speed-ups are medians of alternated pairs.", "",
+        common.markdown_table(["big model", "drafter", "N", "shape", "depth / drafter calls",
+                               "per pass (formula)", "speed-up (formula)", "characters/s"],
+                              table), "",
+        *[f"- {line}" for line in verdicts(rows)], *[f"- {note}" for note in notes], "",
+        "```", mask_text, "```"])
+
+
+def run(args, log=print):
+    common.at_least_one(args, "prompts", "new_tokens", "repeats", "width")
+    common.whole_numbers(args.budgets, "budgets")
+    for backend in args.backends.split(","):
+        registry.check_backend(backend)
+    names = [n for n in args.drafts.split(",") if n]
+    for name in names:
+        registry.check_name(name)
+    folder = common.checkpoint_folder(args)
+    presets = [n for n in names if n in ("draft", "distilled", "names")]
+    big = common.load_models(args, ["big"] + presets, log=log)["big"]
+    drafts = {name: registry.by_name(name, folder, "numpy") for name in names}
+    for name, draft in drafts.items():
+        as_brancher(draft)                                  # a one-line error before any work
+    started = time.time()
+    mask_text = one_round(big, next(iter(drafts.values())), corpus.held_out_prompts(1, 32)[0],
+                          tr.best_shape([0.6, 0.15, 0.08], 8))
+    log(mask_text)
+    rows, notes = compare(args, big, drafts, log)
+    log("")
+    for line in verdicts(rows):
+        log(line)
+    plot(args, rows)
+    numbers = {"rows": rows, "notes": notes, "machine": machine.describe(),
+               "seconds": time.time() - started, "median_speedup": statistics.median(
+                   r["speedup"] for r in rows)}
+    common.save_json(args, "trees.json", numbers)
+    text = markdown(args, rows, notes, mask_text)
+    (common.results_dir(args) / "trees.md").write_text(text + "\n")
+    return {"numbers": numbers, "markdown": text}
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__, Args, argv)
+    if args.quick:
+        args.prompts, args.new_tokens, args.repeats = min(args.prompts, 2), min(
+            args.new_tokens, 40), 1
+        args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
+    run(args)
+
+
+if __name__ == "__main__":
+    import cli
+    cli.run(main)

@@ -1,22 +1,37 @@
-# The README's two commands: `make lesson` (everything, from nothing) and `make test`.
+# The README's two commands: `make lesson` (set-up, models, the five exercises) and `make test`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test clean
+.PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test clean
 
+# The lesson's own dependencies only. Without compiling every installed file (pip's default:
+# most of torch's, never imported here), then importing what the lesson imports, which compiles
+# just that: measured 66 s -> about 30 s from nothing on 2 cores (docs/RESULTS.md).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e .
+	PYTHONDONTWRITEBYTECODE= $(PY) -c "$$WARM_UP"
 	touch $(STAMP)
 
-setup: $(STAMP)      ## a virtual environment in .venv with everything installed
+export WARM_UP := import io, torch, tqdm, nbformat, matplotlib; matplotlib.use("Agg"); \
+	import matplotlib.pyplot as plt; plt.figure().savefig(io.BytesIO())
 
-lesson: setup        ## corpora, models (cached), all five exercises, results/report.md
+# An extra of pyproject.toml (test, notebooks, hf) on top, once: the targets that need it.
+$(VENV)/.installed-%: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[$*]'
+	touch $@
+
+setup: $(STAMP)      ## a virtual environment in .venv with what the lesson needs
+
+lesson: setup        ## corpora, the models the exercises use (cached), the five exercises, results/report.md
 	$(PY) -m exercises
+
+studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve (python -m beyond.studies -h)
+	$(PY) -m beyond.studies
 
 train: setup         ## only the models (python train.py -h for the flags)
 	$(PY) train.py
@@ -27,14 +42,14 @@ exercise: setup      ## one exercise: make exercise N=3
 check: setup         ## the assignments' checks: make check N=3 (all exercises without N)
 	$(PY) -m classroom check $(or $(N),all)
 
-notebooks: setup     ## your own notebooks, blank your-turn cells, in my-notebooks/ (never overwritten); opens Jupyter Lab
+notebooks: setup $(VENV)/.installed-notebooks  ## your own notebooks, blank your-turn cells, in my-notebooks/ (never overwritten); opens Jupyter Lab
 	$(PY) -m classroom notebooks
 	$(VENV)/bin/jupyter lab my-notebooks/
 
 notebooks-solved: setup  ## the solved notebooks, in solved-notebooks/
 	$(PY) -m classroom notebooks --solved
 
-notebooks-check: setup  ## run the six solved notebooks on the trained models: each one's time; fails on any error
+notebooks-check: setup $(VENV)/.installed-notebooks  ## run the six solved notebooks on the trained models: each one's time; fails on any error
 	$(PY) -m classroom notebooks --check
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
@@ -43,7 +58,7 @@ benchmark: setup     ## plain vs speculative decoding, every setup (a few minute
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu
 
-test: setup          ## the test suite: offline, tiny models, about three minutes on 2 cores
+test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models, about three minutes on 2 cores
 	$(PY) -m pytest
 
 clean:               ## generated corpora, checkpoints and results (keeps .venv)

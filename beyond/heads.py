@@ -19,8 +19,9 @@ the stats' accepted_per_position[i - 1] counts the rounds in which head i's gues
 sampling, each guess is drawn from its head's warped distribution, which comes back with it.
 A k above h gets h guesses: there is no head for a further one.
 
-Training (python -m beyond.heads: 400 steps, 3.6 minutes on 2 shared CPU cores): the big model
-stays frozen; it continues the first quarter of each training window greedily, and head i learns
+Training (python -m beyond.heads: 400 steps, 3.6 minutes on 2 shared CPU cores; the first
+`--draft heads`, or the first study that uses them, does the same once): the big model stays
+frozen; it continues the first quarter of each training window greedily, and head i learns
 the big model's top token for position t + 1 + i of that text. Greedy decoding writes the big
 model's greedy text, so that is the text to learn. Measured with 4 heads after 300 steps, in
 characters per big-model pass (greedy, 8 held-out prompts x 200 characters, k = 4): learning
@@ -40,6 +41,7 @@ its self-distillation recipe from the model's own replies); they are evaluated i
 the target's backend.
 """
 
+import contextlib
 import copy
 import math
 import shlex
@@ -277,10 +279,11 @@ def loss_of(guesses, logits, targets):
     return torch.stack(losses).mean()
 
 
-def train(big, hc, path, source=None, log=print):
+def train(big, hc, path, source=None, log=print, progress=False):
     """Train heads for the frozen gpt.GPT `big` (hc: a HeadsConfig) on `source` (a 1-D token
     tensor; default the training split), saving them atomically at `path` every hc.save_every
-    steps; a run with the same settings for the same big model resumes from there."""
+    steps; a run with the same settings for the same big model resumes from there. With
+    `progress`, one progress line and, from the first steps timed, how long it will take."""
     if source is None:
         source = gpt.train_data
     settings = {**{k: v for k, v in asdict(hc).items()
@@ -313,7 +316,13 @@ def train(big, hc, path, source=None, log=print):
 
     big.eval()
     started = time.time()
-    with machine.threads(hc.threads or machine.training_threads()):
+    pace, announced = machine.Pace(hc.steps, step), False
+    line = machine.ProgressLine(hc.steps, step, "heads") if progress else None
+    say = (lambda text: line.write(text, log)) if line else log
+    with machine.threads(hc.threads or machine.training_threads()), \
+            contextlib.ExitStack() as stack:
+        if line:
+            stack.callback(line.close)
         while step < hc.steps:
             for group in optimizer.param_groups:  # cosine from lr down to lr / 10
                 group["lr"] = hc.lr * (0.55 + 0.45 * math.cos(math.pi * step / hc.steps))
@@ -329,9 +338,17 @@ def train(big, hc, path, source=None, log=print):
             loss.backward()
             optimizer.step()
             step += 1
+            pace.tick()
+            left = pace.seconds_left()
+            if line and left is not None and not announced:
+                announced = True
+                say(f"heads: {hc.steps - step} steps more, about {machine.duration(left)} at "
+                    f"this machine's current speed")
+            if line:
+                line.update(step, f"loss {loss.item():.3f}", left)
             if step % hc.save_every == 0 or step == hc.steps:
                 save()
-                log(f"step {step:4d} of {hc.steps} | loss {loss.item():.4f} | "
+                say(f"step {step:4d} of {hc.steps} | loss {loss.item():.4f} | "
                     f"{time.time() - started:.0f}s")
     return heads.eval()
 
@@ -345,19 +362,38 @@ def read(path):
         return None
 
 
-def load(big, folder=None):
-    """The trained heads for gpt.GPT `big` as a HeadsDraft, or a one-line error saying how to
-    train them."""
+# The heads a first use trains (load): HeadsConfig's defaults for the lesson's big model; for the
+# tests' tiny one (checkpoint.SIZES["quick"]) a few steps, as --quick trains its GPTs.
+FIRST_USE = {"lesson": HeadsConfig(), "quick": HeadsConfig(steps=20, batch_size=8)}
+
+
+def first_use_config(big):
+    """FIRST_USE's entry for the size of gpt.GPT `big` (the lesson's, unless it is a quick one)."""
+    shape = ("n_layer", "n_head", "n_embd", "block_size")
+    quick = checkpoint.preset("big", "quick")
+    return FIRST_USE["quick" if all(getattr(big.c, s) == getattr(quick, s) for s in shape)
+                     else "lesson"]
+
+
+def load(big, folder=None, log=print):
+    """The trained heads for gpt.GPT `big` as a HeadsDraft. On first use (no heads yet, or a
+    first training that was interrupted) they are trained here, once, with a progress line and
+    its forecast; heads of another big model, or a file that is not one, are a one-line error
+    saying how to retrain them."""
     path = heads_path(folder)
-    if not path.exists():
-        raise ValueError(f"no trained heads at {path}; train them with: {train_command(folder)}")
-    state = read(path)
-    if state is None:
+    state = read(path) if path.exists() else None
+    if path.exists() and state is None:
         raise ValueError(f"{path} is not a readable heads checkpoint; retrain them with: "
                          f"{train_command(folder)} --fresh")
-    if state["settings"]["target"] != checkpoint.fingerprint(big):
+    if state is not None and state["settings"]["target"] != checkpoint.fingerprint(big):
         raise ValueError(f"{path} holds heads trained for another big model; retrain them "
                          f"with: {train_command(folder)}")
+    if state is None or state["step"] < state["settings"]["steps"]:
+        hc = first_use_config(big) if state is None else HeadsConfig(
+            **{k: v for k, v in state["settings"].items() if k != "target"})
+        log(f"the extra heads are not trained yet: training them first, once, into {path} "
+            f"({train_command(folder)} does the same)")
+        return HeadsDraft(train(big, hc, path, log=log, progress=True))
     heads = Heads(big.c.n_embd, big.c.vocab_size, state["n_heads"])
     heads.load_state_dict(state["heads"])
     return HeadsDraft(heads.eval())

@@ -21,7 +21,7 @@ import gpt
 import machine
 import speculative as sd
 import train
-from beyond import checkpoint
+from beyond import checkpoint, heads
 from gpt import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,14 +60,15 @@ def load_models(args, names, log=print):
     return models
 
 
-# Seconds each stage of the main job took on the reference machine (a quiet 2-core x86-64 VM,
-# torch 2.13 CPU, 2026-12-01; models: training from nothing), and that machine's probes. A
-# forecast scales them by this machine's probes, timed now: a slower or busier machine waits
-# longer. Training is timed on training's threads, the rest (decoding) on one thread.
-STAGE_SECONDS = {"big": 192, "draft": 15, "names": 12, "distilled": 115,
+# Seconds each stage took on the reference machine (a quiet 2-core x86-64 VM, torch 2.13 CPU,
+# 2026-12-01; models: training from nothing; "heads": python -m beyond.heads), and that
+# machine's probes. A forecast scales them by this machine's probes, timed now: a slower or
+# busier machine waits longer. Training is timed on training's threads, the rest (decoding:
+# the exercises 1-5, the studies) on one thread.
+STAGE_SECONDS = {"big": 192, "draft": 15, "names": 12, "distilled": 115, "heads": 216,
                  1: 2, 2: 2, 3: 28, 4: 21, 5: 71, "drafters": 420, "transformers": 120,
-                 "sampling": 60}
-TRAINING = ("big", "draft", "names", "distilled")
+                 "sampling": 60, "batch": 300}
+TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.125, "decoding": 0.21}   # seconds, see probes()
 
 
@@ -99,6 +100,69 @@ def forecast(stages, measured=None):
                for kind in ["training" if s in TRAINING else "decoding"])
 
 
+class Progress:
+    """One line per stage: what runs now, and about how long is left, forecast from the time
+    each stage took on the reference machine scaled by this machine's speed, measured now
+    (common.forecast) and again as the job goes on (the stages so far against their forecast).
+    A stage is (label, keys of STAGE_SECONDS: the models it trains first, then its own
+    work). No forecast with --quick: its tiny models take seconds, not the lesson-size times."""
+
+    def __init__(self, stages, forecast=True):
+        self.stages, self.started, self.done = stages, time.time(), 0
+        self.probes = probes() if forecast else None
+        self.forecast_so_far = 0.0
+
+    def left(self):
+        """Seconds the stages not yet started will take, or None without a forecast."""
+        if not self.probes:
+            return None
+        left = forecast([k for _, keys in self.stages[self.done:] for k in keys],
+                               self.probes)
+        elapsed = time.time() - self.started
+        if self.forecast_so_far > 30:  # the stages so far say how this machine runs today
+            left *= elapsed / self.forecast_so_far
+        return left
+
+    def start(self):
+        label, keys = self.stages[self.done]
+        so_far = f"{machine.duration(time.time() - self.started)} so far"
+        left = self.left()
+        if left is not None:
+            so_far += f", about {machine.duration(left)} left"
+            self.forecast_so_far += forecast(keys, self.probes)
+        print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
+        self.done += 1
+
+
+def to_train(names, folder):
+    """Of the models `names` (presets, or "heads": the extra heads on the big model), those not
+    trained yet in `folder`, in the order they will be trained: a teacher before its student,
+    the big model before its heads."""
+    missing = []
+    for name in names:
+        first = [checkpoint.PRESETS[name]["teacher"]] if "teacher" in checkpoint.PRESETS.get(
+            name, {}) else ["big"] if name == "heads" else []
+        for model in first + [name]:
+            path = heads.heads_path(folder) if model == "heads" else \
+                checkpoint.checkpoint_path(model, folder)
+            if model not in missing and not path.exists():
+                missing.append(model)
+    return missing
+
+
+def plan(steps, folder):
+    """Stages for Progress: for each (label, the models it uses, its key of STAGE_SECONDS) of
+    `steps`, the models it trains first (those not trained yet in `folder`, nor by an earlier
+    step) and then its own work."""
+    planned, trained = [], set()
+    for label, models, key in steps:
+        new = [m for m in to_train(models, folder) if m not in trained]
+        trained.update(new)
+        first = f" (training {', '.join(new)} first, once)" if new else ""
+        planned.append((label + first, new + [key]))
+    return planned
+
+
 def notebook_args():
     """The notebooks' settings: SPECDEC_QUICK=1 swaps in the tiny models (what the tests run),
     SPECDEC_CHECKPOINTS names another checkpoint folder."""
@@ -109,8 +173,7 @@ def notebook_args():
 def notebook_models(names):
     """The trained presets a notebook needs; trains the missing ones, saying so first."""
     args = notebook_args()
-    folder = checkpoint_folder(args)
-    missing = [n for n in names if not checkpoint.checkpoint_path(n, folder).exists()]
+    missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
         print(f"training {', '.join(missing)} first, once: about "
               f"{machine.duration(forecast(missing))} at this machine's speed now (`make train` "

@@ -53,6 +53,11 @@ def simulate(alpha, k, rounds, rng):
     # END SOLUTION
 
 
+def models(args):
+    """The trained presets this exercise uses: none, it works from the formulas."""
+    return []
+
+
 def run(args, log=print):
     common.shrink_if_quick(args, rounds=20_000)
     if not 0 <= args.alpha < 1:

@@ -65,10 +65,15 @@ def speculative_recompute(target, draft, idx, max_new_tokens, k):
     return idx, passes
 
 
+def models(args):
+    """The trained presets this exercise uses (the main job trains the missing ones first)."""
+    return ["big", args.draft]
+
+
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=1)
-    models = common.load_models(args, ["big", args.draft], log=log)
-    target, draft = models["big"], models[args.draft]
+    trained = common.load_models(args, models(args), log=log)
+    target, draft = trained["big"], trained[args.draft]
     prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
     if max(p.shape[1] for p in prompts) + args.max_new_tokens > target.c.block_size:
         raise ValueError(f"--max_new_tokens {args.max_new_tokens} takes the longest prompt past "

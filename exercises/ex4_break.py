@@ -3,6 +3,7 @@ Exercise 4, break: a draft that learned first names instead of Shakespeare.
 
     python -m exercises.ex4_break
     python -m exercises.ex4_break --k 2
+    python -m exercises.ex4_break --drafts draft,names,distilled   # and a better draft
 
 The names draft has the same shape as the Shakespeare draft and the same vocabulary; it has only
 ever seen lowercase names, one per line. What to look at: how often each draft's next character
@@ -16,6 +17,10 @@ which for k = 4 is alpha = 0.4553 at c = 0.2 and 0.1668 at c = 0.05. The lesson 
 0.45" and its search over alpha = 0.00, 0.01, ..., 1.00 prints 0.46 and 0.17: a grid search
 returns the first grid point past the crossing, so it rounds up to the grid, never to the
 nearest. Bisection (speculative.break_even_alpha) finds the crossing itself.
+
+A draft that pays well is past the lesson: --drafts draft,names,distilled adds the distilled
+draft (one layer as wide as the big model, trained to imitate it; trained first if missing,
+about two minutes), which every drafter's comparison measures too (python -m beyond.studies).
 
 Writes results/ex4_break.png (speed-up against alpha, with the measured drafts) and
 results/ex4_break.json.
@@ -38,6 +43,21 @@ class Args(common.ExerciseArgs):
     k: int = 4                 # draft tokens per round
     max_new_tokens: int = 100  # characters per prompt
     repeats: int = 5           # timing repeats (medians)
+    drafts: str = "draft,names"  # the drafts compared: draft, names, distilled (comma-separated)
+
+
+DRAFTS = ("draft", "names", "distilled")  # the GPT presets that can draft for the big model
+
+
+def models(args):
+    """The trained presets this exercise uses (the main job trains the missing ones first), or
+    a one-line error for a draft it does not know."""
+    drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
+    unknown = [d for d in drafts if d not in DRAFTS]
+    if not drafts or unknown:
+        raise ValueError(f"--drafts takes {', '.join(DRAFTS)} (comma-separated), not "
+                         f"{args.drafts!r}")
+    return ["big"] + list(dict.fromkeys(drafts))
 
 
 def grid_break_even(k, c, step=0.01):
@@ -50,16 +70,16 @@ def grid_break_even(k, c, step=0.01):
 
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=1)
-    names = ["big", "draft", "names", "distilled"]
-    models = common.load_models(args, names, log=log)
-    target = models["big"]
+    names = models(args)
+    trained = common.load_models(args, names, log=log)
+    target = trained["big"]
     prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
     n = args.max_new_tokens
     drafts, spreads = {}, []
     busy = machine.Busy().start()  # stopped after the timings below
     plain_s = median_time(lambda: [sd.generate(target, p, n) for p in prompts], args.repeats)
     for name in names[1:]:
-        draft = models[name]
+        draft = trained[name]
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
         fast = registry.with_backend(draft, "numpy")
         runs = [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts]

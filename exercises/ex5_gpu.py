@@ -20,7 +20,7 @@ a launch times the launch, not the work.
 
 With a GPU it first trains a bigger pair there (8 x 512 target, 2 x 256 draft; a few minutes,
 cached in checkpoints/gpu/) so that the target is worth speeding up; without one it measures the
-lesson's CPU models (big, distilled draft) and says so. Writes results/ex5_forward.png,
+lesson's CPU models (the big model and --draft, the lesson's draft unless said) and says so. Writes results/ex5_forward.png,
 results/ex5_k.png, results/ex5_batch.png and the raw timings in results/ex5_gpu.json.
 """
 
@@ -46,6 +46,18 @@ class Args(common.ExerciseArgs):
     device: str = "auto"        # auto, cpu or cuda
     max_new_tokens: int = 100   # characters per prompt when decoding
     repeats: int = 30           # timing repeats per measurement (decoding: a tenth of it)
+    draft: str = "draft"        # on a CPU, the draft preset: draft, distilled or names
+
+
+def gpu_pair(args, device):
+    """Whether this run trains and times the GPU-sized pair (on a GPU, unless --quick)."""
+    return device == "cuda" and not args.quick
+
+
+def models(args):
+    """The trained presets this exercise uses from the checkpoint folder (the main job trains
+    the missing ones first); on a GPU it trains its own pair instead (models_for)."""
+    return [] if gpu_pair(args, machine.resolve_device(args.device)) else ["big", args.draft]
 
 
 GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
@@ -84,7 +96,7 @@ def timer(device):
 
 
 def models_for(args, device, log):
-    if device == "cuda" and not args.quick:
+    if gpu_pair(args, device):
         folder = common.checkpoint_folder(args) / "gpu"
         for name in ("big", "draft"):
             train.ensure_trained(name, GPU_TRAIN, checkpoint.preset(name, "gpu"), folder=folder,
@@ -92,9 +104,9 @@ def models_for(args, device, log):
         return (checkpoint.load_trained("big", folder, "cuda"),
                 checkpoint.load_trained("draft", folder, "cuda"),
                 "gpu pair (8 x 512 target, 2 x 256 draft: checkpoint.SIZES['gpu'])")
-    models = common.load_models(args, ["big", "distilled"], log=log)
-    return (models["big"].to(device), models["distilled"].to(device),
-            "lesson's big model and the distilled draft")
+    trained = common.load_models(args, models(args), log=log)
+    return (trained["big"].to(device), trained[args.draft].to(device),
+            f"lesson's big model and {common.DRAFT_NAMES.get(args.draft, args.draft)}")
 
 
 def run(args, log=print):

@@ -8,6 +8,7 @@ summary rows that come from it) and keeps the others as they were, each with its
 """
 
 import json
+import re
 from datetime import datetime, timezone
 
 import gpt
@@ -19,7 +20,9 @@ from exercises import common
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
           "drafters": "every drafter compared",  # beyond/studies/drafters.py, not an exercise
           "transformers": "against Hugging Face transformers",  # beyond/studies/transformers.py
-          "sampling": "sampling's price list"}  # beyond/studies/sampling_costs.py
+          "sampling": "sampling's price list",  # beyond/studies/sampling_costs.py
+          "batch": "what batching buys"}  # beyond/studies/batch_curve.py
+STUDIES = [key for key in TITLES if not isinstance(key, int)]  # past the lesson: make studies
 
 
 def sections_dir(args):
@@ -76,6 +79,7 @@ def write(args):
         f"{about['decode_threads']} torch thread for decoding and timing, GPU: "
         f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.",
         "",
+        f"Past the lesson: {studies_line(args)}", "",
         "## Models", "", trained_models(args), "",
         "## The lesson's numbers and ours", "", summary(sections), "",
     ]
@@ -87,6 +91,21 @@ def write(args):
     path = common.results_dir(args) / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def anchor(title):
+    """The link target of a "## title" heading, as GitHub and VS Code's preview make it."""
+    return "#" + re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def studies_line(args):
+    """Where the studies past the lesson are: a link to each one's section of the report once it
+    has run, and the command that runs them."""
+    sections = load_sections(args)
+    studies = [f"[{TITLES[key]}]({anchor(heading(key))})" if key in sections else
+               f"{TITLES[key]} (not run yet)" for key in STUDIES]
+    return (", ".join(studies) + ". `make studies` runs them all; `python -m beyond.studies "
+            "--forecast` says how long they take here.")
 
 
 def trained_models(args):
@@ -140,9 +159,10 @@ def summary(sections):
                      "the lesson's figure comes from its own draft and corpus"])
         rows.append(["next-character agreement, names draft", "3%", "",
                      f"{d['names']['greedy_agreement']:.0%}", ""])
-        rows.append(["speed-up, distilled draft (NumPy), k 4", "", "",
-                     f"{d['distilled']['speedup']:.2f}x",
-                     f"it agrees on {d['distilled']['greedy_agreement']:.0%}"])
+        if "distilled" in d:  # exercise 4 with --drafts ...,distilled
+            rows.append(["speed-up, distilled draft (NumPy), k 4", "", "",
+                         f"{d['distilled']['speedup']:.2f}x",
+                         f"it agrees on {d['distilled']['greedy_agreement']:.0%}"])
         b = n[4]["break_even"]
         rows.append(["break-even alpha, k 4, c 0.2", "about 0.45 (grid: 0.46)",
                      f"{b['0.2']['bisection']:.4f}", "", "a grid search rounds up to its grid"])

@@ -245,3 +245,28 @@ def test_design_quotes_the_threads_table_of_results():
                          section).groups()
     assert f"({float(one) / float(two):.1f}x faster than one thread here)" in \
         flat(read("docs/DESIGN.md"))
+
+
+def test_setup_installs_the_lesson_alone_and_each_extra_comes_with_its_target():
+    # make setup (make lesson's) installs pyproject's own dependencies, no extra; make test,
+    # make notebooks and make studies each install their extra once (a stamp file per extra).
+    # The bug this catches: set-up installing the test or notebook tools again (`.[dev]`), or
+    # a target that needs an extra not installing it.
+    import tomllib
+    project = tomllib.loads(read("pyproject.toml"))["project"]
+    extras = project["optional-dependencies"]
+    makefile = read("Makefile")
+    setup = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "install" in setup and "-e ." in setup and "[" not in setup, setup
+    lesson_tools = " ".join(project["dependencies"])
+    for tool in ("pytest", "jupyter", "transformers", "selenium"):
+        assert tool not in lesson_tools, f"{tool} is not the lesson's: put it in an extra"
+    needs = {"test": "test", "notebooks": "notebooks", "notebooks-check": "notebooks",
+             "studies": "hf"}
+    for target, extra in needs.items():
+        line = re.search(rf"^{target}:(.*)$", makefile, re.M).group(1)
+        assert f".installed-{extra}" in line.split("##")[0], f"make {target} installs [{extra}]"
+        assert extra in extras
+    assert "pytest" in " ".join(extras["test"]) and "jupyter" in " ".join(extras["notebooks"])
+    assert set(extras["dev"][0].split("[")[1].rstrip("]").split(",")) == {"test", "notebooks",
+                                                                           "hf"}

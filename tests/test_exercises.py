@@ -1,9 +1,11 @@
-"""Every exercise end to end in quick mode (tiny models), and the main job's report."""
+"""Every exercise end to end in quick mode (tiny models), and the main job's report; the
+studies after it (python -m beyond.studies) and the report's links to them."""
 
 import json
 
 import pytest
 
+from beyond.studies import __main__ as studies
 from exercises import __main__ as lesson
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -11,13 +13,17 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    """The lesson in quick mode, then the studies' comparison of every drafter into the same
+    results (transformers and sampling have test files of their own: test_transformers_compare.py,
+    test_sampling_costs.py). The third item: what the lesson alone left, before the study."""
     folder = tmp_path_factory.mktemp("lesson")
-    # transformers and sampling have test files of their own (test_transformers_compare.py,
-    # test_sampling_costs.py): the main job here runs the exercises and the drafters.
-    args = lesson.Args(quick=True, checkpoints=str(folder / "checkpoints"),
-                       results=str(folder / "results"), transformers=False, sampling=False)
-    sections = lesson.lesson(args)
-    return folder / "results", sections
+    paths = dict(checkpoints=str(folder / "checkpoints"), results=str(folder / "results"))
+    sections = lesson.lesson(lesson.Args(quick=True, **paths))
+    after_the_lesson = {"files": sorted(p.name for p in (folder / "results").rglob("*")),
+                        "report": (folder / "results" / "report.md").read_text(),
+                        "models": sorted(p.name for p in (folder / "checkpoints").rglob("*.pt"))}
+    sections.update(studies.run(studies.Args(quick=True, only=["drafters"], **paths)))
+    return folder / "results", sections, after_the_lesson
 
 
 def numbers(results, name):
@@ -162,16 +168,79 @@ def test_running_one_exercise_keeps_the_other_sections(tmp_path):
 
 
 def test_one_exercise_means_that_exercise_alone(monkeypatch):
-    # `make exercise N=1` runs exercise 1 and nothing after it; the whole main job (the control)
-    # still runs the studies after the exercises.
-    from exercises import __main__ as job
+    # `make exercise N=1` runs exercise 1 alone; the whole main job (the control) all five.
     seen = []
-    monkeypatch.setattr(job, "lesson", seen.append)
-    job.main(["--only", "1"])
-    job.main([])
-    assert seen[0].only == [1] and job.after_the_exercises(seen[0]) == []
-    assert seen[1].only == [1, 2, 3, 4, 5]
-    assert [key for key, _, _ in job.after_the_exercises(seen[1])][:1] == ["drafters"]
+    monkeypatch.setattr(lesson, "lesson", seen.append)
+    lesson.main(["--only", "1"])
+    lesson.main([])
+    assert seen[0].only == [1] and seen[1].only == [1, 2, 3, 4, 5]
+
+
+def test_the_lesson_runs_no_study_and_the_report_links_the_studies_once_run(results):
+    # The lesson alone wrote the exercises' sections and trained the models they use; no study
+    # ran (the bug: the lesson running the studies, or training the distilled draft they use).
+    alone = results[2]
+    assert "sections" in alone["files"] and "ex5.json" in alone["files"]
+    for key in studies.STUDIES:
+        assert f"{key}.json" not in alone["files"], f"the lesson ran the study {key}"
+    assert alone["models"] == ["big.pt", "draft.pt", "names.pt"]
+    assert "every drafter compared (not run yet)" in alone["report"]
+    assert "## Every drafter compared" not in alone["report"]
+    # The control: `python -m beyond.studies --only drafters` ran after it, into the same report,
+    # which now has the section and links it by its heading's anchor.
+    report = (results[0] / "report.md").read_text()
+    assert "## Every drafter compared" in report
+    assert "[every drafter compared](#every-drafter-compared)" in report
+    assert "sampling's price list (not run yet)" in report
+
+
+def test_the_report_anchor_is_the_headings():
+    from exercises import report
+    assert report.anchor("Sampling's price list") == "#samplings-price-list"
+    assert report.anchor("Against Hugging Face transformers") == \
+        "#against-hugging-face-transformers"
+
+
+def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
+    # From nothing, the lesson trains the big model and its draft before exercise 1, the names
+    # draft before exercise 4, and never the distilled draft or the heads; the studies train
+    # those first. The control: exercise 4 asked for the distilled draft trains it.
+    from exercises import common, ex4_break
+    args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
+    plan = dict(lesson.stages(args, tmp_path))
+    keys = [key for stage in plan.values() for key in stage]
+    assert keys == ["big", "draft", 1, 2, 3, "names", 4, 5]
+    assert "training big, draft first" in next(iter(plan))
+    args[4] = ex4_break.Args(drafts="draft,names,distilled")
+    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]][5:8] == \
+        ["names", "distilled", 4]
+    first = studies.stages(studies.Args(), list(studies.STUDIES), tmp_path)[0][1]
+    assert first[:1] == ["big"] and {"distilled", "heads"} <= set(first)
+    assert common.to_train(["distilled"], tmp_path) == ["big", "distilled"]   # teacher first
+    assert common.to_train(["heads"], tmp_path) == ["big", "heads"]
+    (tmp_path / "big.pt").touch()
+    (tmp_path / "heads.pt").touch()       # trained: nothing left to train
+    assert common.to_train(["heads"], tmp_path) == []
+
+
+def test_exercise_4_names_its_drafts_or_says_which_it_knows(run_script):
+    result = run_script("-m", "exercises.ex4_break", "--drafts", "draft,big")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--drafts takes draft, names, distilled" in result.stderr
+
+
+def test_the_studies_command_forecasts_each_study(run_script):
+    # make studies runs `python -m beyond.studies`; --forecast says how long each study would
+    # take here and runs none.
+    makefile = (lesson.common.ROOT / "Makefile").read_text()
+    assert "\nstudies: " in makefile and "-m beyond.studies\n" in makefile.split("\nstudies: ")[1]
+    result = run_script("-m", "beyond.studies", "--forecast")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert any(line.startswith("every drafter compared") and ": about " in line for line in lines)
+    assert lines[-1].startswith("all of them: about")
+    bad = run_script("-m", "beyond.studies", "--only", "nope")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
 def test_the_forwards_study_times_every_forward_pass(capsys):
@@ -198,6 +267,6 @@ def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
     # a big model before every quick run) would say minutes.
     from exercises import common
     monkeypatch.setattr(common, "probes", lambda: pytest.fail("probed the machine"))
-    progress = lesson.Progress([("big", False), (1, False)], forecast=False)
-    progress.start("model 'big'", "big")
+    progress = common.Progress([("exercise 1", ["big", 1])], forecast=False)
+    progress.start()
     assert "left" not in capsys.readouterr().out

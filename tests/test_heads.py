@@ -11,7 +11,8 @@ from beyond.registry import by_name
 from conftest import tiny_config
 from beyond.heads import (Heads, HeadsConfig, HeadsDraft, agreement, final_states, heads_path,
                           train)
-from beyond import registry
+from beyond import checkpoint, registry
+from beyond import heads as heads_module
 from beyond.fast_numpy import NumpyGPT
 from test_speculative import (V, chi_square_p_value, exact_distribution, make_model, prompts,
                               sample_counts, small_pair, target)  # noqa: F401 (fixtures)
@@ -151,16 +152,19 @@ def test_an_interrupted_training_resumes_to_the_same_heads(target, tmp_path):  #
     assert list(tmp_path.glob("*.tmp")) == [], "saved atomically, no leftovers"
 
 
-def test_heads_by_name_load_for_their_own_big_model_only(tmp_path):
+def test_heads_by_name_load_for_their_own_big_model_only(tmp_path, monkeypatch, capsys):
     torch.manual_seed(0)
     big = gpt.GPT(tiny_config()).eval()
     gpt.save_checkpoint(tmp_path / "big.pt", big, step=0, val_loss=0.0)
-    with pytest.raises(ValueError, match=f"no trained heads at {heads_path(tmp_path)}; train "
-                                         f"them with: python -m beyond.heads --checkpoints"):
-        by_name("heads", tmp_path)
-    train(big, HeadsConfig(steps=1, batch_size=2, heads=2, text="real", threads=1),
-          heads_path(tmp_path), log=lambda line: None)
+    # The first use trains them (--draft heads, a study), once, saying so; the next one loads.
+    monkeypatch.setitem(heads_module.FIRST_USE, "lesson", HeadsConfig(
+        steps=3, batch_size=2, heads=2, text="real", threads=1))
     draft = by_name("heads", tmp_path)
+    said = capsys.readouterr()
+    assert "not trained yet: training them first, once" in said.out and "heads" in said.err
+    assert torch.load(heads_path(tmp_path), weights_only=True)["step"] == 3
+    draft = by_name("heads", tmp_path)
+    assert "training" not in capsys.readouterr().out    # the control: trained, only loaded
     assert isinstance(draft, HeadsDraft) and draft.n_heads == 2
     idx = torch.tensor([gpt.encode("ROMEO:\n")])
     got, _ = sd.speculative_generate(NumpyGPT(big), draft, idx, 40, k=2)
@@ -169,6 +173,28 @@ def test_heads_by_name_load_for_their_own_big_model_only(tmp_path):
     gpt.save_checkpoint(tmp_path / "big.pt", other, step=0, val_loss=0.0)
     with pytest.raises(ValueError, match="trained for another big model"):
         by_name("heads", tmp_path)
+
+
+def test_an_interrupted_first_training_is_finished_not_loaded(tmp_path, capsys):
+    torch.manual_seed(0)
+    big = gpt.GPT(tiny_config()).eval()
+    hc = HeadsConfig(steps=4, batch_size=2, heads=2, text="real", threads=1, save_every=2)
+
+    def stop_at_the_first_save(line):
+        if line.startswith("step"):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train(big, hc, heads_path(tmp_path), log=stop_at_the_first_save)
+    heads_module.load(big, tmp_path)                   # half-trained: it finishes the run
+    assert "training them first" in capsys.readouterr().out
+    assert torch.load(heads_path(tmp_path), weights_only=True)["step"] == 4
+
+
+def test_the_first_use_trains_heads_sized_to_the_big_model():
+    quick = gpt.GPT(checkpoint.preset("big", "quick").fill_vocab())
+    assert heads_module.first_use_config(quick) == heads_module.FIRST_USE["quick"]
+    lesson = gpt.GPT(checkpoint.preset("big").fill_vocab())    # the control
+    assert heads_module.first_use_config(lesson) == HeadsConfig()
 
 
 def test_agreement_is_a_fraction_per_head(target, heads):  # noqa: F811

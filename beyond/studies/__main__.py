@@ -1,0 +1,156 @@
+"""
+Every study past the lesson, one after another: `make studies` runs this.
+
+    python -m beyond.studies                           # all of them, into results/report.md
+    python -m beyond.studies --only drafters sampling  # some of them
+    python -m beyond.studies --forecast                # how long each would take here; runs none
+    python -m beyond.studies --quick                   # tiny models: what the tests run
+
+The studies: every drafter compared (drafters.py), against Hugging Face transformers
+(transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py)
+and what batching buys (batch_curve.py). Each also runs alone, `python -m beyond.studies.NAME`
+with flags of its own. Before each one this says what runs and about how long is left, forecast
+from this machine's speed now (exercises/common.py): the models a study uses that are not
+trained yet (the distilled draft, the extra heads) are trained first, and counted in. Each study
+writes its section of results/report.md, which the lesson's report links to.
+"""
+
+import contextlib
+import importlib.util
+import io
+import sys
+import time
+from dataclasses import dataclass, field
+
+import cli
+import machine
+from beyond import checkpoint
+from beyond.studies import batch_curve, drafters, sampling_costs, transformers
+from exercises import common, report
+
+
+def named(drafts):
+    """The trained models in a comma-separated list of drafters ("draft,ngram,heads" or
+    transformers' "distilled/numpy/4,..."): the GPT presets and the extra heads."""
+    names = [d.split("/")[0].strip() for d in drafts.split(",")]
+    return [n for n in names if n in checkpoint.PRESETS or n == "heads"]
+
+
+# Each study: report key -> (its module, the models it uses with its default flags).
+STUDIES = {
+    "drafters": (drafters, named(drafters.Args.drafts)),
+    "transformers": (transformers, named(transformers.Args.drafts + "," +
+                                         transformers.Args.native)),
+    "sampling": (sampling_costs, named(sampling_costs.Args.drafts + "," +
+                                       sampling_costs.Args.lenience_draft)),
+    "batch": (batch_curve, named(batch_curve.CurveArgs.drafts)),
+}
+
+
+@dataclass
+class Plan:
+    forecast: bool = False     # say how long each study would take here, and run none
+
+
+@dataclass
+class Args(common.ExerciseArgs, Plan):
+    only: list = field(default_factory=lambda: list(STUDIES))
+
+
+def available(key):
+    """Why study `key` cannot run here, or None."""
+    if key == "transformers" and importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed (make studies installs it: pip install -e '.[hf]')"
+    return None
+
+
+def stages(args, keys, folder):
+    """(label, keys of common.STAGE_SECONDS) per study: the models it trains first (those it
+    uses that are not trained yet, nor trained by an earlier study), then the study."""
+    return common.plan([(report.TITLES[key], ["big"] + STUDIES[key][1], key) for key in keys],
+                       folder)
+
+
+class Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy (the batch curve prints its results)."""
+
+    def __init__(self, out):
+        self.out, self.copy = out, io.StringIO()
+
+    def write(self, text):
+        self.copy.write(text)
+        return self.out.write(text)
+
+    def flush(self):
+        self.out.flush()
+
+
+def batch_section(args, log):
+    """The batch curve (its command line reads checkpoints/ only): its printed figures as a
+    section of the report, its numbers in results/batch_curve.json."""
+    if args.quick or args.checkpoints:
+        raise ValueError("the batch curve measures the trained models in checkpoints/ only: run "
+                         "python -m beyond.studies.batch_curve")
+    common.load_models(args, [n for n in STUDIES["batch"][1] if n in checkpoint.PRESETS], log=log)
+    path = common.results_dir(args) / "batch_curve.json"
+    tee = Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        numbers = batch_curve.main(["--json", str(path)])
+    paragraphs = []
+    for line in tee.copy.getvalue().strip().splitlines():  # its table stays one table
+        if line.startswith("|") and paragraphs and paragraphs[-1].startswith("|"):
+            paragraphs[-1] += "\n" + line
+        elif line.strip():
+            paragraphs.append(line)
+    markdown = ("Printed by `python -m beyond.studies.batch_curve` (the big model in NumPy and "
+                "torch, 16 held-out prompts; every figure in `batch_curve.json`):\n\n"
+                + "\n\n".join(paragraphs))
+    return {"numbers": numbers, "markdown": markdown}
+
+
+def run(args, log=print):
+    """Each study asked for, in order, each recorded into the report; returns the sections."""
+    started = time.time()
+    keys = [key for key in args.only if not available(key)]
+    for key in args.only:
+        if available(key):
+            log(f"{report.TITLES[key]}: skipped, {available(key)}")
+    folder = common.checkpoint_folder(args)
+    if args.forecast:
+        measured = common.probes()
+        for label, stage in stages(args, keys, folder):
+            log(f"{label}: about {machine.duration(common.forecast(stage, measured))}")
+        total = sum(common.forecast(stage, measured) for _, stage in stages(args, keys, folder))
+        log(f"all of them: about {machine.duration(total)} at this machine's speed now")
+        return {}
+    progress = common.Progress(stages(args, keys, folder), forecast=not args.quick)
+    sections = {}
+    for key in keys:
+        progress.start()
+        if key == "batch":
+            sections[key] = batch_section(args, log)
+        else:
+            module = STUDIES[key][0]
+            sections[key] = module.run(module.Args(seed=args.seed, quick=args.quick,
+                                                   checkpoints=args.checkpoints,
+                                                   results=args.results), log=log)
+        path = report.record(args, key, sections[key], log=None)
+        log(f"recorded in {path}")
+    log(f"\nthe studies done in {machine.duration(time.time() - started)}")
+    return sections
+
+
+def main(argv=None):
+    parser = cli.Parser(description=__doc__.strip().split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", default=None, choices=list(STUDIES),
+                        metavar="NAME", help=f"these studies alone: {', '.join(STUDIES)}")
+    cli.add_fields(parser, common.ExerciseArgs, title="flags")
+    cli.add_fields(parser, Plan, title="plan")
+    ns = parser.parse_args(argv)
+    args = cli.take(Args, ns)
+    args.only = [key for key in STUDIES if key in (ns.only or STUDIES)]
+    return run(args)
+
+
+if __name__ == "__main__":
+    cli.run(main, sys.argv[1:])

@@ -10,6 +10,7 @@ The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_s
     heads.py        extra heads on the big model's last hidden state (Medusa-style), trained
     adaptive.py     k that adapts while decoding
     batched.py      a batch decoded together, every row accepting its own number of guesses
+    tree.py         token trees: many guesses per position, one pass (tree_grow, tree_sampling)
     hf.py           to and from Hugging Face transformers
     checkpoint.py   where trained models live and how to load one by name
   the tools:

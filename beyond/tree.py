@@ -40,11 +40,13 @@ import functools
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 import machine
 import speculative as sd
 from beyond.fast_numpy import normalise
-from beyond.tree_grow import as_brancher, best_shape, chain_shape, check_shape, grow  # noqa: F401
+from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shape,  # noqa: F401
+                               check_shape, grow)
 from beyond.tree_sampling import sample_walk
 from cli import check_decoding_args, check_vocabularies
 from numpy_speculative import Scorer, common_prefix, window_start
@@ -68,7 +70,7 @@ def tree_mask(parents, cached, chain):
     return visible
 
 
-@functools.lru_cache(maxsize=256)          # a static shape gives the same few trees, round after round
+@functools.lru_cache(maxsize=256)        # a static shape grows the same few trees, again and again
 def ancestors(parents):
     """(N+1, N+1) bool: is node j node i or one of its ancestors?"""
     seen = np.eye(len(parents), dtype=bool)               # a node sees itself ...
@@ -78,26 +80,27 @@ def ancestors(parents):
     return seen
 
 
-def tree_logits(model, tokens, positions, visible, cache):
+def tree_logits(model, tokens, positions, visible, cache, states=False):
     """One pass of a gpt.GPT or a NumpyGPT over T new tokens (list) at `positions` (T,) in the
     window, under `visible` (T, L + T): their keys and values fill cache slots L..L+T-1 in that
-    order. -> logits (T, V) as a NumPy array."""
+    order. -> (logits (T, V), and with `states` the final hidden states normalised, ln_f without
+    its gain and bias (T, C), else None), NumPy arrays."""
     L, T = cache.length, len(tokens)
     if isinstance(model, torch.nn.Module):
-        logits = torch_tree_logits(model, tokens, positions, visible, cache)
+        logits, normalised = torch_tree_logits(model, tokens, positions, visible, cache, states)
     else:                           # NumpyGPT's layers add model.mask[L:L+T, :L+T] to the scores
         tree_model = copy.copy(model)                     # the same weights, the tree's mask
         tree_model.mask = np.zeros((L + T, L + T), np.float32)
         tree_model.mask[L:] = np.where(visible, 0.0, -np.inf)            # (T, L + T)
         x = model.wte[tokens] + model.wpe[positions]      # (T, C)
-        hidden = tree_model.block_layers(x[None], L, cache)[0]           # (T, C)
-        logits = normalise(hidden) @ model.head_w + model.head_b         # (T, V)
+        normalised = normalise(tree_model.block_layers(x[None], L, cache)[0])   # (T, C)
+        logits = normalised @ model.head_w + model.head_b                # (T, V)
     cache.length = L + T
-    return logits
+    return logits, normalised if states else None
 
 
 @torch.inference_mode()
-def torch_tree_logits(model, tokens, positions, visible, cache):
+def torch_tree_logits(model, tokens, positions, visible, cache, states):
     """tree_logits for a gpt.GPT: its own blocks, each attention's causal mask (its buffer
     `mask`, read at [L:L+T, :L+T] when a cache is used) replaced by the tree's for this pass."""
     t, device = model.transformer, model.lm_head.weight.device
@@ -115,7 +118,8 @@ def torch_tree_logits(model, tokens, positions, visible, cache):
     finally:
         for block, causal in zip(t.h, saved):
             block.attn._buffers["mask"] = causal
-    return model.lm_head(t.ln_f(x))[0].float().cpu().numpy()             # (T, V)
+    logits = model.lm_head(t.ln_f(x))[0].float().cpu().numpy()           # (T, V)
+    return logits, F.layer_norm(x[0], x.shape[-1:]).float().cpu().numpy() if states else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,14 +130,24 @@ class TreeScorer(Scorer):
     """numpy_speculative.Scorer (one sequence) that also scores trees: self.fed[0] is what the
     cache holds, from window start self.starts[0] (the window rule decides where it starts).
     Nodes sit side by side in the cache's slots but at their depth's position, so a tree of
-    `nodes` guesses can need that many slots past the window: the cache has them."""
+    `nodes` guesses can need that many slots past the window: the cache has them. With
+    `states`, it keeps every cached token's final hidden state too (for the extra heads)."""
 
-    def __init__(self, model, nodes):
+    def __init__(self, model, nodes, states=False):
         super().__init__(model)
         k = self.cache.k                                  # (n_layer, 1, nh, block, hs)
         shape = k.shape[:3] + (k.shape[3] + nodes,) + k.shape[4:]
         wider = k.new_zeros if torch.is_tensor(k) else (lambda s: np.zeros(s, k.dtype))
         self.cache.k, self.cache.v = wider(shape), wider(shape)
+        self.states = np.zeros((shape[3], model.c.n_embd), np.float32) if states else None
+
+    def state(self, seq, pos):
+        """The normalised final hidden state (C,) of seq's token at `pos`, if the cache holds
+        seq up to there; else None."""
+        j, fed = pos - self.starts[0], self.fed[0]
+        if 0 <= j < len(fed) and fed[:j + 1] == seq[self.starts[0]:pos + 1]:
+            return self.states[j]
+        return None
 
     def room(self, seq):
         """How deep a tree after seq may be: its deepest node predicts a token from the same
@@ -153,7 +167,10 @@ class TreeScorer(Scorer):
         root = n - 1 - start                              # the root's slot and position
         positions = list(range(keep, root)) + [root + d for d in tree.depths]      # (T,)
         visible = tree_mask(tree.parents, keep, len(chain))                         # (T, L+T)
-        logits = tree_logits(self.model, chain + tree.tokens, positions, visible, self.cache)
+        logits, normalised = tree_logits(self.model, chain + tree.tokens, positions, visible,
+                                         self.cache, self.states is not None)
+        if normalised is not None:
+            self.states[keep:keep + len(normalised)] = normalised           # (T, C)
         self.passes += 1
         fed[keep:] = chain + tree.tokens                  # slots as fed; keep_path compacts
         return logits[len(chain):]                        # (N+1, V)
@@ -169,6 +186,8 @@ class TreeScorer(Scorer):
             k, v = self.cache.k, self.cache.v             # (n_layer, 1, nh, slots, hs)
             k[:, :, :, moved] = k[:, :, :, kept]
             v[:, :, :, moved] = v[:, :, :, kept]
+            if self.states is not None:
+                self.states[moved] = self.states[kept]                      # (kept, C)
         self.cache.length = root + 1 + len(path)
         self.fed[0][root + 1:] = [tree.tokens[node] for node in path]
 
@@ -189,16 +208,17 @@ def greedy_walk(tree, choices):
 # The loop
 
 
-def tree_decode(grow_tree, scorer, seq, max_new_tokens, sampling, after_round):
+def tree_decode(grow_tree, score_tree, scorer, seq, max_new_tokens, sampling, after_round):
     """Extend seq (a list of ids) by max_new_tokens, a tree per round. grow_tree(seq, max_depth,
-    sampling) -> Tree; scorer: a TreeScorer; after_round(tree, path, token) hears each round."""
+    sampling) -> Tree; score_tree: scorer.score_tree (timed); scorer: a TreeScorer;
+    after_round(tree, path, token) hears what each round did."""
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
         n = len(seq)
         # 1. Grow a tree after seq[-1]: never past the goal, never past the window's room.
         tree = grow_tree(seq, min(goal - n - 1, scorer.room(seq)), sampling)
         # 2. The big model scores the root and every node in one pass.
-        logits = scorer.score_tree(seq, tree)                              # (N+1, V)
+        logits = score_tree(seq, tree)                                     # (N+1, V)
         # 3. Walk down the tree: greedy, or the multi-candidate rule.
         if sampling.greedy:
             path, token = greedy_walk(tree, logits.argmax(-1).tolist())
@@ -209,6 +229,9 @@ def tree_decode(grow_tree, scorer, seq, max_new_tokens, sampling, after_round):
         seq += [tree.tokens[node] for node in path] + [token]
         after_round(tree, path, token)
     return seq
+
+
+DEFAULT_ACCEPT = [0.5, 0.2, 0.1, 0.05]    # a shape for a budget when no accept is given
 
 
 @torch.no_grad()
@@ -240,20 +263,28 @@ def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None
     return torch.tensor(rows, dtype=torch.long, device=idx.device), stats
 
 
-DEFAULT_ACCEPT = [0.5, 0.2, 0.1, 0.05]
+def tree_scorer(target, brancher, nodes):
+    """The big model's TreeScorer for trees of up to `nodes` guesses from `brancher`; one that
+    reads the big model's states (the extra heads) is attached to it (its passes count as
+    drafting)."""
+    scorer = TreeScorer(target, nodes, states=hasattr(brancher, "attach"))
+    if hasattr(brancher, "attach"):
+        brancher.attach(scorer, scorer.score_tree)
+    return scorer
 
 
 def decode_row(target, brancher, shape, seq, max_new_tokens, sampling, stats):
-    """tree_decode for one sequence, its growing and checking timed from outside."""
-    scorer = TreeScorer(target, len(shape))
-    scorer.score_tree = checking = machine.Timed(scorer.score_tree, machine.on_gpu(target))
+    """tree_decode for one sequence, its growing and checking timed from outside; every pass
+    of the big model counted (the extra heads may ask for one to read a state)."""
+    scorer = tree_scorer(target, brancher, len(shape))
+    checking = machine.Timed(scorer.score_tree, machine.on_gpu(target))
     growing = machine.Timed(lambda s, depth, smp: grow(brancher, s, shape, depth, smp))
 
     def after_round(tree, path, token):
         stats.count_round(tree.tokens[1:], len(path), token)
-        stats.target_passes += 1
 
-    tree_decode(growing, scorer, seq, max_new_tokens, sampling, after_round)
+    tree_decode(growing, checking, scorer, seq, max_new_tokens, sampling, after_round)
+    stats.target_passes += scorer.passes
     stats.draft_time += growing.take()
     stats.target_time += checking.take()
     return seq

@@ -21,8 +21,9 @@ to the node), in rank order; `depth` is that token's depth in the tree (1 for th
 children). When sampling, each guess is drawn from the drafter's warped distribution less the
 guesses drawn before it, and that distribution comes back with it (draft_probs (n, V); one-hot
 rows for a deterministic drafter); greedy, draft_probs is None. as_brancher gives one for a GPT
-draft (its top guesses, or draws) and for an n-gram table (the guess of its longest context,
-then of shorter ones); a drafter with branch() is used as it is.
+draft (its top guesses, or draws), an n-gram table (the guess of its longest context, then of
+shorter ones) and the extra heads (head d's top guesses at depth d: Medusa's tree); a drafter
+with branch() is used as it is.
 """
 
 import heapq
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import speculative as sd
+from beyond.heads import HeadsDraft
 from beyond.ngram import NGramDraft
 from beyond.tree_sampling import draw_distinct
 
@@ -72,11 +74,21 @@ def chain_shape(k):
     return [(0,) * d for d in range(1, k + 1)]
 
 
+def at_depth(accept, depth):
+    """accept for the guesses at `depth` (1: the root's children): `accept` is one list for
+    every depth (a drafter that sees the same context whatever the depth), or one per depth
+    (the extra heads: head d guesses depth d; no list, no guesses)."""
+    if accept and isinstance(accept[0], (list, tuple)):
+        return accept[depth - 1] if depth <= len(accept) else []
+    return accept
+
+
 def node_value(ranks, accept):
     """The chance that the node at rank path `ranks` is kept, under the formula."""
     value = 1.0
-    for r in ranks:
-        value *= accept[r] if r < len(accept) else 0.0
+    for depth, r in enumerate(ranks, 1):
+        here = at_depth(accept, depth)
+        value *= here[r] if r < len(here) else 0.0
     return value
 
 
@@ -89,14 +101,14 @@ def best_shape(accept, budget, max_depth=None):
     """The `budget` rank paths with the largest node_value (see the module docstring), no deeper
     than max_depth; ties go to the shallower, then lower-ranked node. Sorted parents first."""
     check_budget(budget)
-    frontier = [(-accept[r], (r,)) for r in range(len(accept))]   # (minus value, rank path)
+    frontier = [(-a, (r,)) for r, a in enumerate(at_depth(accept, 1))]  # (minus value, path)
     heapq.heapify(frontier)
     shape = []
     while frontier and len(shape) < budget:
         minus_value, ranks = heapq.heappop(frontier)
         shape.append(ranks)
         if max_depth is None or len(ranks) < max_depth:
-            for r, a in enumerate(accept):
+            for r, a in enumerate(at_depth(accept, len(ranks) + 1)):
                 heapq.heappush(frontier, (minus_value * a, ranks + (r,)))
     return sorted(shape)
 
@@ -148,6 +160,14 @@ def check_shape(shape, block_size):
 # Drafters that branch
 
 
+def likeliest_or_drawn(logits, width, sampling):
+    """Greedy: the `width` likeliest tokens of logits (V,), no distributions; sampling: that
+    many different tokens drawn from the warped distribution, with what each was drawn from."""
+    if sampling.greedy:
+        return np.argsort(-logits, kind="stable")[:width].tolist(), None
+    return draw_distinct(sampling.warp(logits), width, sampling.rng)
+
+
 class ModelBranches:
     """A GPT draft (through its Scorer): its `width` likeliest next tokens, or draws."""
 
@@ -156,9 +176,35 @@ class ModelBranches:
 
     def branch(self, seq, depth, width, sampling):
         logits = self.scorer.score([seq], len(seq))[0, -1]                 # (V,)
-        if sampling.greedy:
-            return np.argsort(-logits, kind="stable")[:width].tolist(), None
-        return draw_distinct(sampling.warp(logits), width, sampling.rng)
+        return likeliest_or_drawn(logits, width, sampling)
+
+
+class HeadsBranches:
+    """Extra heads (beyond/heads.py): head d's likeliest guesses (or draws) for the nodes of
+    depth d, all from one state: the big model's final hidden state before the root, which the
+    pass that checked the last round computed (the target's TreeScorer keeps it: attach). No
+    node is deeper than the heads. A round without that state (the first, or after a window
+    jump) gets it from a pass of the big model over the text before the root."""
+
+    def __init__(self, heads):
+        self.heads, self.vocab_size, self.scorer = heads, heads.vocab_size, None
+
+    def attach(self, scorer, score_tree):
+        """The target's TreeScorer (keeping states) and its own score_tree, for a missing state."""
+        if scorer.model.c.n_embd != self.heads.fc_w.shape[1]:
+            raise ValueError(f"these heads read {self.heads.fc_w.shape[1]}-channel states, the "
+                             f"target's are {scorer.model.c.n_embd}: trained for another model")
+        self.scorer, self.score_tree = scorer, score_tree
+
+    def branch(self, seq, depth, width, sampling):
+        root = len(seq) - depth                  # the root's index; its state is the one before
+        if depth > self.heads.n_heads or root < 1:
+            return [], None
+        if self.scorer.state(seq, root - 1) is None:
+            self.score_tree(seq[:root], Tree([seq[root - 1]]))    # one pass, just the text
+        state = self.scorer.state(seq, root - 1) * self.heads.ln_f_weight + self.heads.ln_f_bias
+        logits = self.heads.logits(state, depth)[depth - 1]               # (V,): head `depth`
+        return likeliest_or_drawn(logits, width, sampling)
 
 
 class NGramBranches:
@@ -185,13 +231,15 @@ def as_brancher(draft):
         return draft
     if isinstance(draft, NGramDraft):
         return NGramBranches(draft)
+    if isinstance(draft, HeadsDraft):
+        return HeadsBranches(draft)
     if isinstance(draft, sd.ModelDraft):
         return ModelBranches(draft.scorer)
     if hasattr(draft, "new_cache"):                    # a gpt.GPT or a NumpyGPT
         return ModelBranches(sd.as_scorer(draft))
     raise ValueError(f"{type(draft).__name__} cannot branch (it proposes a chain, one guess per "
-                     f"position): a tree needs a GPT draft or an n-gram table; decode this one "
-                     f"with speculative_generate")
+                     f"position): a tree needs a GPT draft, an n-gram table or the extra heads; "
+                     f"decode this one with speculative_generate")
 
 
 def grow(brancher, seq, shape, max_depth, sampling):

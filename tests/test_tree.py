@@ -14,6 +14,7 @@ import torch
 import speculative as sd
 from beyond import tree as tr
 from beyond.fast_numpy import NumpyGPT
+from beyond.heads import HeadsDraft, final_states
 from beyond.ngram import NGramDraft
 from beyond.studies.lenience import next_token_probs
 from beyond.studies import trees as study
@@ -21,8 +22,9 @@ from beyond.tree_grow import (Tree, best_shape, chain_shape, fastest_shape, node
                               tree_speedup, tree_tokens_per_pass)
 from numpy_speculative import accept_probability, residual, sample
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
-from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model, noisy_copy,
-                              prompts, small_pair)  # noqa: F401
+from test_heads import trained_heads
+from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution,  # noqa: F401
+                              make_model, noisy_copy, prompts, small_pair)
 
 WIDE = [(0,), (0, 0), (0, 0, 0), (0, 1), (1,), (1, 0), (2,)]   # 7 nodes, 3 at the root
 
@@ -122,6 +124,31 @@ def test_a_tree_beats_its_chain_when_the_second_guess_is_often_right(target):
     chain, wide = (tr.tree_generate(target, draft, prompts(1)[0], 60, shape=s)[1]
                    for s in (chain_shape(len(WIDE)), WIDE))
     assert wide.target_passes < chain.target_passes
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_heads_grow_trees_from_the_big_models_own_state(target, backend, tmp_path, monkeypatch):
+    heads = HeadsDraft(trained_heads(target, tmp_path))
+    model, checked = backends(target)[backend], []
+    branch = tr.HeadsBranches.branch
+
+    def checked_branch(self, seq, depth, width, sampling):   # the state is the big model's own
+        guesses = branch(self, seq, depth, width, sampling)
+        root, start = len(seq) - depth, self.scorer.starts[0]
+        if not guesses[0]:                                   # no head this deep, or no state
+            return guesses
+        with torch.no_grad():
+            want = final_states(target, torch.tensor([seq[start:root]]))[1][0, -1].numpy()
+        got = self.scorer.state(seq, root - 1) * heads.ln_f_weight + heads.ln_f_bias
+        np.testing.assert_allclose(got, want, atol=1e-4)
+        checked.append(depth)
+        return guesses
+    monkeypatch.setattr(tr.HeadsBranches, "branch", checked_branch)
+    for i, prompt in enumerate(prompts(3, seed=4)):
+        length = [7, 20, 3 * target.c.block_size][i]
+        got, stats = tr.tree_generate(model, heads, prompt, length, shape=WIDE)
+        assert torch.equal(got, sd.generate(model, prompt, length))
+    assert max(checked) == 3 and stats.accepted > 0      # WIDE is 3 deep; 3 heads
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,6 +279,15 @@ def test_sampled_decoder_matches_the_target_and_the_naive_rule_does_not(small_pa
     monkeypatch.setattr(tr, "sample_walk", naive_walk)   # negative control
     counts = tree_counts(target, draft, prompt, 3, 1000, 0, SMALL_SHAPE, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
+
+
+def test_heads_sample_exactly(small_pair, tmp_path):
+    target, _ = small_pair
+    heads = HeadsDraft(trained_heads(target, tmp_path))
+    prompt = [1, 2, 0]
+    want = exact_distribution(target, prompt, 3, temperature=1.0)
+    counts = tree_counts(target, heads, prompt, 3, 1000, 2, SMALL_SHAPE, temperature=1.0)
+    assert chi_square_p_value(counts, want) > 1e-3
 
 
 def test_deterministic_guesses_sample_exactly(small_pair):

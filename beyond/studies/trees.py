@@ -17,8 +17,10 @@ plain greedy decoding. Then, per target backend:
     per pass   characters written per pass of the big model (predicted: 1 + the sum over nodes
                of the product of accept along the node's path)
     speed-up   plain decoding's time / this one's, the median of --repeats alternated pairs
-               (chains run through the lesson's speculative_generate, trees through tree_generate)
+               (chains and trees both through tree_generate: only the shape differs)
     predicted  per pass / (c x the drafter's calls per round + one pass over N + 1 tokens)
+    head to head  the fastest tree against the lesson's own loop (speculative_generate) at the
+               fastest chain's k, alternated, twice the repeats
 
 It prints the mask of one real round (the first of the first prompt) and writes
 results/trees.png, results/trees.json and results/trees.md.
@@ -28,12 +30,14 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import corpus
 import machine
 import speculative as sd
-from beyond import registry
+from beyond import heads, registry
+from beyond.heads import HeadsDraft, final_states
 from beyond import tree as tr
 from beyond.tree_grow import (as_brancher, drafter_calls, fastest_shape, tree_speedup,
                                tree_tokens_per_pass)
@@ -42,7 +46,7 @@ from exercises import common
 
 @dataclass
 class Args(common.ExerciseArgs):
-    drafts: str = "draft,distilled,ngram"  # drafters compared (GPT presets, ngram, ngram-big)
+    drafts: str = "draft,distilled,ngram,heads"  # drafters compared (GPT presets, ngram, heads)
     backends: str = "torch,numpy"          # big model's backends (drafts in NumPy where they can)
     budgets: str = "2,4,8,16,32"           # guesses checked per round (chain k = tree nodes)
     prompts: int = 8                       # held-out prompts (and as many to calibrate on)
@@ -67,10 +71,29 @@ def rank_acceptance(big, brancher, prompts, n, width):
     return [h / positions for h in hits], seconds / positions
 
 
+def heads_acceptance(big, draft, prompts, n, width):
+    """rank_acceptance for the extra heads, one list per depth: accept[d - 1][r] is the fraction
+    of states of the big model's greedy text (its last window after each prompt) where head d's
+    r-th guess is the token d after the next one; and the seconds of one head's guesses."""
+    hits, positions = np.zeros((draft.n_heads, width)), 0
+    for prompt in prompts:
+        text = sd.generate(big, prompt, n)[0, -big.c.block_size:]                  # (T,)
+        with torch.no_grad():
+            states = final_states(big, text[None])[1][0].numpy()                  # (T, C)
+        for t in range(len(text) - 1 - draft.n_heads):
+            ranked = np.argsort(-draft.logits(states[t], draft.n_heads), -1)[:, :width]
+            hits += ranked == text[t + 2:t + 2 + draft.n_heads, None].numpy()    # (h, width)
+            positions += 1
+    seconds = machine.median_time(lambda: draft.logits(states[0], 1), 200)
+    return (hits / positions).tolist(), seconds
+
+
 def one_round(big, draft, prompt, shape):
     """The first round's tree and its mask, as text (what the mask looks like)."""
     seq = prompt[0].tolist()
-    tree = tr.grow(as_brancher(draft), seq, shape, tr.TreeScorer(big, 0).room(seq), sd.Sampling())
+    brancher = as_brancher(draft)
+    scorer = tr.tree_scorer(big, brancher, len(shape))
+    tree = tr.grow(brancher, seq, shape, scorer.room(seq), sd.Sampling())
     label = [repr(corpus.decode([t]))[1:-1] or " " for t in tree.tokens]
     visible = tr.tree_mask(tree.parents, 0, 0)                            # (N+1, N+1)
     lines = [f"one round's tree after {corpus.decode(seq)[-20:]!r}: node (parent, depth) "
@@ -86,7 +109,7 @@ def compare(args, big_model, drafts, log):
     prompts = corpus.held_out_prompts(args.prompts, 32)
     calibration = corpus.held_out_prompts(2 * args.prompts, 32)[1::2]   # between the timed ones
     budgets, n = common.whole_numbers(args.budgets, "budgets"), args.new_tokens
-    rows, notes = [], []
+    rows, duels, notes = [], [], []
     for backend in args.backends.split(","):
         big = registry.with_backend(big_model, backend)
         plain_out = [sd.generate(big, p, n) for p in prompts]
@@ -99,10 +122,13 @@ def compare(args, big_model, drafts, log):
             f"costs " + ", ".join(f"{verify[b]:.2f}" for b in budgets) + f" steps at N = "
             f"{', '.join(map(str, budgets))}")
         for name, draft in drafts.items():
-            accept, call_s = rank_acceptance(big, as_brancher(draft), calibration, n, args.width)
+            if isinstance(draft, HeadsDraft):           # one accept per depth (head)
+                accept, call_s = heads_acceptance(big_model, draft, calibration, n, args.width)
+            else:
+                accept, call_s = rank_acceptance(big, as_brancher(draft), calibration, n,
+                                                 args.width)
             c = call_s / step
-            log(f"  {name}: accept by rank " + ", ".join(f"{a:.3f}" for a in accept)
-                + f"; c {c:.3f}")
+            log(f"  {name}: accept by rank {np.round(accept, 3).tolist()}; c {c:.3f}")
             spreads = []
             with machine.Busy() as busy:
                 for budget in budgets:
@@ -123,11 +149,16 @@ def compare(args, big_model, drafts, log):
                             f"{row['tokens_per_pass']:.2f} per pass (predicted "
                             f"{predicted:.2f}), {row['speedup']:.2f}x plain (predicted "
                             f"{row['predicted_speedup']:.2f}x)")
+                duel = head_to_head(big, draft, prompts, n, rows, backend, name, args.repeats)
+                spreads.append(machine.spread(duel.pop("ratios")))
+                duels.append(duel)
+                log(f"  head to head: the {duel['tree']} is {duel['tree_over_chain']:.2f}x as "
+                    f"fast as the lesson's chain at {duel['chain']}")
             note = busy.note(spreads)
             if note:
                 notes.append(f"{backend}, {name}: {note}")
                 log(f"  {note}")
-    return rows, notes
+    return rows, duels, notes
 
 
 def shapes(accept, budget, c, verify_cost):
@@ -140,12 +171,17 @@ def shapes(accept, budget, c, verify_cost):
     return out.items()
 
 
+def runner(big, draft, prompts, n, kind, shape):
+    """The runs of one setup, all through tree_generate (the same drafter, the same code: only
+    the shape differs), or "lesson chain": speculative_generate, the lesson's loop."""
+    if kind == "lesson chain":
+        return lambda: [sd.speculative_generate(big, draft, p, n, k=len(shape)) for p in prompts]
+    return lambda: [tr.tree_generate(big, draft, p, n, shape=shape) for p in prompts]
+
+
 def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
     """One setup: runs checked against plain decoding, then timed against it, alternately."""
-    def run():
-        if kind == "chain":            # the lesson's loop: the chain as speculative.py runs it
-            return [sd.speculative_generate(big, draft, p, n, k=len(shape)) for p in prompts]
-        return [tr.tree_generate(big, draft, p, n, shape=shape) for p in prompts]
+    run = runner(big, draft, prompts, n, kind, shape)
     stats = sd.Stats()
     for (out, s), want in zip(run(), plain_out):
         if not torch.equal(out, want):
@@ -158,17 +194,30 @@ def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
             "tokens_per_s": len(prompts) * n / spec_s}
 
 
+def head_to_head(big, draft, prompts, n, rows, backend, name, repeats):
+    """The fastest tree of the sweep against the chain at the fastest chain's k, run by the
+    lesson's loop (speculative_generate), timed alternately with twice the repeats: on a busy
+    machine a ratio of two ratios to plain decoding is noisy."""
+    tree, chain = fastest(rows, backend, name, True), fastest(rows, backend, name, False)
+    _, _, ratio, ratios = machine.paired_times(
+        runner(big, draft, prompts, n, "lesson chain", chain["shape"]),
+        runner(big, draft, prompts, n, tree["kind"], tree["shape"]), 2 * repeats)
+    return {"backend": backend, "draft": name, "tree": f"{tree['kind']} N {tree['budget']}",
+            "chain": f"k {chain['budget']}", "tree_over_chain": ratio, "ratios": ratios}
+
+
 def fastest(rows, backend, name, trees):
     """The fastest row of a drafter on a backend: among its trees, or among its chains."""
     return max((r for r in rows if (r["backend"], r["draft"]) == (backend, name)
                 and (r["kind"] != "chain") == trees), key=lambda r: r["speedup"])
 
 
-def verdicts(rows):
-    """Per backend and drafter: the tree against the chain at each budget, and the fastest of
-    the trees against the fastest chain."""
+def verdicts(rows, duels):
+    """Per backend and drafter: the tree against the chain at each budget, characters per pass;
+    the fastest of each against plain decoding, and against each other, head to head."""
     lines = []
-    for backend, name in dict.fromkeys((r["backend"], r["draft"]) for r in rows):
+    for duel in duels:
+        backend, name = duel["backend"], duel["draft"]
         mine = {(r["budget"], r["kind"]): r for r in rows
                 if (r["backend"], r["draft"]) == (backend, name)}
         chains = [r for (_, kind), r in mine.items() if kind == "chain"]
@@ -182,7 +231,8 @@ def verdicts(rows):
             + f" (the best chain writes {top['tokens_per_pass']:.2f} per pass, at N "
             f"{top['budget']}); fastest tree ({tree['kind']}, N {tree['budget']}) "
             f"{tree['speedup']:.2f}x plain, fastest chain (k {chain['budget']}) "
-            f"{chain['speedup']:.2f}x: tree / chain {tree['speedup'] / chain['speedup']:.2f}")
+            f"{chain['speedup']:.2f}x; head to head the tree is {duel['tree_over_chain']:.2f}x "
+            f"as fast as the lesson's chain at k {chain['budget']}")
     return lines
 
 
@@ -217,7 +267,7 @@ def plot(args, rows):
     return common.figure(args, "trees.png", fig)
 
 
-def markdown(args, rows, notes, mask_text):
+def markdown(args, rows, duels, notes, mask_text):
     table = [[r["backend"], r["draft"], r["budget"], r["kind"], f"{r['depth']} / {r['calls']}",
               f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
               f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['tokens_per_s']:,.0f}"]
@@ -229,7 +279,7 @@ def markdown(args, rows, notes, mask_text):
         common.markdown_table(["big model", "drafter", "N", "shape", "depth / drafter calls",
                                "per pass (formula)", "speed-up (formula)", "characters/s"],
                               table), "",
-        *[f"- {line}" for line in verdicts(rows)], *[f"- {note}" for note in notes], "",
+        *[f"- {line}" for line in verdicts(rows, duels)], *[f"- {note}" for note in notes], "",
         "```", mask_text, "```"])
 
 
@@ -244,6 +294,11 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     presets = [n for n in names if n in ("draft", "distilled", "names")]
     big = common.load_models(args, ["big"] + presets, log=log)["big"]
+    if "heads" in names and not heads.heads_path(folder).exists():
+        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
+        quick = {"steps": 40, "save_every": 40} if args.quick else {}
+        heads.train(big, heads.HeadsConfig(checkpoints=str(folder), **quick),
+                    heads.heads_path(folder), log=log)
     drafts = {name: registry.by_name(name, folder, "numpy") for name in names}
     for name, draft in drafts.items():
         as_brancher(draft)                                  # a one-line error before any work
@@ -251,16 +306,16 @@ def run(args, log=print):
     mask_text = one_round(big, next(iter(drafts.values())), corpus.held_out_prompts(1, 32)[0],
                           tr.best_shape([0.6, 0.15, 0.08], 8))
     log(mask_text)
-    rows, notes = compare(args, big, drafts, log)
+    rows, duels, notes = compare(args, big, drafts, log)
     log("")
-    for line in verdicts(rows):
+    for line in verdicts(rows, duels):
         log(line)
     plot(args, rows)
-    numbers = {"rows": rows, "notes": notes, "machine": machine.describe(),
+    numbers = {"rows": rows, "head_to_head": duels, "notes": notes, "machine": machine.describe(),
                "seconds": time.time() - started, "median_speedup": statistics.median(
                    r["speedup"] for r in rows)}
     common.save_json(args, "trees.json", numbers)
-    text = markdown(args, rows, notes, mask_text)
+    text = markdown(args, rows, duels, notes, mask_text)
     (common.results_dir(args) / "trees.md").write_text(text + "\n")
     return {"numbers": numbers, "markdown": text}
 

@@ -9,7 +9,7 @@ N      ?=
 
 # The lesson's own dependencies only. Without compiling every installed file (pip's default:
 # most of torch's, never imported here), then importing what the lesson imports, which compiles
-# just that: measured 66 s -> about 30 s from nothing on 2 cores (docs/RESULTS.md).
+# just that: 31-70 s from nothing on 2 busy cores, against 84-119 s before (docs/RESULTS.md).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -165,7 +165,8 @@ def run(args, log=print):
         f"({predicted['cached']:.2f}x predicted, {measured['cached']:.2f}x measured). "
         f"The same draft in NumPy costs c = {c_numpy:.2f} ({predicted['numpy']:.2f}x predicted, "
         f"{measured['numpy']:.2f}x measured). The other lever is agreement: a draft that agrees "
-        f"more writes more per pass (the distilled draft in exercise 4 and beyond/benchmark.py).")
+        f"more writes more per pass (the distilled draft: exercise 4 with --drafts "
+        f"draft,names,distilled, and beyond/benchmark.py).")
     log("\n" + explanation.replace("**", ""))
     if note:
         log(note)

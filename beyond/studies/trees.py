@@ -261,6 +261,7 @@ def plot(args, rows):
     budgets = sorted({r["budget"] for r in rows})
     for ax in axes:
         ax.set(xscale="log", xlabel="guesses checked per round (N)")
+        ax.minorticks_off()
         ax.set_xticks(budgets, [str(b) for b in budgets])
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -141,7 +141,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    parser = cli.Parser(description=__doc__.strip().split("\n\n")[0])
+    parser = cli.Parser(prog="python -m beyond.studies", description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--only", nargs="+", default=None, choices=list(STUDIES),
                         metavar="NAME", help=f"these studies alone: {', '.join(STUDIES)}")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")

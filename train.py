@@ -9,7 +9,7 @@ train.py: train the lesson's models from the command line, with a checkpoint cac
 Checkpoints go to checkpoints/<preset>.pt. Rerunning skips a model already trained with the same
 settings on the same data; an interrupted run (Ctrl-C leaves a usable checkpoint) continues
 where it stopped; --resume continues a finished one to a new --steps; --fresh starts over.
-Training is deterministic given --seed (on the same machine and device).
+Training is deterministic given --seed and --threads (on the same machine and device).
 """
 
 import argparse
@@ -36,8 +36,9 @@ def source_for(corpus_name):
 def settings(config, tc, corpus_name):
     """What makes two trainings the same: model shape, training settings, and the data itself."""
     data_sha = corpus.loaded()["meta"][corpus_name]["sha256"]
-    # Not the thread count: it changes the last digits of the losses, not what is trained.
-    training = {k: v for k, v in asdict(tc).items() if k != "threads"}
+    # Not the thread count nor compiling: they change the last digits of the losses, not what
+    # is trained. (The precision does change it, a little: it stays.)
+    training = {k: v for k, v in asdict(tc).items() if k not in ("threads", "compile")}
     return {"config": asdict(config), "train": training,
             "corpus": corpus_name, "data_sha256": data_sha}
 
@@ -160,9 +161,11 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
             state = None
     torch.manual_seed(tc.seed)
     model = GPT(config)
+    autocast = gpt.speedups(tc, machine.resolve_device(device), width=config.n_embd)[0]
     log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
         f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}"
-        + (f", imitating {teacher_name}" if teacher_name else ""))
+        + (f", imitating {teacher_name}" if teacher_name else "")
+        + (", matrix products in bfloat16" if autocast else ""))
     watch = Watch(name, model, tc, state["step"] if state else 0, progress=progress, log=log,
                   val=state["val_loss"] if state else None)
     try:
@@ -171,7 +174,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
         gpt.train(model, tc.steps, log_every=0 if progress else tc.eval_every,
                   source=source_for(corpus_name), config=tc, device=device, checkpoint=path,
                   resume=state, progress=False, on_eval=watch.on_eval, corpus_name=corpus_name,
-                  extra={"settings": wanted, "preset": name}, teacher=teacher)
+                  extra={"settings": wanted, "preset": name}, teacher=teacher, note=watch.say)
     finally:
         watch.close()
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
@@ -209,9 +212,9 @@ def main(argv=None):
     if args.threads < 0:
         raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
                          f"not {args.threads}")
-    machine.resolve_device(args.device)
-    corpus.prepare()
     tc = cli.take(TrainConfig, args)
+    gpt.speedups(tc, machine.resolve_device(args.device))  # a bad --precision: one line, now
+    corpus.prepare()
     for name in args.preset:
         config = cli.take(Config, args, **{k: v for k, v in PRESETS[name]["config"].items()
                                           if getattr(args, k) is None})

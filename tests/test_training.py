@@ -1,8 +1,12 @@
 """Training, checkpoints and the lesson's own snippet."""
 
+import errno
 import os
+import shutil
 import signal
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -45,7 +49,6 @@ def test_training_is_deterministic_and_resumes_exactly(tmp_path):
 
 
 def test_training_uses_the_thread_count_it_is_given_and_resume_keeps_it(tmp_path):
-    from dataclasses import replace
     seen = []
     path = tmp_path / "m.pt"
     before = torch.get_num_threads()
@@ -160,3 +163,151 @@ def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
     out, err = capsys.readouterr()
     assert len(shown) == 1 and updates and "20/20 steps" in updates[-1]
     assert err == "" and "nan" not in out + "".join(updates)
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed-ups (bfloat16 autocast, torch.compile), their fallbacks, and saving whole or not at all
+
+
+def same_weights(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_training_repeats_exactly_given_the_seed_and_the_threads(precision):
+    tc = replace(QUICK, precision=precision)
+    first = gpt.train(fresh_model(), steps=12, log_every=0, config=tc)
+    again = gpt.train(fresh_model(), steps=12, log_every=0, config=tc)
+    assert same_weights(first, again) and first.val_loss == again.val_loss
+    # negative control: another seed draws other batches, and the check sees it
+    other = gpt.train(fresh_model(), steps=12, log_every=0, config=replace(tc, seed=7))
+    assert not same_weights(first, other)
+
+
+def test_without_native_bfloat16_auto_trains_in_float32_and_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(gpt, "native_bfloat16", lambda device: False)
+    assert gpt.speedups(QUICK, "cpu", width=32)[2] == []  # too narrow to want it: nothing to say
+    monkeypatch.setattr(gpt, "BFLOAT16_MIN_WIDTH", 32)     # the tiny model here is 32 wide
+    notes = []
+    auto = gpt.train(fresh_model(), steps=6, log_every=0, config=QUICK, note=notes.append)
+    assert len(notes) == 1 and notes[0].startswith("training in float32: cpu has no native "
+                                                   "bfloat16"), notes
+    float32 = gpt.train(fresh_model(), steps=6, log_every=0,
+                        config=replace(QUICK, precision="float32"))
+    assert same_weights(auto, float32)
+    # negative control: where bfloat16 is native, auto uses it (another model) and says nothing,
+    # for models wide enough to gain from it (the tiny one here is not: it stays float32)
+    monkeypatch.setattr(gpt, "native_bfloat16", lambda device: True)
+    assert gpt.speedups(QUICK, "cpu", width=16) == (None, False, [])
+    assert gpt.speedups(QUICK, "cpu", width=32) == (torch.bfloat16, False, [])
+    notes.clear()
+    bfloat16 = gpt.train(fresh_model(), steps=6, log_every=0, config=QUICK, note=notes.append)
+    assert notes == [] and not same_weights(bfloat16, float32)
+
+
+def test_an_unknown_precision_is_a_one_line_error():
+    with pytest.raises(ValueError, match="precision must be auto, bfloat16 or float32, not 'fp8'"):
+        gpt.train(fresh_model(), steps=1, log_every=0, config=replace(QUICK, precision="fp8"))
+
+
+def test_without_a_compiler_compile_is_off_in_one_line_and_trains_the_same_model(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    tc = replace(QUICK, compile=True)
+    # negative control first: with a compiler on PATH, compile is used and nothing is said
+    notes = []
+    gpt.train(fresh_model(), steps=2, log_every=0, config=tc, note=notes.append)
+    assert len(compiled) == 1 and notes == []
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    compiled.clear()
+    model = gpt.train(fresh_model(), steps=6, log_every=0, config=tc, note=notes.append)
+    assert notes == ["torch.compile is off: no C++ compiler (g++ or clang++) on PATH; "
+                     "training without it (the same model)"] and compiled == []
+    assert same_weights(model, gpt.train(fresh_model(), steps=6, log_every=0, config=QUICK))
+
+
+def test_a_compiler_that_fails_is_left_in_one_line_for_the_same_training(monkeypatch):
+    def broken(model):
+        def forward(*args):
+            raise RuntimeError("C++ compile error: Python.h: no such file\n(and 80 more lines)")
+        return forward
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(gpt, "compiler_missing", lambda device: None)
+    notes = []
+    model = gpt.train(fresh_model(), steps=6, log_every=0, config=replace(QUICK, compile=True),
+                      note=notes.append)
+    assert notes == ["torch.compile is off: it failed (RuntimeError: C++ compile error: "
+                     "Python.h: no such file); training without it (the same model)"]
+    assert same_weights(model, gpt.train(fresh_model(), steps=6, log_every=0, config=QUICK))
+
+
+def full_disk(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def half_then_full(obj, f):
+    f.write(b"PK\x03\x04 half a file")  # what a full disk leaves: a beginning
+    full_disk()
+
+
+@pytest.mark.parametrize("failing", ["checkpoint", "npz"])
+def test_a_failed_save_leaves_the_previous_files_whole_and_nothing_half_written(
+        tmp_path, monkeypatch, failing):
+    path = tmp_path / "m.pt"
+    gpt.save_checkpoint(path, fresh_model(0), step=1, val_loss=2.0)
+    before = path.read_bytes(), path.with_suffix(".npz").read_bytes()
+    if failing == "checkpoint":
+        monkeypatch.setattr(torch, "save", half_then_full)
+    else:
+        monkeypatch.setattr(np, "savez", lambda f, **arrays: half_then_full(None, f))
+    with pytest.raises(gpt.CheckpointError) as caught:
+        gpt.save_checkpoint(path, fresh_model(1), step=2, val_loss=1.0)
+    name = "m.pt" if failing == "checkpoint" else "m.npz"
+    assert str(caught.value) == (f"could not write {tmp_path / name} (No space left on device): "
+                                 f"free some disk space or save elsewhere; the previous {name}, "
+                                 f"if any, is whole")
+    assert (path.read_bytes(), path.with_suffix(".npz").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "m.pt"]  # no .tmp left
+    assert gpt.load_checkpoint(path)[1]["step"] == 1
+    # negative control: once the disk has room, the same save replaces both files
+    monkeypatch.undo()
+    gpt.save_checkpoint(path, fresh_model(1), step=2, val_loss=1.0)
+    assert gpt.load_checkpoint(path)[1]["step"] == 2 and path.with_suffix(".npz").read_bytes() \
+        != before[1]
+
+
+def test_a_full_disk_while_training_is_one_line_and_the_last_save_an_error(tmp_path,
+                                                                            monkeypatch):
+    path, real_save, notes = tmp_path / "m.pt", torch.save, []
+
+    def full_at_step_10(state, f):
+        (full_disk if state["step"] == 10 else real_save)(state, f)
+    monkeypatch.setattr(torch, "save", full_at_step_10)
+    gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, checkpoint=path,
+              note=notes.append)
+    assert len(notes) == 1 and notes[0].startswith(f"step 10: could not write {path} (No space")
+    assert notes[0].endswith("; training goes on")
+    assert gpt.load_checkpoint(path)[1]["step"] == 20
+    # the last save failing is an error, not a model quietly lost; the step-20 file stays
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(gpt.CheckpointError, match="No space left on device"):
+        gpt.train(fresh_model(), steps=10, log_every=0, config=QUICK, checkpoint=path)
+    assert gpt.load_checkpoint(path)[1]["step"] == 20
+
+
+def test_a_resumed_run_keeps_the_precision_it_started_in(tmp_path, monkeypatch):
+    tc = replace(QUICK, precision="bfloat16")
+    straight = gpt.train(fresh_model(), steps=20, log_every=0, config=tc)
+    path = tmp_path / "m.pt"
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C at step 10, as above
+        gpt.train(fresh_model(), steps=20, log_every=0, config=tc, checkpoint=path,
+                  on_eval=lambda step, loss: os.kill(os.getpid(), signal.SIGINT))
+    _, state = gpt.load_checkpoint(path)
+    assert state["precision"] == "bfloat16"
+    monkeypatch.setattr(gpt, "native_bfloat16", lambda device: False)  # auto would be float32
+    resumed = gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, resume=state)
+    assert same_weights(straight, resumed)
+    # negative control: resuming in float32 gives another model
+    other = gpt.train(fresh_model(), steps=20, log_every=0,
+                      config=replace(QUICK, precision="float32"), resume=state)
+    assert not same_weights(straight, other)

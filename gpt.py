@@ -423,10 +423,8 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
             logits, _ = forward(x)                                          # (B, T, V)
             return F.cross_entropy(logits.flatten(0, 1).float(), soft_targets.flatten(0, 1))
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=tc.steps, initial=step, unit="step", dynamic_ncols=True, file=sys.stderr)
+    # one line redrawn in place: tqdm's bar in a terminal, one updating output in a notebook
+    bar = machine.ProgressLine(tc.steps, step) if progress else None
     say = bar.write if bar else print
     started = time.time()
     stop = machine.StopOnInterrupt()
@@ -451,9 +449,9 @@ def train(model, steps=1500, log_every=100, source=None, *, config=None, device=
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
                 optimizer.step()
                 step += 1
-                if bar:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val_loss:.3f}", refresh=False)
+                if bar:  # the validation loss once there is one (never "val nan")
+                    val = "" if math.isnan(val_loss) else f"  val {val_loss:.3f}"
+                    bar.update(step, f"loss {loss.item():.3f}{val}")
                 if step % tc.eval_every == 0 or step == tc.steps:
                     val_loss = estimate_loss(model, val_source, tc, device)
                     if on_eval:

@@ -72,7 +72,7 @@ TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.125, "decoding": 0.21}   # seconds, see probes()
 
 
-def probes(repeats=5):
+def probes(repeats=3):
     """This machine's speed now: the median seconds of one training step (forward and backward,
     20 x 128 characters) of an untrained model of the big one's size, on training's threads,
     and on decoding's one thread."""
@@ -102,22 +102,20 @@ def forecast(stages, measured=None):
 
 class Progress:
     """One line per stage: what runs now, and about how long is left, forecast from the time
-    each stage took on the reference machine scaled by this machine's speed, measured now
-    (common.forecast) and again as the job goes on (the stages so far against their forecast).
-    A stage is (label, keys of STAGE_SECONDS: the models it trains first, then its own
-    work). No forecast with --quick: its tiny models take seconds, not the lesson-size times."""
+    each stage took on the reference machine scaled by this machine's speed, measured again
+    before every stage (common.probes: a machine that got busier or quieter is seen at the next
+    stage), and by the stages so far against their forecast. A stage is (label, keys of
+    STAGE_SECONDS: the models it trains first, then its own work). No forecast with --quick:
+    its tiny models take seconds, not the lesson-size times."""
 
-    def __init__(self, stages, forecast=True):
+    def __init__(self, stages, forecast=True, probe=None):
         self.stages, self.started, self.done = stages, time.time(), 0
-        self.probes = probes() if forecast else None
+        self.probe = (probe or probes) if forecast else None
         self.forecast_so_far = 0.0
 
-    def left(self):
-        """Seconds the stages not yet started will take, or None without a forecast."""
-        if not self.probes:
-            return None
-        left = forecast([k for _, keys in self.stages[self.done:] for k in keys],
-                               self.probes)
+    def left(self, measured):
+        """Seconds the stages not yet started will take at the speed `measured` now."""
+        left = forecast([k for _, keys in self.stages[self.done:] for k in keys], measured)
         elapsed = time.time() - self.started
         if self.forecast_so_far > 30:  # the stages so far say how this machine runs today
             left *= elapsed / self.forecast_so_far
@@ -126,10 +124,10 @@ class Progress:
     def start(self):
         label, keys = self.stages[self.done]
         so_far = f"{machine.duration(time.time() - self.started)} so far"
-        left = self.left()
-        if left is not None:
-            so_far += f", about {machine.duration(left)} left"
-            self.forecast_so_far += forecast(keys, self.probes)
+        if self.probe:
+            measured = self.probe()
+            so_far += f", about {machine.duration(self.left(measured))} left"
+            self.forecast_so_far += forecast(keys, measured)
         print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
         self.done += 1
 

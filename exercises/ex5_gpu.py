@@ -12,11 +12,12 @@ a launch times the launch, not the work.
    extra tokens ride along almost free; that is what speculation spends.
 2. Plain vs speculative decoding for k = 1..8 on the lesson's prompts (greedy, both models on
    the device).
-3. The speed-up against batch size. Our decoder speculates one sequence at a time, so this is
-   the formula fed with passes timed at each batch size B: c_B = draft pass / target pass over
-   B x 1 tokens, verify_B = target pass over B x (k+1) / over B x 1. As B grows the device fills
-   up, a pass over B x (k+1) tokens costs up to k+1 times one over B x 1, and the gain fades:
-   a busy accelerator has no idle capacity left for checking guesses.
+3. The speed-up against batch size, measured with batched decoding (beyond/batched.py: every
+   row of a batch speculates at once), next to the formula fed with passes timed at each batch
+   size B: c_B = draft pass / target pass over B x 1 tokens, verify_B = target pass over
+   B x (k+1) / over B x 1. As B grows the device fills up, a pass over B x (k+1) tokens costs
+   up to k+1 times one over B x 1, and the gain fades: a busy accelerator has no idle capacity
+   left for checking guesses.
 
 With a GPU it first trains a bigger pair there (8 x 512 target, 2 x 256 draft; a few minutes,
 cached in checkpoints/gpu/) so that the target is worth speeding up; without one it measures the
@@ -131,16 +132,17 @@ def run(args, log=print):
         n = args.max_new_tokens
         decode_repeats = max(1, repeats // 10)
         plain = measure(lambda: [sd.generate(target, p, n) for p in prompts], decode_repeats, warmup=1)
+        plain_outputs = [sd.generate(target, p, n) for p in prompts]   # what every k must give
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
         by_k = {}
         for k in range(1, 9):
             stats = sd.Stats(k=k)
-            for p in prompts:
+            for p, expected in zip(prompts, plain_outputs):  # also the timing's warm-up
                 out, s = sd.speculative_generate(target, draft, p, n, k=k)
-                assert torch.equal(out, sd.generate(target, p, n)), "greedy output changed"
+                assert torch.equal(out, expected), "greedy output changed"
                 stats.add(s)
             spec = measure(lambda: [sd.speculative_generate(target, draft, p, n, k=k) for p in prompts],
-                           decode_repeats, warmup=1)
+                           decode_repeats, warmup=0)
             by_k[k] = {"seconds": spec, "speedup": plain / spec, "tokens_per_pass": stats.tokens_per_pass}
             log(f"k = {k}: speculative {plain / spec:.2f}x plain, {stats.tokens_per_pass:.2f} tokens "
                 f"per pass")

@@ -270,3 +270,24 @@ def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
     progress = common.Progress([("exercise 1", ["big", 1])], forecast=False)
     progress.start()
     assert "left" not in capsys.readouterr().out
+
+
+def test_each_stage_forecast_uses_this_machines_speed_measured_again_before_it(capsys):
+    # A forecast from one probe at the start missed by 33% on a machine whose load changed
+    # during the job: each stage probes again. Here the machine turns 3x slower after stage 1.
+    import machine
+    from exercises import common
+    speeds = iter([1, 3])
+    calls = []
+
+    def probe():
+        calls.append(1)
+        factor = next(speeds)
+        return {kind: factor * seconds for kind, seconds in common.REFERENCE_PROBES.items()}
+    progress = common.Progress([("exercise 3", [3]), ("exercise 4", [4])], probe=probe)
+    progress.start()
+    progress.start()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert len(calls) == 2
+    stage_4_alone = 3 * common.STAGE_SECONDS[4]   # the slower speed, measured before stage 2
+    assert f"about {machine.duration(stage_4_alone)} left" in lines[1]

@@ -165,6 +165,29 @@ def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
     assert err == "" and "nan" not in out + "".join(updates)
 
 
+def test_the_lessons_own_train_call_draws_one_line_in_a_notebook_too(monkeypatch, capsys):
+    # gpt.train(..., progress=True) called directly, as lesson code does: it had a tqdm bar of
+    # its own, on stderr, with "val=nan" until the first evaluation.
+    import IPython.display
+
+    import machine
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, data, raw=False):
+            updates.append(data["text/plain"])
+
+    monkeypatch.setattr(machine, "in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda data, raw=False, display_id=False: shown.append(data) or Handle())
+    gpt.train(fresh_model(), steps=12, log_every=0, config=replace(QUICK, eval_every=6),
+              progress=True)
+    out, err = capsys.readouterr()
+    assert len(shown) == 1 and updates and "12/12 steps" in updates[-1]
+    assert err == "" and "nan" not in out + "".join(updates)
+    assert "val " in updates[-1]  # the validation loss shows once it exists
+
+
 # ----------------------------------------------------------------------------------------------
 # Speed-ups (bfloat16 autocast, torch.compile), their fallbacks, and saving whole or not at all
 

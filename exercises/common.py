@@ -74,22 +74,25 @@ REFERENCE_PROBES = {"training": 0.125, "decoding": 0.21}   # seconds, see probes
 
 def probes(repeats=3):
     """This machine's speed now: the median seconds of one training step (forward and backward,
-    20 x 128 characters) of an untrained model of the big one's size, on training's threads,
-    and on decoding's one thread."""
+    20 x 128 characters) of an untrained model of the big one's size, on training's threads in
+    training's precision, and on decoding's one thread."""
     torch.manual_seed(0)
     model = gpt.GPT(gpt.Config(**{**vars(checkpoint.preset("big")), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))
 
-    def step_seconds(threads):
+    def step_seconds(threads, precision=None):
         times = []
-        with machine.threads(threads):
+        with machine.threads(threads), torch.autocast("cpu", dtype=precision,
+                                                      enabled=precision is not None):
             for i in range(repeats + 1):              # the first one warms up, untimed
                 started = time.perf_counter()
                 _, loss = model(x, x)
                 loss.backward()
                 times.append(time.perf_counter() - started)
         return sorted(times[1:])[repeats // 2]
-    return {"training": step_seconds(machine.training_threads()),
+    # training's matrix products in its own precision (bfloat16 where the processor has it)
+    training_precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
+    return {"training": step_seconds(machine.training_threads(), training_precision),
             "decoding": step_seconds(machine.DECODE_THREADS)}
 
 

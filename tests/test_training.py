@@ -334,3 +334,15 @@ def test_a_resumed_run_keeps_the_precision_it_started_in(tmp_path, monkeypatch):
     other = gpt.train(fresh_model(), steps=20, log_every=0,
                       config=replace(QUICK, precision="float32"), resume=state)
     assert not same_weights(straight, other)
+
+
+def test_the_training_levers_study_times_each_lever_against_the_first(capsys):
+    # python -m beyond.studies.training: every lever asked for is timed, the first is the 1.00x
+    # baseline, and a lever that is not in the table is a one-line error.
+    from beyond.studies import training
+    rows = training.main(["--levers", "float32,batch 12", "--steps", "1", "--repeats", "1",
+                          "--threads", "1"])
+    assert list(rows) == ["float32", "batch 12"] and rows["float32"]["ratio"] == 1.0
+    assert all(row["ms"] > 0 for row in rows.values())
+    with pytest.raises(ValueError, match="unknown lever 'nope'"):
+        training.main(["--levers", "float32,nope"])

@@ -329,10 +329,8 @@ def run(args, log=print):
     target = common.load_models(args, ["big"], log=log)["big"]
     if any(n in checkpoint.PRESETS for n in draft_names):
         common.load_models(args, [n for n in draft_names if n in checkpoint.PRESETS], log=log)
-    if "heads" in draft_names and not heads.heads_path(folder).exists():
-        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
-        heads.train(target, heads.HeadsConfig(checkpoints=str(folder)),
-                    heads.heads_path(folder), log=log)
+    if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
+        heads.load(target, folder, log=log)
     rows, notes, backends = compare(args, target, draft_names, folder, log)
     log("\nthe ladder: alpha against draft cost")
     ladder_rows = ladder(target, folder, log, own_runs=32 if args.quick else ngram.OWN_RUNS)

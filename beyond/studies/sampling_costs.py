@@ -697,10 +697,8 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in checkpoint.PRESETS]
     big = common.load_models(args, ["big"] + names, log=log)["big"]
-    if "heads" in draft_names and not heads.heads_path(folder).exists():
-        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
-        heads.train(big, heads.HeadsConfig(checkpoints=str(folder)), heads.heads_path(folder),
-                    log=log)
+    if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
+        heads.load(big, folder, log=log)
     with machine.threads():  # one torch thread: these models' passes are too small to share
         return measure(args, big, folder, temperatures, leniences, ks, draft_names, started, log)
 

@@ -140,14 +140,12 @@ def test_training_announces_its_time_from_its_own_first_steps():
     assert len(said) == 1 and said[0].startswith("tiny: 40 steps, about ")
 
 
-def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
-        tmp_path, monkeypatch, capsys):
-    # What a notebook saw: tqdm's bar on stderr, kept as ~1,800 lines by an executed notebook,
-    # with "val=nan" until the first evaluation.
+@pytest.fixture
+def notebook_output(monkeypatch):
+    """Training as if in a notebook: (the outputs displayed, every update of them)."""
     import IPython.display
 
     import machine
-    import train
     shown, updates = [], []
 
     class Handle:
@@ -157,6 +155,15 @@ def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
     monkeypatch.setattr(machine, "in_notebook", lambda: True)
     monkeypatch.setattr(IPython.display, "display",
                         lambda data, raw=False, display_id=False: shown.append(data) or Handle())
+    return shown, updates
+
+
+def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
+        tmp_path, notebook_output, capsys):
+    # What a notebook saw: tqdm's bar on stderr, kept as ~1,800 lines by an executed notebook,
+    # with "val=nan" until the first evaluation.
+    import train
+    shown, updates = notebook_output
     corpus.prepare()
     tc = TrainConfig(steps=20, batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5)
     train.ensure_trained("draft", tc, tiny_config(), folder=tmp_path, progress=True)
@@ -165,21 +172,10 @@ def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
     assert err == "" and "nan" not in out + "".join(updates)
 
 
-def test_the_lessons_own_train_call_draws_one_line_in_a_notebook_too(monkeypatch, capsys):
+def test_the_lessons_own_train_call_draws_one_line_in_a_notebook_too(notebook_output, capsys):
     # gpt.train(..., progress=True) called directly, as lesson code does: it had a tqdm bar of
     # its own, on stderr, with "val=nan" until the first evaluation.
-    import IPython.display
-
-    import machine
-    shown, updates = [], []
-
-    class Handle:
-        def update(self, data, raw=False):
-            updates.append(data["text/plain"])
-
-    monkeypatch.setattr(machine, "in_notebook", lambda: True)
-    monkeypatch.setattr(IPython.display, "display",
-                        lambda data, raw=False, display_id=False: shown.append(data) or Handle())
+    shown, updates = notebook_output
     gpt.train(fresh_model(), steps=12, log_every=0, config=replace(QUICK, eval_every=6),
               progress=True)
     out, err = capsys.readouterr()

@@ -17,7 +17,8 @@ from beyond.fast_numpy import NumpyGPT
 from beyond.heads import HeadsDraft, final_states
 from beyond.ngram import NGramDraft
 from beyond.studies.lenience import next_token_probs
-from beyond.studies import trees as study
+from beyond.studies import __main__ as studies
+from exercises import common
 from beyond.tree_grow import (Tree, best_shape, chain_shape, fastest_shape, node_value,
                               tree_speedup, tree_tokens_per_pass)
 from numpy_speculative import accept_probability, residual, sample
@@ -380,10 +381,16 @@ def test_ngram_branches_start_with_the_chains_guess():
 # The study
 
 
-def test_study_quick_run_writes_its_figure_table_and_numbers(tmp_path):
-    study.main(["--quick", "--checkpoints", str(tmp_path / "checkpoints"), "--results",
-                str(tmp_path / "results"), "--drafts", "draft,ngram", "--budgets", "2,6"])
+def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
+    # Through `python -m beyond.studies --only trees`: fails unless the study is registered
+    # there (STUDIES, with its forecast) and in the report, which links to its section.
+    studies.main(["--only", "trees", "--quick", "--checkpoints", str(tmp_path / "checkpoints"),
+                  "--results", str(tmp_path / "results")])
     results = tmp_path / "results"
+    assert "trees" in common.STAGE_SECONDS
+    report_text = (results / "report.md").read_text()
+    assert "[token trees against chains](#token-trees-against-chains)" in report_text
+    assert "\n## Token trees against chains\n" in report_text
     assert (results / "trees.png").read_bytes().startswith(b"\x89PNG")
     text = (results / "trees.md").read_text()
     assert "| big model | drafter | N |" in text and "x . ." in text      # the table, a mask

@@ -3,7 +3,7 @@ beyond/studies/trees.py: token trees against chains of the same drafter, at the 
 checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
 next to the formula's prediction (beyond/tree_grow.py).
 
-    python -m beyond.studies.trees                 # the lesson's models: a few minutes
+    python -m beyond.studies.trees                 # the lesson's models: about 8 minutes
     python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
     python -m beyond.studies.trees --quick         # tiny models: what the tests run
 
@@ -23,7 +23,8 @@ plain greedy decoding. Then, per target backend:
                fastest chain's k, alternated, twice the repeats
 
 It prints the mask of one real round (the first of the first prompt) and writes
-results/trees.png, results/trees.json and results/trees.md.
+results/trees.png, results/trees.json, results/trees.md and its section of results/report.md
+(`python -m beyond.studies --only trees` runs it with the other studies).
 """
 
 import statistics
@@ -41,15 +42,15 @@ from beyond.heads import HeadsDraft, final_states
 from beyond import tree as tr
 from beyond.tree_grow import (as_brancher, drafter_calls, fastest_shape, tree_speedup,
                                tree_tokens_per_pass)
-from exercises import common
+from exercises import common, report
 
 
 @dataclass
 class Args(common.ExerciseArgs):
     drafts: str = "draft,distilled,ngram,heads"  # drafters compared (GPT presets, ngram, heads)
     backends: str = "torch,numpy"          # big model's backends (drafts in NumPy where they can)
-    budgets: str = "2,4,8,16,32"           # guesses checked per round (chain k = tree nodes)
-    prompts: int = 8                       # held-out prompts (and as many to calibrate on)
+    budgets: str = "4,8,16,32"             # guesses checked per round (chain k = tree nodes)
+    prompts: int = 6                       # held-out prompts (and as many to calibrate on)
     new_tokens: int = 200                  # characters written per prompt
     repeats: int = 3                       # timings are medians over this many alternated pairs
     width: int = 4                         # guesses per position measured (accept's length)
@@ -286,7 +287,11 @@ def markdown(args, rows, duels, notes, mask_text):
 
 def run(args, log=print):
     common.at_least_one(args, "prompts", "new_tokens", "repeats", "width")
-    common.whole_numbers(args.budgets, "budgets")
+    common.whole_numbers(args.budgets, "budgets")    # bad flags fail even when --quick shrinks
+    common.shrink_if_quick(args, prompts=2, new_tokens=40, repeats=1)
+    if args.quick:              # tiny models: two drafters that branch, two budgets
+        args.drafts = "draft,ngram" if args.drafts == Args.drafts else args.drafts
+        args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
     for backend in args.backends.split(","):
         registry.check_backend(backend)
     names = [n for n in args.drafts.split(",") if n]
@@ -323,11 +328,7 @@ def run(args, log=print):
 
 def main(argv=None):
     args = common.parse_args(__doc__, Args, argv)
-    if args.quick:
-        args.prompts, args.new_tokens, args.repeats = min(args.prompts, 2), min(
-            args.new_tokens, 40), 1
-        args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
-    run(args)
+    report.record(args, "trees", run(args))
 
 
 if __name__ == "__main__":

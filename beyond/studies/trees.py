@@ -90,19 +90,25 @@ def heads_acceptance(big, draft, prompts, n, width):
 
 
 def one_round(big, draft, prompt, shape):
-    """The first round's tree and its mask, as text (what the mask looks like)."""
+    """The first greedy round after `prompt` with a tree of `shape` (a chain is one too): its
+    nodes, its mask and what the big model kept, as text (what the mask looks like)."""
     seq = prompt[0].tolist()
     brancher = as_brancher(draft)
     scorer = tr.tree_scorer(big, brancher, len(shape))
     tree = tr.grow(brancher, seq, shape, scorer.room(seq), sd.Sampling())
+    path, token = tr.greedy_walk(tree, scorer.score_tree(seq, tree).argmax(-1).tolist())
     label = [repr(corpus.decode([t]))[1:-1] or " " for t in tree.tokens]
     visible = tr.tree_mask(tree.parents, 0, 0)                            # (N+1, N+1)
-    lines = [f"one round's tree after {corpus.decode(seq)[-20:]!r}: node (parent, depth) "
-             "token; the mask over the tree's slots (x: may attend; every node also sees "
-             "the cached context)"]
+    lines = [f"one round after {corpus.decode(seq)[-20:]!r}: node (parent, depth) token; the "
+             "mask over the round's slots (x: may attend; every node also sees the cached "
+             "context)"]
     for i, row in enumerate(visible):
         lines.append(f"  {i:2d} ({tree.parents[i]:2d}, {tree.depths[i]}) {label[i]:>3}  "
                      + " ".join("x" if v else "." for v in row))
+    kept = corpus.decode([tree.tokens[i] for i in path])
+    lines.append(f"the big model keeps {len(path)} of {len(tree.tokens) - 1} guesses (nodes "
+                 f"{', '.join(map(str, path)) or 'none'}: {kept!r}) and adds "
+                 f"{corpus.decode([token])!r}: {len(path) + 1} characters for one pass")
     return "\n".join(lines)
 
 
@@ -116,9 +122,6 @@ def compare(args, big_model, drafts, log):
         plain_out = [sd.generate(big, p, n) for p in prompts]
         step = machine.pass_time(big, 1)
         verify = {b: machine.pass_time(big, b + 1) / step for b in budgets}
-
-        def plain():
-            return [sd.generate(big, p, n) for p in prompts]
         log(f"\nbig model in {backend}: one step {step * 1e6:.0f} us; a pass over N+1 tokens "
             f"costs " + ", ".join(f"{verify[b]:.2f}" for b in budgets) + f" steps at N = "
             f"{', '.join(map(str, budgets))}")
@@ -134,7 +137,7 @@ def compare(args, big_model, drafts, log):
             with machine.Busy() as busy:
                 for budget in budgets:
                     for kind, shape in shapes(accept, budget, c, verify[budget]):
-                        row = measure(big, draft, prompts, n, kind, shape, plain, plain_out,
+                        row = measure(big, draft, prompts, n, kind, shape, plain_out,
                                       args.repeats)
                         predicted = tree_tokens_per_pass(shape, accept)
                         row.update(backend=backend, draft=name, budget=budget, c=c,
@@ -180,8 +183,9 @@ def runner(big, draft, prompts, n, kind, shape):
     return lambda: [tr.tree_generate(big, draft, p, n, shape=shape) for p in prompts]
 
 
-def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
-    """One setup: runs checked against plain decoding, then timed against it, alternately."""
+def measure(big, draft, prompts, n, kind, shape, plain_out, repeats):
+    """One setup: its runs checked against plain decoding's (plain_out: its outputs, the same
+    prompts), then timed against it, alternately."""
     run = runner(big, draft, prompts, n, kind, shape)
     stats = sd.Stats()
     for (out, s), want in zip(run(), plain_out):
@@ -189,7 +193,8 @@ def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
             raise SystemExit(f"a {kind} of {len(shape)} wrote something other than plain greedy "
                              f"decoding: a bug, please report it")
         stats.add(s)
-    _, spec_s, speedup, ratios = machine.paired_times(plain, run, repeats)
+    _, spec_s, speedup, ratios = machine.paired_times(
+        lambda: [sd.generate(big, p, n) for p in prompts], run, repeats)
     return {"kind": kind, "shape": shape, "tokens_per_pass": stats.tokens_per_pass,
             "speedup": speedup, "ratios": ratios,
             "tokens_per_s": len(prompts) * n / spec_s}

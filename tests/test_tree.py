@@ -357,6 +357,17 @@ def test_a_shape_with_a_budget_too_is_a_one_line_error(target):
         tr.tree_generate(target, target, torch.tensor([[1]]), 5, shape=WIDE, budget=4)
 
 
+def test_each_step_of_a_round_reads_in_one_screen():
+    # The promise: mask, score, walk, roll back, each under 60 lines (a step that
+    # grows past it, or is renamed without this list, fails here).
+    import inspect
+    from beyond import tree_sampling
+    steps = [tr.tree_mask, tr.tree_logits, tr.torch_tree_logits, tr.TreeScorer.score_tree,
+             tr.greedy_walk, tree_sampling.sample_walk, tr.TreeScorer.keep_path, tr.tree_decode]
+    for step in steps:
+        assert len(inspect.getsource(step).splitlines()) < 60, step.__qualname__
+
+
 def test_fastest_shape_trades_depth_for_drafter_calls():
     accept = [0.6, 0.15, 0.1, 0.08]
     deep = best_shape(accept, 16)
@@ -405,9 +416,11 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--budgets", "0"], "--budgets takes whole numbers >= 1"),
     (["--drafts", "exit1"], "EarlyExit cannot branch"),
+    (["--budgets", "4,64"], "a tree 64 deep does not fit the target's window of 64 tokens"),
 ])
 def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
     result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",
                         tmp_path, "--results", tmp_path, *flags)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "big model in torch" not in result.stdout     # said before any timing starts

@@ -305,6 +305,8 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     presets = [n for n in names if n in ("draft", "distilled", "names")]
     big = common.load_models(args, ["big"] + presets, log=log)["big"]
+    for budget in common.whole_numbers(args.budgets, "budgets"):  # its chain fits the window
+        tr.check_shape(tr.chain_shape(budget), big.c.block_size)
     if "heads" in names and not heads.heads_path(folder).exists():
         log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         quick = {"steps": 40, "save_every": 40} if args.quick else {}

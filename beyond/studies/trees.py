@@ -3,7 +3,7 @@ beyond/studies/trees.py: token trees against chains of the same drafter, at the 
 checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
 next to the formula's prediction (beyond/tree_grow.py).
 
-    python -m beyond.studies.trees                 # the lesson's models: about 8 minutes
+    python -m beyond.studies.trees                 # the lesson's models: 14 min, busy 2-core VM
     python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
     python -m beyond.studies.trees --quick         # tiny models: what the tests run
 

@@ -416,7 +416,8 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--budgets", "0"], "--budgets takes whole numbers >= 1"),
     (["--drafts", "exit1"], "EarlyExit cannot branch"),
-    (["--budgets", "4,64"], "a tree 64 deep does not fit the target's window of 64 tokens"),
+    (["--budgets", "4,63"], "--budgets 63: timing a pass over 63 guesses, the root and a "
+                            "cached token needs 65 of the big model's 64 positions"),
 ])
 def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
     result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",

@@ -305,8 +305,12 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     presets = [n for n in names if n in ("draft", "distilled", "names")]
     big = common.load_models(args, ["big"] + presets, log=log)["big"]
-    for budget in common.whole_numbers(args.budgets, "budgets"):  # its chain fits the window
-        tr.check_shape(tr.chain_shape(budget), big.c.block_size)
+    block = big.c.block_size     # a pass over N guesses and the root, timed after cached text
+    too_big = [b for b in common.whole_numbers(args.budgets, "budgets") if b + 2 > block]
+    if too_big:
+        raise ValueError(f"--budgets {too_big[0]}: timing a pass over {too_big[0]} guesses, the "
+                         f"root and a cached token needs {too_big[0] + 2} of the big model's "
+                         f"{block} positions; keep budgets below {block - 1}")
     if "heads" in names and not heads.heads_path(folder).exists():
         log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         quick = {"steps": 40, "save_every": 40} if args.quick else {}

@@ -30,7 +30,7 @@ setup: $(STAMP)      ## a virtual environment in .venv with what the lesson need
 lesson: setup        ## corpora, the models the exercises use (cached), the five exercises, results/report.md
 	$(PY) -m exercises
 
-studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve (python -m beyond.studies -h)
+studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve, token trees (python -m beyond.studies -h)
 	$(PY) -m beyond.studies
 
 train: setup         ## only the models (python train.py -h for the flags)

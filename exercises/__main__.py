@@ -8,7 +8,7 @@ The main job: the lesson, end to end. `make lesson` runs this after setting up.
 Each exercise trains the models it uses when it first needs them (once: they are cached in
 checkpoints/), so the lesson trains the big model, its draft and the names draft, nothing else.
 The studies past the lesson (every drafter compared, transformers, sampling's price list, the
-batch curve) run by their own commands, all of them by `python -m beyond.studies` (make
+batch curve, token trees) run by their own commands, all of them by `python -m beyond.studies` (make
 studies); the report links to their sections once they have run.
 
 Writes results/: each exercise's figures and numbers, and results/report.md with every number

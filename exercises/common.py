@@ -67,7 +67,8 @@ def load_models(args, names, log=print):
 # the exercises 1-5, the studies) on one thread.
 STAGE_SECONDS = {"big": 192, "draft": 15, "names": 12, "distilled": 115, "heads": 216,
                  1: 2, 2: 2, 3: 28, 4: 21, 5: 71, "drafters": 420, "transformers": 120,
-                 "sampling": 60, "batch": 300}
+                 "sampling": 60, "batch": 300,
+                 "trees": 660}  # trees: 14 min 9 s on the VM busy at 1.29x these probes, 2026-12-02
 TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.125, "decoding": 0.21}   # seconds, see probes()
 

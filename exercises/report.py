@@ -21,7 +21,8 @@ TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU tim
           "drafters": "every drafter compared",  # beyond/studies/drafters.py, not an exercise
           "transformers": "against Hugging Face transformers",  # beyond/studies/transformers.py
           "sampling": "sampling's price list",  # beyond/studies/sampling_costs.py
-          "batch": "what batching buys"}  # beyond/studies/batch_curve.py
+          "batch": "what batching buys",  # beyond/studies/batch_curve.py
+          "trees": "token trees against chains"}  # beyond/studies/trees.py
 STUDIES = [key for key in TITLES if not isinstance(key, int)]  # past the lesson: make studies
 
 

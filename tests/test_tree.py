@@ -17,7 +17,8 @@ from beyond.fast_numpy import NumpyGPT
 from beyond.heads import HeadsDraft, final_states
 from beyond.ngram import NGramDraft
 from beyond.studies.lenience import next_token_probs
-from beyond.studies import trees as study
+from beyond.studies import __main__ as studies
+from exercises import common
 from beyond.tree_grow import (Tree, best_shape, chain_shape, fastest_shape, node_value,
                               tree_speedup, tree_tokens_per_pass)
 from numpy_speculative import accept_probability, residual, sample
@@ -356,6 +357,17 @@ def test_a_shape_with_a_budget_too_is_a_one_line_error(target):
         tr.tree_generate(target, target, torch.tensor([[1]]), 5, shape=WIDE, budget=4)
 
 
+def test_each_step_of_a_round_reads_in_one_screen():
+    # The promise: mask, score, walk, roll back, each under 60 lines (a step that
+    # grows past it, or is renamed without this list, fails here).
+    import inspect
+    from beyond import tree_sampling
+    steps = [tr.tree_mask, tr.tree_logits, tr.torch_tree_logits, tr.TreeScorer.score_tree,
+             tr.greedy_walk, tree_sampling.sample_walk, tr.TreeScorer.keep_path, tr.tree_decode]
+    for step in steps:
+        assert len(inspect.getsource(step).splitlines()) < 60, step.__qualname__
+
+
 def test_fastest_shape_trades_depth_for_drafter_calls():
     accept = [0.6, 0.15, 0.1, 0.08]
     deep = best_shape(accept, 16)
@@ -380,10 +392,16 @@ def test_ngram_branches_start_with_the_chains_guess():
 # The study
 
 
-def test_study_quick_run_writes_its_figure_table_and_numbers(tmp_path):
-    study.main(["--quick", "--checkpoints", str(tmp_path / "checkpoints"), "--results",
-                str(tmp_path / "results"), "--drafts", "draft,ngram", "--budgets", "2,6"])
+def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
+    # Through `python -m beyond.studies --only trees`: fails unless the study is registered
+    # there (STUDIES, with its forecast) and in the report, which links to its section.
+    studies.main(["--only", "trees", "--quick", "--checkpoints", str(tmp_path / "checkpoints"),
+                  "--results", str(tmp_path / "results")])
     results = tmp_path / "results"
+    assert "trees" in common.STAGE_SECONDS
+    report_text = (results / "report.md").read_text()
+    assert "[token trees against chains](#token-trees-against-chains)" in report_text
+    assert "\n## Token trees against chains\n" in report_text
     assert (results / "trees.png").read_bytes().startswith(b"\x89PNG")
     text = (results / "trees.md").read_text()
     assert "| big model | drafter | N |" in text and "x . ." in text      # the table, a mask
@@ -398,9 +416,12 @@ def test_study_quick_run_writes_its_figure_table_and_numbers(tmp_path):
 @pytest.mark.parametrize("flags,message", [
     (["--budgets", "0"], "--budgets takes whole numbers >= 1"),
     (["--drafts", "exit1"], "EarlyExit cannot branch"),
+    (["--budgets", "4,63"], "--budgets 63: timing a pass over 63 guesses, the root and a "
+                            "cached token needs 65 of the big model's 64 positions"),
 ])
 def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
     result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",
                         tmp_path, "--results", tmp_path, *flags)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "big model in torch" not in result.stdout     # said before any timing starts

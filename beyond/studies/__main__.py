@@ -7,8 +7,8 @@ Every study past the lesson, one after another: `make studies` runs this.
     python -m beyond.studies --quick                   # tiny models: what the tests run
 
 The studies: every drafter compared (drafters.py), against Hugging Face transformers
-(transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py)
-and what batching buys (batch_curve.py). Each also runs alone, `python -m beyond.studies.NAME`
+(transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
+what batching buys (batch_curve.py) and token trees against chains (trees.py). Each also runs alone, `python -m beyond.studies.NAME`
 with flags of its own. Before each one this says what runs and about how long is left, forecast
 from this machine's speed now (exercises/common.py): the models a study uses that are not
 trained yet (the distilled draft, the extra heads) are trained first, and counted in. Each study
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import cli
 import machine
 from beyond import checkpoint
-from beyond.studies import batch_curve, drafters, sampling_costs, transformers
+from beyond.studies import batch_curve, drafters, sampling_costs, transformers, trees
 from exercises import common, report
 
 
@@ -44,6 +44,7 @@ STUDIES = {
     "sampling": (sampling_costs, named(sampling_costs.Args.drafts + "," +
                                        sampling_costs.Args.lenience_draft)),
     "batch": (batch_curve, named(batch_curve.CurveArgs.drafts)),
+    "trees": (trees, named(trees.Args.drafts)),
 }
 
 

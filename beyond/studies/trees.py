@@ -3,7 +3,7 @@ beyond/studies/trees.py: token trees against chains of the same drafter, at the 
 checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
 next to the formula's prediction (beyond/tree_grow.py).
 
-    python -m beyond.studies.trees                 # the lesson's models: a few minutes
+    python -m beyond.studies.trees                 # the lesson's models: 14 min, busy 2-core VM
     python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
     python -m beyond.studies.trees --quick         # tiny models: what the tests run
 
@@ -23,7 +23,8 @@ plain greedy decoding. Then, per target backend:
                fastest chain's k, alternated, twice the repeats
 
 It prints the mask of one real round (the first of the first prompt) and writes
-results/trees.png, results/trees.json and results/trees.md.
+results/trees.png, results/trees.json, results/trees.md and its section of results/report.md
+(`python -m beyond.studies --only trees` runs it with the other studies).
 """
 
 import statistics
@@ -41,15 +42,15 @@ from beyond.heads import HeadsDraft, final_states
 from beyond import tree as tr
 from beyond.tree_grow import (as_brancher, drafter_calls, fastest_shape, tree_speedup,
                                tree_tokens_per_pass)
-from exercises import common
+from exercises import common, report
 
 
 @dataclass
 class Args(common.ExerciseArgs):
     drafts: str = "draft,distilled,ngram,heads"  # drafters compared (GPT presets, ngram, heads)
     backends: str = "torch,numpy"          # big model's backends (drafts in NumPy where they can)
-    budgets: str = "2,4,8,16,32"           # guesses checked per round (chain k = tree nodes)
-    prompts: int = 8                       # held-out prompts (and as many to calibrate on)
+    budgets: str = "4,8,16,32"             # guesses checked per round (chain k = tree nodes)
+    prompts: int = 6                       # held-out prompts (and as many to calibrate on)
     new_tokens: int = 200                  # characters written per prompt
     repeats: int = 3                       # timings are medians over this many alternated pairs
     width: int = 4                         # guesses per position measured (accept's length)
@@ -89,19 +90,25 @@ def heads_acceptance(big, draft, prompts, n, width):
 
 
 def one_round(big, draft, prompt, shape):
-    """The first round's tree and its mask, as text (what the mask looks like)."""
+    """The first greedy round after `prompt` with a tree of `shape` (a chain is one too): its
+    nodes, its mask and what the big model kept, as text (what the mask looks like)."""
     seq = prompt[0].tolist()
     brancher = as_brancher(draft)
     scorer = tr.tree_scorer(big, brancher, len(shape))
     tree = tr.grow(brancher, seq, shape, scorer.room(seq), sd.Sampling())
+    path, token = tr.greedy_walk(tree, scorer.score_tree(seq, tree).argmax(-1).tolist())
     label = [repr(corpus.decode([t]))[1:-1] or " " for t in tree.tokens]
     visible = tr.tree_mask(tree.parents, 0, 0)                            # (N+1, N+1)
-    lines = [f"one round's tree after {corpus.decode(seq)[-20:]!r}: node (parent, depth) "
-             "token; the mask over the tree's slots (x: may attend; every node also sees "
-             "the cached context)"]
+    lines = [f"one round after {corpus.decode(seq)[-20:]!r}: node (parent, depth) token; the "
+             "mask over the round's slots (x: may attend; every node also sees the cached "
+             "context)"]
     for i, row in enumerate(visible):
         lines.append(f"  {i:2d} ({tree.parents[i]:2d}, {tree.depths[i]}) {label[i]:>3}  "
                      + " ".join("x" if v else "." for v in row))
+    kept = corpus.decode([tree.tokens[i] for i in path])
+    lines.append(f"the big model keeps {len(path)} of {len(tree.tokens) - 1} guesses (nodes "
+                 f"{', '.join(map(str, path)) or 'none'}: {kept!r}) and adds "
+                 f"{corpus.decode([token])!r}: {len(path) + 1} characters for one pass")
     return "\n".join(lines)
 
 
@@ -115,9 +122,6 @@ def compare(args, big_model, drafts, log):
         plain_out = [sd.generate(big, p, n) for p in prompts]
         step = machine.pass_time(big, 1)
         verify = {b: machine.pass_time(big, b + 1) / step for b in budgets}
-
-        def plain():
-            return [sd.generate(big, p, n) for p in prompts]
         log(f"\nbig model in {backend}: one step {step * 1e6:.0f} us; a pass over N+1 tokens "
             f"costs " + ", ".join(f"{verify[b]:.2f}" for b in budgets) + f" steps at N = "
             f"{', '.join(map(str, budgets))}")
@@ -133,7 +137,7 @@ def compare(args, big_model, drafts, log):
             with machine.Busy() as busy:
                 for budget in budgets:
                     for kind, shape in shapes(accept, budget, c, verify[budget]):
-                        row = measure(big, draft, prompts, n, kind, shape, plain, plain_out,
+                        row = measure(big, draft, prompts, n, kind, shape, plain_out,
                                       args.repeats)
                         predicted = tree_tokens_per_pass(shape, accept)
                         row.update(backend=backend, draft=name, budget=budget, c=c,
@@ -179,8 +183,9 @@ def runner(big, draft, prompts, n, kind, shape):
     return lambda: [tr.tree_generate(big, draft, p, n, shape=shape) for p in prompts]
 
 
-def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
-    """One setup: runs checked against plain decoding, then timed against it, alternately."""
+def measure(big, draft, prompts, n, kind, shape, plain_out, repeats):
+    """One setup: its runs checked against plain decoding's (plain_out: its outputs, the same
+    prompts), then timed against it, alternately."""
     run = runner(big, draft, prompts, n, kind, shape)
     stats = sd.Stats()
     for (out, s), want in zip(run(), plain_out):
@@ -188,7 +193,8 @@ def measure(big, draft, prompts, n, kind, shape, plain, plain_out, repeats):
             raise SystemExit(f"a {kind} of {len(shape)} wrote something other than plain greedy "
                              f"decoding: a bug, please report it")
         stats.add(s)
-    _, spec_s, speedup, ratios = machine.paired_times(plain, run, repeats)
+    _, spec_s, speedup, ratios = machine.paired_times(
+        lambda: [sd.generate(big, p, n) for p in prompts], run, repeats)
     return {"kind": kind, "shape": shape, "tokens_per_pass": stats.tokens_per_pass,
             "speedup": speedup, "ratios": ratios,
             "tokens_per_s": len(prompts) * n / spec_s}
@@ -286,7 +292,11 @@ def markdown(args, rows, duels, notes, mask_text):
 
 def run(args, log=print):
     common.at_least_one(args, "prompts", "new_tokens", "repeats", "width")
-    common.whole_numbers(args.budgets, "budgets")
+    common.whole_numbers(args.budgets, "budgets")    # bad flags fail even when --quick shrinks
+    common.shrink_if_quick(args, prompts=2, new_tokens=40, repeats=1)
+    if args.quick:              # tiny models: two drafters that branch, two budgets
+        args.drafts = "draft,ngram" if args.drafts == Args.drafts else args.drafts
+        args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
     for backend in args.backends.split(","):
         registry.check_backend(backend)
     names = [n for n in args.drafts.split(",") if n]
@@ -295,6 +305,12 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     presets = [n for n in names if n in ("draft", "distilled", "names")]
     big = common.load_models(args, ["big"] + presets, log=log)["big"]
+    block = big.c.block_size     # a pass over N guesses and the root, timed after cached text
+    too_big = [b for b in common.whole_numbers(args.budgets, "budgets") if b + 2 > block]
+    if too_big:
+        raise ValueError(f"--budgets {too_big[0]}: timing a pass over {too_big[0]} guesses, the "
+                         f"root and a cached token needs {too_big[0] + 2} of the big model's "
+                         f"{block} positions; keep budgets below {block - 1}")
     if "heads" in names and not heads.heads_path(folder).exists():
         log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
         quick = {"steps": 40, "save_every": 40} if args.quick else {}
@@ -323,11 +339,7 @@ def run(args, log=print):
 
 def main(argv=None):
     args = common.parse_args(__doc__, Args, argv)
-    if args.quick:
-        args.prompts, args.new_tokens, args.repeats = min(args.prompts, 2), min(
-            args.new_tokens, 40), 1
-        args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
-    run(args)
+    report.record(args, "trees", run(args))
 
 
 if __name__ == "__main__":

@@ -311,11 +311,8 @@ def run(args, log=print):
         raise ValueError(f"--budgets {too_big[0]}: timing a pass over {too_big[0]} guesses, the "
                          f"root and a cached token needs {too_big[0] + 2} of the big model's "
                          f"{block} positions; keep budgets below {block - 1}")
-    if "heads" in names and not heads.heads_path(folder).exists():
-        log("training the extra heads first (python -m beyond.heads: a few minutes, once)")
-        quick = {"steps": 40, "save_every": 40} if args.quick else {}
-        heads.train(big, heads.HeadsConfig(checkpoints=str(folder), **quick),
-                    heads.heads_path(folder), log=log)
+    if "heads" in names:  # trained here first when missing, once (beyond/heads.py)
+        heads.load(big, folder, log=log)
     drafts = {name: registry.by_name(name, folder, "numpy") for name in names}
     for name, draft in drafts.items():
         as_brancher(draft)                                  # a one-line error before any work

@@ -16,8 +16,8 @@ import importlib
 import os
 import signal
 import socket
-import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -165,6 +165,13 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                     tasks.append((result, seed))
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
+        zygotes, starting = {}, threading.Lock()
+
+        def zygote(torch_free):
+            with starting:
+                if torch_free not in zygotes:
+                    zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free)
+                return zygotes[torch_free]
 
         def work(task):
             result, seed = task
@@ -174,47 +181,47 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                                          f"check of part {check.part} did not finish "
                                          f"within {timeout} s"}
                 return
-            log = Path(scratch) / f"{check.name}-{seed}.log"
             ours, theirs = socket.socketpair()
-            # A session of its own (and, sandboxed, PID namespaces): when the check ends, every
-            # process it started goes too. Its output goes to a file that no student sees.
-            with open(log, "w") as sink:
-                worker = sandbox.start(project, theirs.fileno(), scratch, sink)
-            theirs.close()
-            peer = wire.Peer(ours, lends_anything=False, deadline=time.monotonic() + timeout)
-            try:
-                ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
-                                    references(check.part))
-                outcome = checks.run_check(check, ctx, root)
-            except wire.Timeout:
-                stalled.add(check.part)
-                outcome = {"status": "timeout",
-                           "message": f"did not finish within {timeout} s (an endless loop?)"}
-            except wire.Gone:
+            # A process of its own, in a session of its own (and, sandboxed, in the zygote's PID
+            # namespace): when the check ends, its process group is killed. Its output goes to
+            # a file that no student sees.
+            with open(Path(scratch) / f"{check.name}-{seed}.log", "w+") as log:
+                pid = None
                 try:
-                    worker.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-                lines = log.read_text(errors="replace").strip().splitlines() or ["no output"]
-                outcome = {"status": "crashed", "message": "the check's process ended (exit "
-                           f"{worker.returncode}) before reporting: {lines[-1][:300]}"}
-            finally:
-                ours.close()                    # the worker's end of the socket: it stops ...
-                kill_group(worker)              # ... and its whole process group goes
+                    pid = zygote(check.torch_free).spawn(theirs.fileno(), log)
+                    theirs.close()
+                    peer = wire.Peer(ours, lends_anything=False,
+                                     deadline=time.monotonic() + timeout)
+                    ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
+                                        references(check.part))
+                    outcome = checks.run_check(check, ctx, root)
+                except wire.Timeout:
+                    stalled.add(check.part)
+                    outcome = {"status": "timeout", "message":
+                               f"did not finish within {timeout} s (an endless loop?)"}
+                except wire.Gone:
+                    outcome = {"status": "crashed"}
+                finally:
+                    theirs.close()
+                    ours.close()                    # the worker's end of the socket ...
+                    try:                                    # ... and its process group
+                        code = zygote(check.torch_free).kill(pid) if pid else None
+                    except wire.Gone:
+                        code = None
+                if outcome["status"] == "crashed":
+                    log.seek(0)
+                    lines = log.read().strip().splitlines() or ["no output"]
+                    outcome["message"] = (f"the check's process ended (exit {code}) before "
+                                          f"reporting: {lines[-1][:300]}")
             result.outcomes[seed] = outcome
 
-        with ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(work, tasks))
+        try:
+            with ThreadPoolExecutor(jobs) as pool:
+                list(pool.map(work, tasks))
+        finally:
+            for z in zygotes.values():
+                z.close()
     return results
-
-
-def kill_group(process):
-    """Kill the process group a worker leads: the processes a submission forked go too."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass                                          # already gone
-    process.wait()
 
 
 def select(exercise=None, part=None, hidden=False):

@@ -7,23 +7,28 @@ into a fresh tmpfs that holds only the system's directories (read-only), Python 
 packages, /dev, a /proc of its own, an empty /tmp and the copy at /project. So the reference
 repository, the hidden seed and checks, the autograder's files (/autograder/source and
 /autograder/results on Gradescope) and the grader's scratch folder are not there to read or
-write; walking up from sys.executable finds the virtual environment and no project; and when
-the check ends, killing the namespace's first process ends every process the submission
-started. The environment holds no CLASSROOM_SEED.
+write; walking up from sys.executable finds the virtual environment and no project. The
+environment holds no CLASSROOM_SEED. The namespace's first process is a zygote (Zygote below,
+worker.zygote) that forks one worker per check and kills its process group when the check ends;
+when the grade ends the zygote ends, and with it every process a submission left.
 
 Where user namespaces are refused (some containers refuse them), the worker runs as a plain
 process in the copy, and the grader says so in one line: the comparison still happens in the
 grader and the grader still writes results.json alone, but the code can read the grader's files.
 """
 
+import json
 import os
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
-from classroom import parts
+from classroom import parts, wire
 from classroom.submissions import ROOT, project_files, student_file, student_text, teachers_only
 
 SYSTEM = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -60,7 +65,7 @@ def python_dirs():
     return sorted({d for d in dirs if not str(d).startswith(("/usr/", "/bin", "/lib"))}, key=str)
 
 
-def script(mountpoint, project, fd):
+def script(mountpoint, project, fd, mode="worker"):
     """The shell lines run inside the new namespaces: build the root, then exec the worker."""
     r = shlex.quote(str(mountpoint))
     lines = ["set -e", f"mount -t tmpfs -o size=512m tmpfs {r}"]
@@ -80,7 +85,7 @@ def script(mountpoint, project, fd):
               f"{r}/project"]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in environment("/project").items())
     lines.append(f"exec chroot {r} /usr/bin/env -i {env} {shlex.quote(sys.executable)} "
-                 f"-m classroom.worker {fd} /project")
+                 f"-m classroom.worker {mode} {fd} /project")
     return "\n".join(lines)
 
 
@@ -88,10 +93,10 @@ UNSHARE = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
            "--kill-child"]
 
 
-def command(project, fd, mountpoint, isolate):
+def command(project, fd, mountpoint, isolate, mode="worker"):
     if isolate:
-        return UNSHARE + ["sh", "-c", script(mountpoint, project, fd)]
-    return [sys.executable, "-m", "classroom.worker", str(fd), str(project)]
+        return UNSHARE + ["sh", "-c", script(mountpoint, project, fd, mode)]
+    return [sys.executable, "-m", "classroom.worker", mode, str(fd), str(project)]
 
 
 def isolated(scratch):
@@ -122,11 +127,62 @@ def isolated(scratch):
     return _isolation["ok"]
 
 
-def start(project, fd, scratch, log):
-    """The worker's process, in a session of its own, its output into the file `log`."""
+def start(project, fd, scratch, log, mode="worker"):
+    """The worker's process (or a zygote), in a session of its own, its output into `log`."""
     isolate = isolated(scratch)
     mountpoint = Path(scratch) / "root"
     mountpoint.mkdir(exist_ok=True)
-    return subprocess.Popen(command(project, fd, mountpoint, isolate), cwd=project,
+    return subprocess.Popen(command(project, fd, mountpoint, isolate, mode), cwd=project,
                             env=environment(project), stdin=subprocess.DEVNULL, stdout=log,
                             stderr=log, pass_fds=(fd,), start_new_session=True)
+
+
+class Zygote:
+    """A sandboxed process that forks one worker per check (worker.zygote), so that Python,
+    NumPy and torch start once per grade, not once per check. torch: preload it (for the checks
+    that may use it; exercise 3's workers fork from a zygote without it)."""
+
+    def __init__(self, project, scratch, torch):
+        ours, theirs = socket.socketpair()
+        self.log = open(Path(scratch) / f"zygote-{'torch' if torch else 'numpy'}.log", "w")
+        self.process = start(project, theirs.fileno(), scratch, self.log,
+                             "zygote-torch" if torch else "zygote")
+        theirs.close()
+        ours.settimeout(60)
+        self.control, self.reader = ours, ours.makefile("rb")
+        self.lock = threading.Lock()
+
+    def _ask(self, message, fds=()):
+        with self.lock:
+            try:
+                socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
+                line = self.reader.readline()
+            except OSError:
+                line = b""
+        if not line:
+            tail = (Path(self.log.name).read_text(errors="replace").strip().splitlines()
+                    or ["no output"])[-1]
+            raise wire.Gone(f"the sandbox's process ended: {tail[:200]}")
+        return json.loads(line)
+
+    def spawn(self, fd, log):
+        """A worker serving socket fd, its output into the open file log: its pid."""
+        return self._ask({"op": "spawn"}, (fd, log.fileno()))["pid"]
+
+    def kill(self, pid):
+        """Kill a worker's process group: its exit status (None if unknown)."""
+        return self._ask({"op": "kill", "pid": pid})["exit"]
+
+    def close(self):
+        self.reader.close()
+        self.control.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)      # and, sandboxed, its namespace
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        self.log.close()

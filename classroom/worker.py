@@ -2,19 +2,23 @@
 classroom/worker.py: the process in which a student's code runs, serving the grader's calls.
 
     python -m classroom.worker FD PROJECT
+    python -m classroom.worker zygote[-torch] FD PROJECT     (forks one of those per check)
 
 FD is one end of a socket pair (classroom/wire.py); PROJECT the copy of the student version of
 the project with the submission's files in it. The worker is never given an output path, the
 seed, the fixtures' expected values or the checks: the grader (runner.py) runs each check in its
 own process and calls the student's functions here, one call at a time, and compares what comes
-back. One worker serves one check at one seed, under a memory limit, and its whole process group
-(or, sandboxed, its PID namespace) is killed when the check ends. Exercise 3's checks run with
-torch and the project's own decoding blocked.
+back. One worker serves one check at one seed, under a memory limit, in a process group of its
+own that is killed when the check ends; workers are forked from a zygote (sandbox.Zygote) that
+has NumPy (and, for the checks that may use it, torch) imported already. Exercise 3's checks run
+with torch and the project's own decoding blocked.
 """
 
 import importlib
 import importlib.abc
+import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -99,16 +103,74 @@ class Worker:
         return getattr(helpers, name)(getattr(self.module(module), function), *args)
 
 
-def main(argv=None):
-    fd, project = (argv or sys.argv[1:])[:2]
-    os.chdir(project)
-    sys.path.insert(0, project)
+def serve(fd, project):
+    """Serve the grader's calls on socket fd until the grader closes it."""
     limit_memory()
     peer = wire.Peer(socket.socket(fileno=int(fd)), lends_anything=True)
     peer.describe = describe(Path(project).resolve())
     peer.lend(Worker())                                  # #1
     peer.serve_forever()
-    os._exit(0)                                          # threads a submission left: ignored
+
+
+def zygote(control, project, preload):
+    """Fork one worker per check from here, with `preload` imported once (torch costs seconds
+    to import; a check's process forked from here has it at once). The grader sends "spawn"
+    with the check's socket and log file, or "kill" with a worker's pid: its process group is
+    killed and its exit status returned. Sandboxed, this is the PID namespace's first process:
+    when it ends, so does every process a submission left."""
+    for module in preload:
+        importlib.import_module(module)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1024, 2)
+        except OSError:
+            break
+        if not message:
+            break
+        request = json.loads(message)
+        if request["op"] == "spawn":
+            pid = os.fork()
+            if pid == 0:                                 # the check's worker
+                control.close()
+                os.setsid()                              # a process group of its own
+                check_socket, log = fds
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                try:
+                    serve(check_socket, project)
+                finally:
+                    os._exit(0)                          # threads a submission left: ignored
+            for fd in fds:
+                os.close(fd)
+            reply = {"pid": pid}
+        else:
+            try:
+                os.killpg(request["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                _, status = os.waitpid(request["pid"], 0)
+                reply = {"exit": os.waitstatus_to_exitcode(status)}
+            except ChildProcessError:
+                reply = {"exit": None}
+        control.sendall(json.dumps(reply).encode() + b"\n")
+    os._exit(0)
+
+
+def main(argv=None):
+    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT."""
+    args = (argv or sys.argv[1:])
+    if args[0].startswith("zygote"):
+        mode, fd, project = args[:3]
+    else:
+        mode, (fd, project) = "worker", args[:2]
+    os.chdir(project)
+    sys.path.insert(0, project)
+    if mode == "worker":
+        serve(fd, project)
+        os._exit(0)
+    zygote(socket.socket(fileno=int(fd)), project,
+           ["numpy"] + (["torch"] if mode == "zygote-torch" else []))
 
 
 if __name__ == "__main__":

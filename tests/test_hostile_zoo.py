@@ -70,13 +70,18 @@ def _what_i_see():
         ups.append(exists(os.path.join(here, "speculative.py")))
     return {"reference": exists(os.path.join(REFERENCE, "numpy_speculative.py")),
             "above the interpreter": any(ups), "seed": os.environ.get("CLASSROOM_SEED"),
-            "tmp": os.listdir("/tmp"), "autograder": exists("/autograder"),
-            "pid": os.getpid(), "hidden checks": "HIDDEN_SEED" in open(
+            "tmp": sorted(os.listdir("/tmp"))[:2], "autograder": exists("/autograder"),
+            "grader's process": any(b"pytest" in open(f"/proc/{p}/cmdline", "rb").read()
+                                    for p in os.listdir("/proc") if p.isdigit()),
+            "hidden checks": "HIDDEN_SEED" in open(
                 os.path.join(os.getcwd(), "classroom", "checks.py")).read()}
 '''
 
 
-def test_the_students_code_sees_no_secret(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
+def test_the_students_code_sees_no_secret(sandboxed, tmp_path, monkeypatch):
+    if not sandboxed:
+        monkeypatch.setattr(sandbox, "_isolation", {"ok": False, "why": "a test's control"})
     submission = blank_submission(tmp_path / "submission")
     edit(submission, "speculative.py", stub("expected_tokens_per_pass"),
          "raise ValueError('SEEN ' + __import__('json').dumps(_what_i_see()))")
@@ -86,8 +91,12 @@ def test_the_students_code_sees_no_secret(tmp_path, monkeypatch):
     results, _ = run(tmp_path, submission, "2a")
     message = " ".join(results[0].lines())
     seen = json.loads(message.split("SEEN ", 1)[1].rsplit("}", 1)[0] + "}")
+    if not sandboxed:                 # the control: a plain process sees the grader's files
+        assert seen["reference"] and seen["grader's process"]
+        return
     assert seen == {"reference": False, "above the interpreter": False, "seed": None,
-                    "tmp": [], "autograder": False, "pid": 1, "hidden checks": False}, seen
+                    "tmp": [], "autograder": False, "grader's process": False,
+                    "hidden checks": False}, seen
 
 
 # ----------------------------------------------------------------------------------------------

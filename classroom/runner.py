@@ -166,11 +166,13 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
         zygotes, starting = {}, threading.Lock()
+        grading = any(c.hidden for c in selected)  # a student's own check needs no warning
 
         def zygote(torch_free):
             with starting:
                 if torch_free not in zygotes:
-                    zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free)
+                    zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free,
+                                                         warn=grading)
                 return zygotes[torch_free]
 
         def work(task):

@@ -99,8 +99,9 @@ def command(project, fd, mountpoint, isolate, mode="worker"):
     return [sys.executable, "-m", "classroom.worker", mode, str(fd), str(project)]
 
 
-def isolated(scratch):
-    """Whether workers can be isolated here (tried once per process), and if not, why."""
+def isolated(scratch, warn=True):
+    """Whether workers can be isolated here (tried once per process), and if not, why: one
+    line the first time a grade (warn) runs without."""
     if not _isolation:
         if os.environ.get("CLASSROOM_NO_SANDBOX"):
             _isolation.update(ok=False, why="CLASSROOM_NO_SANDBOX is set")
@@ -120,16 +121,19 @@ def isolated(scratch):
                 _isolation.update(ok=done.returncode == 0, why=why)
             except (OSError, subprocess.TimeoutExpired) as e:
                 _isolation.update(ok=False, why=str(e))
-        if not _isolation["ok"]:
-            print(f"warning: the students' code runs without isolation (the sandbox needs user "
-                  f"namespaces: {_isolation['why']}); it can read this machine's files",
-                  file=sys.stderr)
+    if warn and not _isolation["ok"] and not _isolation.get("warned"):
+        _isolation["warned"] = True
+        print(f"warning: the students' code runs without isolation (the sandbox needs user "
+              f"namespaces: {_isolation['why']}); it can read this machine's files",
+              file=sys.stderr)
     return _isolation["ok"]
 
 
-def start(project, fd, scratch, log, mode="worker"):
-    """The worker's process (or a zygote), in a session of its own, its output into `log`."""
-    isolate = isolated(scratch)
+def start(project, fd, scratch, log, mode="worker", warn=True):
+    """The worker's process (or a zygote), in a session of its own, its output into `log`.
+    warn: say so in one line if it cannot be isolated (when grading; a student's own check
+    needs no isolation from their own machine)."""
+    isolate = isolated(scratch, warn)
     mountpoint = Path(scratch) / "root"
     mountpoint.mkdir(exist_ok=True)
     return subprocess.Popen(command(project, fd, mountpoint, isolate, mode), cwd=project,
@@ -142,11 +146,11 @@ class Zygote:
     NumPy and torch start once per grade, not once per check. torch: preload it (for the checks
     that may use it; exercise 3's workers fork from a zygote without it)."""
 
-    def __init__(self, project, scratch, torch):
+    def __init__(self, project, scratch, torch, warn=True):
         ours, theirs = socket.socketpair()
         self.log = open(Path(scratch) / f"zygote-{'torch' if torch else 'numpy'}.log", "w")
         self.process = start(project, theirs.fileno(), scratch, self.log,
-                             "zygote-torch" if torch else "zygote")
+                             "zygote-torch" if torch else "zygote", warn)
         theirs.close()
         ours.settimeout(60)
         self.control, self.reader = ours, ours.makefile("rb")

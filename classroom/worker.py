@@ -57,6 +57,8 @@ def limit_memory():
 
 def describe(root):
     def one_line(error):
+        if isinstance(error, NotImplementedError):         # "not started": its message alone
+            return str(error) or "not written yet"
         if isinstance(error, MemoryError):
             return ("MemoryError: the code asked for more memory than a check allows "
                     f"({MEMORY // 1024 ** 3} GB)")

@@ -6,6 +6,7 @@ that shows it works where the grader's defence is switched off."""
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def _reference():
             text = open(path).read()
         except OSError:
             continue
-        if "BEGIN SOLUTION" in text:
+        if "BEGIN SOLUTION" in text and "def _reference" not in text:   # not this file
             spec = importlib.util.spec_from_file_location("_stolen", path)
             module = importlib.util.module_from_spec(spec)
             sys.path.insert(0, place)
@@ -189,6 +190,9 @@ def test_the_reference_cannot_be_copied(where, sandboxed, tmp_path, monkeypatch)
                                                + STEAL.replace("EXTRA", repr(extra)))
     results, score = run(tmp_path, submission, "2a")
     assert score == (0 if sandboxed else 3), [r.lines() for r in results]
+    if sandboxed:                                       # it looked, and found nothing
+        assert all(r.status == "not started" and "nothing to copy" in " ".join(r.lines())
+                   for r in results), [r.lines() for r in results]
 
 
 READ_EXPECTED = '''import glob as _glob, os as _os
@@ -212,6 +216,8 @@ def test_the_expected_values_cannot_be_read(sandboxed, tmp_path, monkeypatch):
     results, _ = run(tmp_path, submission, "3a", seeds=(0, HIDDEN))
     matches = next(r for r in results if r.check.name == "forward_matches_torch")
     assert (matches.status == "pass") != sandboxed, matches.lines()
+    if sandboxed:                                       # it looked, and found nothing
+        assert "no expected values to read" in " ".join(matches.lines())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -293,11 +299,23 @@ def test_a_daemon_forked_at_import_ends_with_its_check(sandboxed, tmp_path, monk
     submission = blank_submission(tmp_path / "submission")
     edit(submission, "speculative.py", "\nimport math\n", "\nimport math\n" +
          ESCAPE.replace("MARK", str(30 + float(mark) / 1e4)))
+    seen, grading = [], threading.Event()
+
+    def watch():                                        # the daemon did start, meanwhile
+        while not grading.is_set():
+            seen.extend(sleepers(str(30 + float(mark) / 1e4)))
+            time.sleep(0.05)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     try:
         run(tmp_path, submission, "2a")
+        grading.set()
+        watcher.join()
         time.sleep(0.5)
+        assert seen
         assert bool(sleepers(str(30 + float(mark) / 1e4))) != sandboxed
     finally:
+        grading.set()
         for pid in sleepers(str(30 + float(mark) / 1e4)):   # the control's daemons: ours
             os.kill(pid, signal.SIGKILL)
 

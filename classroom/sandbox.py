@@ -17,11 +17,13 @@ process in the copy, and the grader says so in one line: the comparison still ha
 grader and the grader still writes results.json alone, but the code can read the grader's files.
 """
 
+import importlib.machinery
 import json
 import os
 import shlex
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -121,6 +123,14 @@ def isolated(scratch, warn=True):
                 _isolation.update(ok=done.returncode == 0, why=why)
             except (OSError, subprocess.TimeoutExpired) as e:
                 _isolation.update(ok=False, why=str(e))
+    if warn and not _isolation.get("checked_install"):
+        _isolation["checked_install"] = True
+        copied = [name for name in ("numpy_speculative", "speculative") if
+                  importlib.machinery.PathFinder.find_spec(name, site.getsitepackages())]
+        if copied:
+            print(f"warning: {', '.join(copied)} is installed inside the virtual environment "
+                  "(pip install without -e), where the students' code can read it: reinstall "
+                  "with pip install -e .", file=sys.stderr)
     if warn and not _isolation["ok"] and not _isolation.get("warned"):
         _isolation["warned"] = True
         print(f"warning: the students' code runs without isolation (the sandbox needs user "

@@ -9,42 +9,18 @@ otherwise: every check passes on the reference, and every check that carries poi
 the student version.
 """
 
-import json
 import os
-import re
 import shutil
 import stat
 import subprocess
 import zipfile
 from pathlib import Path
 
-from classroom import checks, notebooks, parts, regions, runner
-from classroom.submissions import ROOT, project_files
-
-TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
-                 "README.md")  # the student's README is student_readme()
-
+from classroom import checks, notebooks, parts, runner
+from classroom.submissions import ROOT, project_files, student_text, teachers_only
 
 class BuildError(ValueError):
     """The student version is not what it must be; the message names the check."""
-
-
-def student_text(relative, text):
-    if relative in parts.STUDENT_FILES:
-        return regions.student_version(text, parts.message)
-    if relative == "classroom/checks.py":
-        return regions.without_hidden(text)
-    if relative == "Makefile":  # a student's `make test` runs their checks (no tests/ there)
-        return re.sub(r"^test: setup.*\n\t.*$",
-                      "test: setup          ## your checks, every exercise (make check N=3: one)\n"
-                      "\t$(PY) -m classroom check", text, flags=re.M)
-    if relative.endswith(".ipynb"):
-        notebook = json.loads(text)
-        for cell in notebook["cells"]:
-            if cell["cell_type"] == "code":
-                cell["outputs"], cell["execution_count"] = [], None
-        return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
-    return text
 
 
 def write_student_repository(dest, root=ROOT):
@@ -53,7 +29,7 @@ def write_student_repository(dest, root=ROOT):
         raise BuildError(f"{dest} exists and is not empty; choose a new folder")
     for f in project_files(root):
         relative = f.relative_to(root).as_posix()
-        if relative.startswith(TEACHERS_ONLY):
+        if teachers_only(relative):
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ Hidden checks (the teacher's only) sit between the HIDDEN markers: `build` remov
 """
 
 import importlib
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from classroom import fixtures
+from classroom import fixtures, helpers, making, parts, wire
+from classroom.helpers import FakeGPU  # noqa: F401 (notebook 6 shows it)
 
 LETTERS = fixtures.VOCAB
 
@@ -58,15 +60,49 @@ def check(part, points, *, torch_free=False, hidden=False):
 
 
 class Context:
-    """What a check gets: its seed, its fixtures, and the student's modules.
+    """What a check gets: its seed, its fixtures (the expected values stay in the grader's
+    process), and the student's code, which a subclass reaches:
 
-    overrides: {function name: function} used instead of the module's own, for the functions a
-    student wrote in a notebook cell rather than in the module's file."""
+    - student(module): the module whose functions the check calls;
+    - model(name): a fixture model with its weights, as the exercise's Model;
+    - standins(roles, memo=False): {role: model} for speculative decoding, and a
+      making.Recorder that counts each role's forward passes, or None where nothing counts
+      them (a notebook's kernel); memo: the worker asks once per window (nothing is counted);
+    - helper(name, module, function, *args): helpers.NAME(module.function, *args) beside the
+      student's code;
+    - lend(obj, methods): obj as the student's code may use it (only those methods).
 
-    def __init__(self, seed, fixture_dir, overrides=None):
+    LocalContext runs them in this process (a notebook's check cell); runner.py's RemoteContext
+    in a worker that holds nothing but the student's copy."""
+
+    def __init__(self, seed, fixture_dir):
         self.seed, self.fixture_dir = seed, Path(fixture_dir)
         self.rng = np.random.default_rng(seed)
         self.cases = fixtures.load(fixture_dir)
+        self._torch = {}
+
+    def expected_logits(self):
+        with np.load(self.fixture_dir / "logits.npz", allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+
+    def torch_model(self, name):
+        if name not in self._torch:
+            self._torch[name] = making.torch_model(self.fixture_dir, name)
+        return self._torch[name]
+
+    def model_files(self, name):
+        """(params, config, vocab) of fixture model `name`, read here (numbers only)."""
+        with np.load(self.fixture_dir / f"{name}.npz", allow_pickle=False) as f:
+            params = {k: f[k] for k in f.files if not k.startswith("meta.")}
+            return params, json.loads(str(f["meta.config"])), json.loads(str(f["meta.vocab"]))
+
+
+class LocalContext(Context):
+    """The student's code in this process. overrides: {function name: function} used instead
+    of the module's own, for the functions a student wrote in a notebook cell."""
+
+    def __init__(self, seed, fixture_dir, overrides=None):
+        super().__init__(seed, fixture_dir)
         self.overrides = overrides or {}
 
     def student(self, module):
@@ -75,6 +111,15 @@ class Context:
 
     def model(self, name):
         return self.student("numpy_speculative").load(self.fixture_dir / f"{name}.npz")
+
+    def standins(self, roles, memo=False):
+        return {role: self.model(name) for role, name in roles.items()}, None
+
+    def helper(self, name, module, function, *args):
+        return getattr(helpers, name)(getattr(self.student(module), function), *args)
+
+    def lend(self, obj, methods=("__call__",)):
+        return obj
 
 
 class _Overridden:
@@ -85,6 +130,31 @@ class _Overridden:
 
     def __getattr__(self, name):
         return self._overrides.get(name, getattr(self._module, name))
+
+
+def run_check(check, ctx, root=None):
+    """Run one check: {"status": ..., and what went wrong}. Errors are one line each. Raises
+    wire.Timeout and wire.Gone (the worker's end), for the runner to report."""
+    try:
+        check.function(ctx)
+        return {"status": "pass"}
+    except Skip as e:
+        return {"status": "skipped", "message": str(e)}
+    except Fail as e:
+        return {"status": "fail", "expected": e.expected, "got": e.got, "hint": e.hint}
+    except NotImplementedError as e:
+        return {"status": "not started", "message": str(e) or "not written yet"}
+    except (wire.Timeout, wire.Gone):
+        raise
+    except wire.StudentError as e:
+        return {"status": "error", "message": e.message}
+    except wire.ProtocolError as e:
+        return {"status": "error", "message": f"the check's process sent what the grader "
+                                              f"cannot read: {e}"}
+    except BaseException as e:  # noqa: BLE001 (SystemExit too: a check never exits)
+        where = helpers.student_frame(e.__traceback__, root or Path.cwd().resolve(),
+                                      parts.STUDENT_FILES)
+        return {"status": "error", "message": wire.describe(e, where)}
 
 
 def text(tokens):
@@ -300,7 +370,7 @@ def speedup_is_tokens_over_cost(ctx):
 @check("3a", 4, torch_free=True)
 def forward_matches_torch(ctx):
     ns = ctx.student("numpy_speculative")
-    expected = np.load(ctx.fixture_dir / "logits.npz")
+    expected = ctx.expected_logits()
     tokens = expected["tokens"].tolist()
     for name in ("target", "draft"):
         logits_close(ns.forward(ctx.model(name), tokens), expected[name],
@@ -310,7 +380,7 @@ def forward_matches_torch(ctx):
 @check("3a", 2, torch_free=True)
 def forward_continues_its_cache(ctx):
     ns = ctx.student("numpy_speculative")
-    expected = np.load(ctx.fixture_dir / "logits.npz")
+    expected = ctx.expected_logits()
     tokens, model = expected["tokens"].tolist(), ctx.model("target")
     cache = ns.Cache(model)
     pieces = [ns.forward(model, tokens[a:b], cache) for a, b in ((0, 5), (5, 6), (6, 11))]
@@ -321,36 +391,72 @@ def forward_continues_its_cache(ctx):
                  "after forget_from(6), the rest fed again")
 
 
-def check_greedy(ctx, draft_name, passes_for=None):
+def greedy_run(ctx, draft_name, case, k=None):
+    """Run the student's speculative_greedy on one case with stand-ins of the fixture models
+    (the grader computes their logits and counts their passes). Returns (tokens, reported
+    passes); checks the output on the way."""
     ns = ctx.student("numpy_speculative")
-    target, draft = ctx.model("target"), ctx.model(draft_name)
+    models, recorder = ctx.standins({"target": "target", "draft": draft_name})
+    prompt, n, k = case["prompt"], case["n"], k or case["k"]
+    result = ns.speculative_greedy(models["target"], models["draft"], list(prompt), n, k)
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise Fail("speculative_greedy returns (tokens, target passes)", repr(result)[:80])
+    tokens, passes = result[0], result[1]
+    tokens = list(tokens) if isinstance(tokens, (list, tuple, np.ndarray)) else [tokens]
+    want = case["expected"]
+    if tokens != want:
+        i = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
+                 min(len(tokens), len(want)))
+        where = (f"from token {i}" if i < min(len(tokens), len(want)) else
+                 f"in length ({len(tokens)} tokens, not {len(want)})")
+        hint = ("the output must not depend on the draft: compare guess i with the big "
+                "model's choice at position i (not i + 1), forget rejected tokens in both "
+                "caches, and score with score() so both decoders use the same windows")
+        if i + k >= fixtures.BLOCK:  # this round's check reached past the window
+            hint += (f"; it goes wrong where the context reaches past the window "
+                     f"({fixtures.BLOCK} tokens): let score() pick every context, for "
+                     f"drafting and for verifying alike, as generate() does")
+        raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
+                   f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
+                   f"differs {where}: {text(tokens[len(prompt):])!r}", hint)
+    return passes, recorder
+
+
+def check_greedy(ctx, draft_name):
+    """The output is the big model's own, the reported passes are the rounds the draft's
+    agreement makes, and (where the grader counts them) the big model's forward passes match
+    that count while the draft proposed every guess: plain decoding with a made-up count fails."""
+    draft = ctx.torch_model(draft_name)
     for case in ctx.cases["greedy"]:
+        passes, recorder = greedy_run(ctx, draft_name, case)
         prompt, n, k = case["prompt"], case["n"], case["k"]
-        result = ns.speculative_greedy(target, draft, list(prompt), n, k)
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise Fail("speculative_greedy returns (tokens, target passes)", repr(result)[:80])
-        tokens, passes = list(result[0]), result[1]
-        want = case["expected"]
-        if tokens != want:
-            i = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
-                     min(len(tokens), len(want)))
-            where = (f"from token {i}" if i < min(len(tokens), len(want)) else
-                     f"in length ({len(tokens)} tokens, not {len(want)})")
-            hint = ("the output must not depend on the draft: compare guess i with the big "
-                    "model's choice at position i (not i + 1), forget rejected tokens in both "
-                    "caches, and score with score() so both decoders use the same windows")
-            if i + k >= fixtures.BLOCK:  # this round's check reached past the window
-                hint += (f"; it goes wrong where the context reaches past the window "
-                        f"({fixtures.BLOCK} tokens): let score() pick every context, for "
-                        f"drafting and for verifying alike, as generate() does")
-            raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
-                       f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
-                       f"differs {where}: {text(tokens[len(prompt):])!r}", hint)
-        if passes_for is not None and passes != passes_for(n, k):
-            raise Fail(f"{passes_for(n, k)} passes of the big model for {n} tokens with k = {k} "
-                       f"and the {draft_name} draft", f"{passes}",
+        done = making.greedy_rounds(case["expected"], draft, len(prompt), k)
+        what = {"target": "a perfect draft (the big model itself)",
+                "hopeless": "a draft that never agrees"}.get(draft_name, "the draft")
+        if passes != done.rounds:
+            raise Fail(f"{done.rounds} passes of the big model for {n} tokens with k = {k} and "
+                       f"{what}", f"{passes!r}",
                        "count one pass per verification; when all k guesses are kept the big "
                        "model adds a bonus token, so a round writes k + 1")
+        if recorder is not None:
+            counted_passes(recorder, done, f"{n} tokens with k = {k} and {what}")
+
+
+def counted_passes(recorder, done, what):
+    """Fail unless the stand-ins' forward passes, counted here, are those of `done` (Rounds)."""
+    calls = recorder.calls["target"]
+    if not done.rounds <= calls <= done.rounds + done.crossing:
+        raise Fail(f"{done.rounds} forward passes of the big model, one a round (or "
+                   f"{done.rounds + done.crossing}: {done.crossing} rounds check across a "
+                   f"window jump, two passes each) for {what}",
+                   f"{calls} forward passes, counted by the grader",
+                   "score the last token and every guess of a round in one score() of the "
+                   "big model; never decode with it token by token")
+    if recorder.calls["draft"] < done.guesses:
+        raise Fail(f"the draft proposes {done.guesses} guesses (one forward pass each, at "
+                   f"least) for {what}", f"{recorder.calls['draft']} forward passes of the "
+                   "draft", "each round, the draft proposes min(k, tokens left - 1) tokens, "
+                   "one score() of the draft each")
 
 
 @check("3b", 3, torch_free=True)
@@ -361,25 +467,12 @@ def greedy_is_the_big_models_output(ctx):
 @check("3b", 2, torch_free=True)
 def greedy_with_a_perfect_draft(ctx):
     # The big model drafts for itself: every guess is kept, every round writes k + 1 tokens.
-    check_greedy(ctx, "target", passes_for=lambda n, k: -(-n // (k + 1)))
+    check_greedy(ctx, "target")
 
 
 @check("3b", 1, torch_free=True)
 def greedy_with_a_draft_that_never_agrees(ctx):
-    check_greedy(ctx, "hopeless", passes_for=lambda n, k: n)
-
-
-class GridUniforms:
-    """An rng whose random() returns preset numbers, to enumerate every outcome of a round."""
-
-    def __init__(self, values):
-        self.values = list(values)
-
-    def random(self):
-        if not self.values:
-            raise Fail("verify draws one uniform to test each guess and one to sample the "
-                       "token it adds", "more draws than that", "use rng.random() only")
-        return self.values.pop(0)
+    check_greedy(ctx, "hopeless")
 
 
 def verify_pairs(rng):
@@ -399,25 +492,32 @@ def verify_pairs(rng):
 def verify_keeps_the_target_distribution_exactly(ctx):
     """Every (draft token, u1, u2) on a grid: the first token's distribution must be the
     target's, and after a kept guess the bonus token's must be the target's next one."""
-    verify = ctx.student("numpy_speculative").verify
     grid = (np.arange(100) + 0.5) / 100
     for target_probs, draft_probs in verify_pairs(ctx.rng):
         V = target_probs.shape[1]
         first, bonus, kept_mass = np.zeros(V), np.zeros(V), 0.0
-        for x in range(V):
-            if draft_probs[0, x] == 0:
-                continue
-            for u1 in grid:
-                for u2 in grid:
-                    weight = draft_probs[0, x] / len(grid) ** 2
-                    kept, token = pair_of_ints(verify(target_probs, draft_probs, [x],
-                                                      GridUniforms([u1, u2])), "verify")
-                    if kept == 1:
-                        first[x] += weight
-                        bonus[token] += weight
-                        kept_mass += weight
-                    else:
-                        first[token] += weight
+        outcomes = ctx.helper("verify_grid", "numpy_speculative", "verify", target_probs,
+                              draft_probs, grid)
+        if not isinstance(outcomes, dict) or "draws" in outcomes:
+            raise Fail("verify draws one uniform to test each guess and one to sample the "
+                       "token it adds", "more draws than that", "use rng.random() only")
+        if "bad" in outcomes:
+            raise Fail("verify returns a pair of whole numbers (kept, token)", outcomes["bad"],
+                       "return kept, token")
+        for x, pairs in outcomes.items():
+            pairs = np.asarray(pairs)
+            if not (isinstance(x, int) and 0 <= x < V and pairs.shape == (len(grid) ** 2, 2)
+                    and ((0 <= pairs) & (pairs < V)).all() and (pairs[:, 0] <= 1).all()):
+                raise Fail("verify returns (kept, token): kept 0 or 1 for one guess, a token "
+                           "of the vocabulary", "other values")
+            weight = draft_probs[0, x] / len(grid) ** 2
+            kept = pairs[:, 0] == 1
+            first[x] += weight * kept.sum()
+            np.add.at(bonus, pairs[kept, 1], weight)
+            kept_mass += weight * kept.sum()
+            np.add.at(first, pairs[~kept, 1], weight)
+        if abs(sum(draft_probs[0, x] for x in outcomes) - 1) > 1e-9:
+            raise Fail("verify called for every token the draft can propose", "fewer")
         error = float(np.abs(first - target_probs[0]).max())
         if error > 0.03:
             raise Fail(f"first token distributed as the target's {np.round(target_probs[0], 3)}"
@@ -451,23 +551,40 @@ def chi_square_fails(counts, probs, threshold_z=4.75):
     return statistic > quantile
 
 
+def draft_was_asked(recorder):
+    """Speculative sampling samples its guesses from the draft: sampling from the big model
+    alone has the right distribution, and is not the exercise."""
+    if recorder is not None and recorder.calls["draft"] == 0:
+        raise Fail("guesses sampled from the draft's distribution", "the draft was never "
+                   "called (counted by the grader)", "the draft proposes k tokens a round, "
+                   "one score() each; the big model checks them in one pass")
+
+
 def sampled_pairs(ctx, runs, **options):
-    ns = ctx.student("numpy_speculative")
-    target, draft = ctx.model("target"), ctx.model("draft")
+    """Counts (V, V) of the first two tokens of `runs` runs of the student's speculative_sample
+    with the fixture models (3 new tokens, k = 2)."""
+    models, recorder = ctx.standins({"target": "target", "draft": "draft"}, memo=True)
     prompt = ctx.cases["sampling"]["prompt"]
     rng = np.random.default_rng(ctx.seed + 17)
+    outputs = ctx.helper("sample_many", "numpy_speculative", "speculative_sample",
+                         models["target"], models["draft"], prompt, 3, 2, rng, runs, options)
+    if isinstance(outputs, str):
+        raise Fail("speculative_sample returns the list of tokens", outputs)
+    draft_was_asked(recorder)
     counts = np.zeros((len(LETTERS), len(LETTERS)))
-    for _ in range(runs):
-        out = list(ns.speculative_sample(target, draft, list(prompt), 3, 2, rng, **options))
-        if len(out) != len(prompt) + 3:
-            raise Fail(f"{len(prompt) + 3} tokens (prompt + 3 new)", f"{len(out)}",
+    for out in outputs:
+        if len(out) != len(prompt) + 3 or not all(isinstance(t, int) and 0 <= t < len(LETTERS)
+                                                  for t in out):
+            raise Fail(f"{len(prompt) + 3} tokens (prompt + 3 new)", f"{len(out)}: {out}"[:80],
                        "stop when max_new_tokens are written; a round adds kept guesses plus "
                        "one token")
         counts[out[len(prompt)], out[len(prompt) + 1]] += 1
+    if counts.sum() != runs:
+        raise Fail(f"{runs} runs", f"{int(counts.sum())}")
     return counts
 
 
-@check("3c", 2, torch_free=True)
+@check("3c", 1, torch_free=True)
 def sampling_has_the_target_distribution(ctx):
     for name, options in (("plain", {"temperature": 1.0}),
                           ("top_k", {"temperature": 0.8, "top_k": 3})):
@@ -484,16 +601,59 @@ def sampling_has_the_target_distribution(ctx):
                        "that verify() is given (not its argmax, not an unfiltered one)")
 
 
+class Draws:
+    """An rng for the student's code that counts its draws (random() only, as the docstrings
+    ask: sample() and verify() need nothing else)."""
+
+    def __init__(self, seed):
+        self.rng, self.count = np.random.default_rng(seed), 0
+
+    def random(self):
+        self.count += 1
+        return float(self.rng.random())
+
+
+@check("3c", 1, torch_free=True)
+def sampling_with_a_perfect_draft(ctx):
+    """The big model drafts for itself: every guess is kept (min(1, p/p) = 1), so each round of
+    k guesses draws 2k + 1 numbers (k guesses, k tests, one bonus) and takes one pass of the big
+    model. Sampling from the big model alone, one token a pass, fails."""
+    ns = ctx.student("numpy_speculative")
+    models, recorder = ctx.standins({"target": "target", "draft": "target"})
+    prompt = ctx.cases["sampling"]["prompt"]
+    for n, k in ((12, 3), (2 * fixtures.BLOCK, 4)):
+        done = making.perfect_rounds(len(prompt), n, k, fixtures.BLOCK)
+        draws = Draws(ctx.seed + n)
+        out = ns.speculative_sample(models["target"], models["draft"], list(prompt), n, k,
+                                    ctx.lend(draws, ("random",)))
+        out = list(out) if isinstance(out, (list, tuple, np.ndarray)) else [out]
+        if len(out) != len(prompt) + n:
+            raise Fail(f"{len(prompt) + n} tokens (prompt + {n} new)", f"{len(out)}")
+        if recorder is None:
+            continue
+        what = f"{n} tokens with k = {k} and a draft equal to the big model"
+        if draws.count != done.draws:
+            raise Fail(f"{done.draws} draws of rng.random() for {what} ({done.rounds} rounds, "
+                       "every guess kept)", f"{draws.count} draws",
+                       "the draft draws one number per guess, verify one per guess tested and "
+                       "one for the token the big model adds")
+        counted_passes(recorder, done, what)
+        recorder.reset()
+
+
 @check("3c", 1, torch_free=True)
 def sampling_draws_from_the_given_rng(ctx):
     ns = ctx.student("numpy_speculative")
-    target, draft = ctx.model("target"), ctx.model("draft")
+    models, recorder = ctx.standins({"target": "target", "draft": "draft"})
+    target, draft = models["target"], models["draft"]
     prompt = ctx.cases["sampling"]["prompt"]
 
     def run(seed):
-        return list(ns.speculative_sample(target, draft, list(prompt), 12, 3,
-                                          np.random.default_rng(seed)))
+        out = ns.speculative_sample(target, draft, list(prompt), 12, 3,
+                                    np.random.default_rng(seed))
+        return list(out) if isinstance(out, (list, tuple, np.ndarray)) else [out]
     outputs = {tuple(run(seed)) for seed in range(8)}
+    draft_was_asked(recorder)
     if run(3) != run(3) or len(outputs) < 4:
         raise Fail("the same rng seed gives the same text, other seeds other texts",
                    f"{len(outputs)} different texts from 8 seeds",
@@ -507,7 +667,7 @@ def sampling_draws_from_the_given_rng(ctx):
 @check("4a", 2)
 def agreement_from_logits(ctx):
     sd = ctx.student("speculative")
-    warp = ctx.student("numpy_speculative").warp  # provided code, the same for everyone
+    warp = fixtures.warp  # the grader's own, never the student's copy
     for temperature, top_k in ((1.0, None), (0.7, None), (1.0, 3)):
         target = ctx.rng.normal(size=(4, 9, 8)) * 2
         draft = target + ctx.rng.normal(size=target.shape) * 1.5
@@ -595,7 +755,7 @@ def timer_warms_up_and_takes_the_median(ctx):
     timer = ctx.student("exercises.ex5_gpu").timer
     measure = timer("cpu")
     fn = Counted(0.002, slow=3, slow_s=0.15)
-    seconds = a_float(measure(fn, 5, warmup=3), "measure")
+    seconds = a_float(measure(ctx.lend(fn), 5, warmup=3), "measure")
     if fn.calls != 8:
         raise Fail("3 warm-up calls and 5 timed ones: 8 calls of fn", f"{fn.calls}",
                    "run fn warmup times before timing it")
@@ -603,67 +763,16 @@ def timer_warms_up_and_takes_the_median(ctx):
         raise Fail("about 2 ms, the time of a call after warm-up", f"{seconds * 1e3:.1f} ms",
                    "exclude the warm-up calls (they pay for caches and compilation) and "
                    "return seconds per call")
-    times = [measure(Counted(t), 3, warmup=1) for t in (0.002, 0.01, 0.03)]
+    times = [a_float(measure(ctx.lend(Counted(t)), 3, warmup=1), "measure")
+             for t in (0.002, 0.01, 0.03)]
     if not times[0] < times[1] < times[2]:
         raise Fail("longer calls measure longer (2, 10, 30 ms)",
                    ", ".join(f"{t * 1e3:.1f} ms" for t in times), "")
 
 
-class FakeGPU:
-    """torch.cuda on the CPU: work is queued by fn and finishes later, as on a real GPU.
-
-    fn() queues 20 ms of work and returns at once; synchronize() waits for the queue;
-    Event.record() marks the queue's end; elapsed_time() needs both events finished."""
-
-    WORK = 0.02
-
-    def __init__(self):
-        self.busy_until = time.perf_counter()
-
-    def launch(self):
-        self.busy_until = max(time.perf_counter(), self.busy_until) + self.WORK
-
-    def synchronize(self, device=None):
-        time.sleep(max(0.0, self.busy_until - time.perf_counter()))
-
-    def is_available(self):
-        return True
-
-    def Event(self, enable_timing=False):
-        gpu = self
-
-        class Event:
-            stamp = None
-
-            def record(self, stream=None):
-                self.stamp = max(time.perf_counter(), gpu.busy_until)
-
-            def synchronize(self):
-                time.sleep(max(0.0, self.stamp - time.perf_counter()))
-
-            def elapsed_time(self, end):
-                if self.stamp is None or end.stamp is None:
-                    raise RuntimeError("elapsed_time on an event that was never recorded")
-                if end.stamp > time.perf_counter() + 1e-4:
-                    raise RuntimeError("elapsed_time before the end event completed: "
-                                       "synchronize first")
-                return (end.stamp - self.stamp) * 1e3
-        return Event()
-
-
 @check("5a", 2)
 def timer_waits_for_the_gpu(ctx):
-    import torch
-    ex5 = ctx.student("exercises.ex5_gpu")
-    gpu = FakeGPU()
-    real = {name: getattr(torch.cuda, name) for name in ("synchronize", "Event", "is_available")}
-    try:  # the simulated GPU stands in for torch.cuda during this check only
-        for name in real:
-            setattr(torch.cuda, name, getattr(gpu, name))
-        seconds = a_float(ex5.timer("cuda")(gpu.launch, 5, warmup=2), "measure")
-    finally:
-        for name, function in real.items():
-            setattr(torch.cuda, name, function)
+    seconds = a_float(ctx.helper("time_on_fake_gpu", "exercises.ex5_gpu", "timer"), "measure")
     if not 0.015 < seconds < 0.06:
         raise Fail("about 20 ms: the work fn queued on the GPU, not the time to queue it",
                    f"{seconds * 1e3:.2f} ms", "kernels run asynchronously: call "
@@ -674,24 +783,12 @@ def timer_waits_for_the_gpu(ctx):
 @check("5a", 0)
 def timer_on_a_real_gpu(ctx):
     """With a CUDA GPU, the student's timer against CUDA events around the same work."""
-    import torch
-    if not torch.cuda.is_available():
+    measured = ctx.helper("time_on_real_gpu", "exercises.ex5_gpu", "timer")
+    if measured is None:
         raise Skip("no CUDA GPU here: this check runs where torch sees one")
-    timer = ctx.student("exercises.ex5_gpu").timer
-    x = torch.randn(2048, 2048, device="cuda")
-
-    def work():
-        for _ in range(20):
-            x @ x
-    work()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    work()
-    end.record()
-    torch.cuda.synchronize()
-    want = start.elapsed_time(end) / 1e3
-    got = a_float(timer("cuda")(work, 5, warmup=2), "measure")
+    if not (isinstance(measured, (tuple, list)) and len(measured) == 2):
+        raise Fail("measure returns seconds", repr(measured)[:80])
+    want, got = a_float(measured[0], "CUDA events"), a_float(measured[1], "measure")
     if not 0.7 * want < got < 1.5 * want:
         raise Fail(f"about {want * 1e3:.2f} ms (CUDA events around the same work)",
                    f"{got * 1e3:.2f} ms", "synchronise before reading the clock")
@@ -705,26 +802,30 @@ HIDDEN_SEED = 271828  # CLASSROOM_SEED replaces it; keep yours secret
 
 @check("3b", 2, torch_free=True, hidden=True)
 def greedy_hidden_lengths_and_k(ctx):
-    ns = ctx.student("numpy_speculative")
-    target, draft = ctx.model("target"), ctx.model("draft")
+    draft = ctx.torch_model("draft")
     for case in ctx.cases["greedy"]:
         for k in (1, 8):
-            tokens, _ = ns.speculative_greedy(target, draft, list(case["prompt"]), case["n"], k)
-            if list(tokens) != case["expected"]:
-                raise Fail(f"the big model's own greedy output with k = {k}",
-                           "a different text", "")
+            passes, recorder = greedy_run(ctx, "draft", case, k)
+            done = making.greedy_rounds(case["expected"], draft, len(case["prompt"]), k)
+            if passes != done.rounds:
+                raise Fail(f"{done.rounds} passes of the big model with k = {k}", f"{passes!r}")
+            if recorder is not None:
+                counted_passes(recorder, done, f"{case['n']} tokens with k = {k}")
 
 
 @check("3c", 1, torch_free=True, hidden=True)
 def verify_chi_square_at_a_hidden_seed(ctx):
-    verify = ctx.student("numpy_speculative").verify
     rng = np.random.default_rng(ctx.seed)
     target_probs, draft_probs = rng.dirichlet(np.ones(5), 4), rng.dirichlet(np.ones(5), 3)
-    counts = np.zeros(5)
-    for _ in range(20000):
-        draft_tokens = [int(rng.choice(5, p=p)) for p in draft_probs]
-        kept, token = verify(target_probs, draft_probs, draft_tokens, rng)
-        counts[draft_tokens[0] if kept > 0 else token] += 1
+    rounds = ctx.helper("first_tokens", "numpy_speculative", "verify", target_probs,
+                        draft_probs, rng, 20000)
+    if isinstance(rounds, str):
+        raise Fail("verify returns a pair of whole numbers (kept, token)", rounds)
+    rounds = np.asarray(rounds)
+    if rounds.shape != (20000, 3) or not ((0 <= rounds) & (rounds < 5)).all():
+        raise Fail("verify returns (kept, token) with a token of the vocabulary", "other values")
+    first = np.where(rounds[:, 1] > 0, rounds[:, 0], rounds[:, 2])
+    counts = np.bincount(first, minlength=5)
     if chi_square_fails(counts, target_probs[0]):
         raise Fail("the first token distributed as the target's", f"{counts / counts.sum()}")
 # END HIDDEN

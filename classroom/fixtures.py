@@ -31,5 +31,19 @@ def window_start(n, block_size):
     return -(-(n - block_size) // stride) * stride
 
 
+def warp(logits, temperature=1.0, top_k=None):
+    """Probabilities (..., V) after temperature and top-k, as numpy_speculative.warp makes them
+    (an independent copy: the student's file may have changed that one)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if temperature == 0:
+        return np.eye(logits.shape[-1])[logits.argmax(-1)]
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = np.sort(logits, -1)[..., -top_k, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    return probs / probs.sum(-1, keepdims=True)
+
+
 def load(folder):
     return json.loads((Path(folder) / "cases.json").read_text())

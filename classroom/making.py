@@ -7,6 +7,7 @@ come from the torch models directly, never from a student's file (see fixtures.p
 """
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,89 @@ def make(folder, seed):
     (folder / "cases.json").write_text(json.dumps(
         {"seed": seed, "greedy": cases, "never": never, "sampling": sampling}))
     return folder
+
+
+def torch_model(folder, name):
+    """The fixture model `name` of folder as a torch GPT (from the .npz that make() wrote)."""
+    with np.load(Path(folder) / f"{name}.npz", allow_pickle=False) as f:
+        config = json.loads(str(f["meta.config"]))
+        state = {k: torch.from_numpy(f[k]) for k in f.files if not k.startswith("meta.")}
+    model = GPT(Config(**config)).eval()
+    model.load_state_dict(state)
+    return model
+
+
+@dataclass
+class Rounds:
+    """What speculative decoding must do to write a text: its rounds (one verification pass of
+    the big model each), the rounds whose check crosses a window jump (those take two forward
+    passes), the draft's guesses, and the random draws of sampling (2 k_round + 1 a round when
+    every guess is kept)."""
+    rounds: int = 0
+    crossing: int = 0
+    guesses: int = 0
+    draws: int = 0
+
+    def add(self, n, k_round, block_size):
+        self.rounds, self.guesses, self.draws = (self.rounds + 1, self.guesses + k_round,
+                                                 self.draws + 2 * k_round + 1)
+        self.crossing += window_start(n, block_size) != window_start(n + k_round, block_size)
+
+
+def greedy_rounds(target_tokens, draft, prompt_length, k):
+    """The Rounds of greedy speculative decoding that writes target_tokens (the big model's own
+    greedy output, prompt included) with `draft` proposing up to k tokens a round: a round
+    proposes min(k, tokens left - 1) and keeps them while they equal the big model's."""
+    goal, n, done = len(target_tokens), prompt_length, Rounds()
+    while n < goal:
+        k_round = min(k, goal - n - 1)
+        kept = 0
+        while kept < k_round and \
+                int(next_logits(draft, target_tokens[:n + kept]).argmax()) == target_tokens[n + kept]:
+            kept += 1
+        done.add(n, k_round, draft.c.block_size)
+        n += kept + 1
+    return done
+
+
+def perfect_rounds(prompt_length, n, k, block_size):
+    """The Rounds of speculative decoding with a draft that is the big model: every guess kept."""
+    written, done = 0, Rounds()
+    while written < n:
+        k_round = min(k, n - written - 1)
+        done.add(prompt_length + written, k_round, block_size)
+        written += k_round + 1
+    return done
+
+
+class Recorder:
+    """The grader's side of the stand-ins (helpers.standin): logits of the torch models for the
+    windows a student's code feeds, with every call and token counted per role."""
+
+    def __init__(self, models):
+        self.models = models                       # role -> torch GPT
+        self.calls = dict.fromkeys(models, 0)
+        self.tokens = dict.fromkeys(models, 0)
+        self._cache = {}
+
+    def reset(self):
+        self.calls = dict.fromkeys(self.models, 0)
+        self.tokens = dict.fromkeys(self.models, 0)
+
+    def logits(self, role, window, new):
+        model = self.models[role]
+        seq = list(window) + list(new)
+        V, block = model.c.vocab_size, model.c.block_size
+        if not new or len(seq) > block or \
+                not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < V for t in seq):
+            raise ValueError(f"forward takes 1 to {block} token ids in 0..{V - 1} (with the "
+                             "cache's)")
+        self.calls[role] += 1
+        self.tokens[role] += len(new)
+        key = (id(model), tuple(seq))
+        if len(self._cache) > 100_000:            # a worker asking for every window there is
+            self._cache.clear()
+        if key not in self._cache:
+            with torch.no_grad():
+                self._cache[key] = model(torch.tensor([seq]))[0][0].numpy()
+        return self._cache[key][len(window):]

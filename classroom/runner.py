@@ -1,22 +1,30 @@
 """
-classroom/runner.py: run checks in worker processes, score them, print and save the results.
+classroom/runner.py: run checks against a student's code in worker processes, score them, print
+and save the results.
 
-A check scores its points when it passes for every seed it runs with: seed 0 (the public
-checks a student runs) and, when grading, the teacher's hidden seed too. Fixtures (random tiny
-models and what they must produce) are made once per seed in this process.
+Each check runs here, in the grader's process; the student's code runs in a worker (worker.py,
+started in sandbox.py's copy of the project), which the check calls through wire.py. So the
+fixtures, the expected values, the seed and the results never reach the student's code, and
+whatever it does to its own process changes nothing here. A check scores its points when it
+passes for every seed it runs with: seed 0 (the public checks a student runs) and, when
+grading, the teacher's hidden seed too. Fixtures (random tiny models and what they must
+produce) are made once per seed in this process.
 """
 
-import json
+import functools
+import importlib
 import os
 import signal
-import subprocess
-import sys
+import socket
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from classroom import checks, making, parts
+from classroom import checks, making, parts, regions, sandbox, wire
+from classroom.submissions import ROOT
 
 PUBLIC_SEED = 0
 TIMEOUT = 60  # seconds per check and seed
@@ -65,8 +73,79 @@ class Result:
         return []
 
 
+class RemoteContext(checks.Context):
+    """A check's view of a worker (worker.py): the student's modules, models and helpers live
+    there; the fixtures, the expected values and every comparison stay here."""
+
+    def __init__(self, seed, fixture_dir, peer, check, references):
+        super().__init__(seed, fixture_dir)
+        self.worker = wire.Remote(peer, 1)
+        if check.torch_free:
+            self.worker.block_torch()
+        if references:
+            self.worker.use_references([(key, wire.Exposed(function))
+                                        for key, function in references.items()])
+        self._modules, self._standins = {}, {}
+
+    def student(self, module):
+        if module not in self._modules:
+            self._modules[module] = self.worker.module(module)
+        return self._modules[module]
+
+    def model(self, name):
+        return self.worker.model(*self.model_files(name))
+
+    def standins(self, roles, memo=False):
+        key = (tuple(sorted(roles.items())), memo)
+        if key not in self._standins:
+            recorder = making.Recorder({role: self.torch_model(name)
+                                        for role, name in roles.items()})
+            models = {}
+            for role, name in roles.items():
+                _, config, vocab = self.model_files(name)
+                models[role] = self.worker.standin(
+                    config, vocab, wire.Exposed(functools.partial(recorder.logits, role)), memo)
+            self._standins[key] = models, recorder
+        models, recorder = self._standins[key]
+        if not memo:               # memo: the worker asks once per window, so counts add up
+            recorder.reset()
+        return models, recorder
+
+    def helper(self, name, module, function, *args):
+        return self.worker.helper(name, module, function, *args)
+
+    def lend(self, obj, methods=("__call__",)):
+        return wire.Exposed(obj, methods)
+
+
+_references = {}
+
+
+def references(part):
+    """{(module, function): the reference} for every other part's function, where this
+    process's own copy of the project holds the solutions (a teacher's; never a student's
+    file), so that each part is graded on its own. 3a's functions are left out: stand-ins
+    (helpers.standin) already give exercise 3 the big model's logits."""
+    if part not in _references:
+        found = {}
+        for other in parts.PARTS:
+            if other.id in (part, "3a"):
+                continue
+            path = ROOT / other.file
+            if not set(other.functions) <= set(regions.functions_with_solutions(path.read_text())):
+                continue
+            module = importlib.import_module(other.file[:-3].replace("/", "."))
+            if Path(module.__file__).resolve() != path.resolve():
+                continue
+            for function in other.functions:
+                found[(module.__name__, function)] = getattr(module, function)
+        _references[part] = found
+    return _references[part]
+
+
 def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=()):
-    """Run every check in `selected` for every seed, in the repository at `root`.
+    """Run every check in `selected` for every seed, on the student files in `root` (the rest
+    of the project is the student version of this one: sandbox.project_copy).
 
     missing: student files absent from a submission; their checks are not run."""
     root = Path(root).resolve()
@@ -74,6 +153,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
     results = [Result(c) for c in selected]
     with tempfile.TemporaryDirectory(prefix="classroom-") as scratch:
         fixture_dirs = {seed: making.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
+        project = sandbox.project_copy(Path(scratch) / "project", root)
         tasks = []
         for result in results:
             file = parts.BY_ID[result.check.part].file
@@ -85,59 +165,65 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
                     tasks.append((result, seed))
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
+        zygotes, starting = {}, threading.Lock()
+        grading = any(c.hidden for c in selected)  # a student's own check needs no warning
+
+        def zygote(torch_free):
+            with starting:
+                if torch_free not in zygotes:
+                    zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free,
+                                                         warn=grading)
+                return zygotes[torch_free]
 
         def work(task):
             result, seed = task
-            if result.check.part in stalled:  # its other checks would only loop again
+            check = result.check
+            if check.part in stalled:  # its other checks would only loop again
                 result.outcomes[seed] = {"status": "timeout", "message": "not run: another "
-                                         f"check of part {result.check.part} did not finish "
+                                         f"check of part {check.part} did not finish "
                                          f"within {timeout} s"}
                 return
-            out = Path(scratch) / f"{result.check.name}-{seed}.json"
-            env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1",
-                   "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
-            command = [sys.executable, "-m", "classroom.worker", result.check.name, str(seed),
-                       str(fixture_dirs[seed]), str(out)]
-            # A session of its own: when the worker ends, every process it started goes too.
-            # Its output goes to a file, not a pipe: a forked child holding a pipe open would
-            # keep the grader waiting.
-            log = out.with_suffix(".log")
-            with open(log, "w") as sink:
-                worker = subprocess.Popen(command, cwd=root, env=env, stdout=sink, stderr=sink,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            ours, theirs = socket.socketpair()
+            # A process of its own, in a session of its own (and, sandboxed, in the zygote's PID
+            # namespace): when the check ends, its process group is killed. Its output goes to
+            # a file that no student sees.
+            with open(Path(scratch) / f"{check.name}-{seed}.log", "w+") as log:
+                pid = None
                 try:
-                    finished = worker.wait(timeout=timeout) is not None
-                except subprocess.TimeoutExpired:
-                    finished = False
+                    pid = zygote(check.torch_free).spawn(theirs.fileno(), log)
+                    theirs.close()
+                    peer = wire.Peer(ours, lends_anything=False,
+                                     deadline=time.monotonic() + timeout)
+                    ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
+                                        references(check.part))
+                    outcome = checks.run_check(check, ctx, root)
+                except wire.Timeout:
+                    stalled.add(check.part)
+                    outcome = {"status": "timeout", "message":
+                               f"did not finish within {timeout} s (an endless loop?)"}
+                except wire.Gone:
+                    outcome = {"status": "crashed"}
                 finally:
-                    kill_group(worker)
-            if not finished:
-                stalled.add(result.check.part)
-                result.outcomes[seed] = {"status": "timeout", "message":
-                                         f"did not finish within {timeout} s (an endless loop?)"}
-                return
-            done = subprocess.CompletedProcess(command, worker.returncode, "",
-                                               log.read_text(errors="replace"))
-            if out.exists():
-                result.outcomes[seed] = json.loads(out.read_text())
-            else:
-                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                result.outcomes[seed] = {"status": "crashed", "message":
-                                         f"the check's process ended (exit {done.returncode}) "
-                                         f"before reporting: {last}"}
+                    theirs.close()
+                    ours.close()                    # the worker's end of the socket ...
+                    try:                                    # ... and its process group
+                        code = zygote(check.torch_free).kill(pid) if pid else None
+                    except wire.Gone:
+                        code = None
+                if outcome["status"] == "crashed":
+                    log.seek(0)
+                    lines = log.read().strip().splitlines() or ["no output"]
+                    outcome["message"] = (f"the check's process ended (exit {code}) before "
+                                          f"reporting: {lines[-1][:300]}")
+            result.outcomes[seed] = outcome
 
-        with ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(work, tasks))
+        try:
+            with ThreadPoolExecutor(jobs) as pool:
+                list(pool.map(work, tasks))
+        finally:
+            for z in zygotes.values():
+                z.close()
     return results
-
-
-def kill_group(process):
-    """Kill the process group a worker leads: the processes a submission forked go too."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass                                          # already gone
-    process.wait()
 
 
 def select(exercise=None, part=None, hidden=False):

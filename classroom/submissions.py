@@ -3,6 +3,8 @@ classroom/submissions.py: a student's submission (a folder, a git repository or 
 over a fresh copy of the reference repository, so that only the student's files are theirs.
 """
 
+import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +16,11 @@ from classroom import parts, regions
 ROOT = Path(__file__).resolve().parents[1]
 NEVER_COPIED = {".git", ".venv", "checkpoints", "results", "__pycache__", ".pytest_cache",
                 ".hypothesis", ".ipynb_checkpoints"}
+
+
+# What the student repository leaves out (the student's README is build.student_readme()).
+TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
+                 "README.md")
 
 
 class SubmissionError(ValueError):
@@ -36,6 +43,29 @@ def project_files(root=ROOT):
         generated = relative.parts[0] == "data" and relative.name != "README.md"
         return path.is_file() and not NEVER_COPIED & set(relative.parts) and not generated
     return [f for f in files if kept(f)]
+
+
+def teachers_only(relative):
+    return relative.startswith(TEACHERS_ONLY)
+
+
+def student_text(relative, text):
+    """The student version of the project's file `relative` (a path with / separators)."""
+    if relative in parts.STUDENT_FILES:
+        return regions.student_version(text, parts.message)
+    if relative == "classroom/checks.py":
+        return regions.without_hidden(text)
+    if relative == "Makefile":  # a student's `make test` runs their checks (no tests/ there)
+        return re.sub(r"^test: setup.*\n\t.*$",
+                      "test: setup          ## your checks, every exercise (make check N=3: one)\n"
+                      "\t$(PY) -m classroom check", text, flags=re.M)
+    if relative.endswith(".ipynb"):
+        notebook = json.loads(text)
+        for cell in notebook["cells"]:
+            if cell["cell_type"] == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+        return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    return text
 
 
 def copy_project(dest, root=ROOT):

@@ -1,21 +1,29 @@
 """
-classroom/worker.py: run one check in a process of its own and write its result as JSON.
+classroom/worker.py: the process in which a student's code runs, serving the grader's calls.
 
-    python -m classroom.worker CHECK SEED FIXTURES OUT
+    python -m classroom.worker FD PROJECT
+    python -m classroom.worker zygote[-torch] FD PROJECT     (forks one of those per check)
 
-The runner starts one worker per check, in the student's repository (or the grader's copy of
-it), with a time limit; so a student's infinite loop, crash, huge allocation or sys.exit costs
-that check only. Exercise 3's checks run with torch and the project's own decoding blocked.
+FD is one end of a socket pair (classroom/wire.py); PROJECT the copy of the student version of
+the project with the submission's files in it. The worker is never given an output path, the
+seed, the fixtures' expected values or the checks: the grader (runner.py) runs each check in its
+own process and calls the student's functions here, one call at a time, and compares what comes
+back. One worker serves one check at one seed, under a memory limit, in a process group of its
+own that is killed when the check ends; workers are forked from a zygote (sandbox.Zygote) that
+has NumPy (and, for the checks that may use it, torch) imported already. Exercise 3's checks run
+with torch and the project's own decoding blocked.
 """
 
+import importlib
 import importlib.abc
 import json
+import os
+import signal
+import socket
 import sys
-import time
-import traceback
 from pathlib import Path
 
-from classroom import checks, parts
+from classroom import helpers, parts, wire
 
 BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",
@@ -32,19 +40,10 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 
 
-def student_frame(tb, root, files):
-    """'(file, line N, in function)' of the last traceback frame in a student file (or in a
-    notebook cell), or ''."""
-    for frame in reversed(traceback.extract_tb(tb)):
-        if "ipykernel" in frame.filename or frame.filename.startswith("<ipython-input"):
-            return f" (your notebook cell, line {frame.lineno}, in {frame.name})"
-        try:
-            relative = Path(frame.filename).resolve().relative_to(root)
-        except ValueError:
-            continue
-        if relative.as_posix() in files:
-            return f" ({relative.as_posix()}, line {frame.lineno}, in {frame.name})"
-    return ""
+def block_torch():
+    for module in [m for m in sys.modules if m.split(".")[0] in BLOCKED]:
+        sys.modules.pop(module, None)
+    sys.meta_path.insert(0, Blocker())
 
 
 def limit_memory():
@@ -56,43 +55,124 @@ def limit_memory():
         pass
 
 
-def run(name, seed, fixture_dir, overrides=None, sandbox=True):
-    """Run check `name`; sandbox: limit memory, and block torch for exercise 3 (a worker process
-    does; a notebook's check cell, in the student's own kernel, does not)."""
-    root = Path.cwd().resolve()
-    check = checks.CHECKS[name]
-    if sandbox:
-        limit_memory()
-    if check.torch_free and sandbox:
-        for module in BLOCKED:
-            sys.modules.pop(module, None)
-        sys.meta_path.insert(0, Blocker())
-    try:
-        check.function(checks.Context(seed, fixture_dir, overrides))
-        return {"status": "pass"}
-    except checks.Skip as e:
-        return {"status": "skipped", "message": str(e)}
-    except checks.Fail as e:
-        return {"status": "fail", "expected": e.expected, "got": e.got, "hint": e.hint}
-    except NotImplementedError as e:
-        return {"status": "not started", "message": str(e) or "not written yet"}
-    except SyntaxError as e:
-        return {"status": "error", "message": f"SyntaxError: {e.msg} ({Path(e.filename or '?').name}"
-                                              f", line {e.lineno})"}
-    except MemoryError:
-        return {"status": "error", "message": "MemoryError: the code asked for more memory than "
-                                              f"a check allows ({MEMORY // 1024 ** 3} GB)"}
-    except BaseException as e:  # SystemExit and KeyboardInterrupt included: a check never exits
-        where = student_frame(e.__traceback__, root, parts.STUDENT_FILES)
-        return {"status": "error", "message": f"{type(e).__name__}: {e}{where}".strip()}
+def describe(root):
+    def one_line(error):
+        if isinstance(error, NotImplementedError):         # "not started": its message alone
+            return str(error) or "not written yet"
+        if isinstance(error, MemoryError):
+            return ("MemoryError: the code asked for more memory than a check allows "
+                    f"({MEMORY // 1024 ** 3} GB)")
+        return wire.describe(error, helpers.student_frame(error.__traceback__, root,
+                                                          parts.STUDENT_FILES))
+    return one_line
+
+
+MODULES = {p.file: p.file[:-3].replace("/", ".") for p in parts.PARTS}  # file -> module name
+
+
+class Worker:
+    """What the grader may ask of the worker (object #1 on its side of the socket)."""
+
+    def __init__(self):
+        self.references = {}
+
+    def block_torch(self):
+        block_torch()
+
+    def use_references(self, references):
+        """{(module, function): the grader's callable}: applied at every import from now on."""
+        self.references = {tuple(key): value for key, value in references}
+        self._apply()
+
+    def _apply(self):
+        loaded = {m: sys.modules[m] for m in MODULES.values() if m in sys.modules}
+        helpers.use_references(loaded, self.references)
+
+    def module(self, name):
+        if name not in MODULES.values():
+            raise ValueError(f"{name} is not a student module")
+        module = importlib.import_module(name)
+        self._apply()
+        return module
+
+    def model(self, params, config, vocab):
+        return self.module("numpy_speculative").Model(params, config, vocab)
+
+    def standin(self, config, vocab, logits_of, memo=False):
+        return helpers.standin(self.module("numpy_speculative"), config, vocab, logits_of, memo)
+
+    def helper(self, name, module, function, *args):
+        return getattr(helpers, name)(getattr(self.module(module), function), *args)
+
+
+def serve(fd, project):
+    """Serve the grader's calls on socket fd until the grader closes it."""
+    limit_memory()
+    peer = wire.Peer(socket.socket(fileno=int(fd)), lends_anything=True)
+    peer.describe = describe(Path(project).resolve())
+    peer.lend(Worker())                                  # #1
+    peer.serve_forever()
+
+
+def zygote(control, project, preload):
+    """Fork one worker per check from here, with `preload` imported once (torch costs seconds
+    to import; a check's process forked from here has it at once). The grader sends "spawn"
+    with the check's socket and log file, or "kill" with a worker's pid: its process group is
+    killed and its exit status returned. Sandboxed, this is the PID namespace's first process:
+    when it ends, so does every process a submission left."""
+    for module in preload:
+        importlib.import_module(module)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1024, 2)
+        except OSError:
+            break
+        if not message:
+            break
+        request = json.loads(message)
+        if request["op"] == "spawn":
+            pid = os.fork()
+            if pid == 0:                                 # the check's worker
+                control.close()
+                os.setsid()                              # a process group of its own
+                check_socket, log = fds
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                try:
+                    serve(check_socket, project)
+                finally:
+                    os._exit(0)                          # threads a submission left: ignored
+            for fd in fds:
+                os.close(fd)
+            reply = {"pid": pid}
+        else:
+            try:
+                os.killpg(request["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                _, status = os.waitpid(request["pid"], 0)
+                reply = {"exit": os.waitstatus_to_exitcode(status)}
+            except ChildProcessError:
+                reply = {"exit": None}
+        control.sendall(json.dumps(reply).encode() + b"\n")
+    os._exit(0)
 
 
 def main(argv=None):
-    name, seed, fixture_dir, out = (argv or sys.argv[1:])[:4]
-    started = time.perf_counter()
-    result = run(name, int(seed), fixture_dir)
-    result["seconds"] = time.perf_counter() - started
-    Path(out).write_text(json.dumps(result))
+    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT."""
+    args = (argv or sys.argv[1:])
+    if args[0].startswith("zygote"):
+        mode, fd, project = args[:3]
+    else:
+        mode, (fd, project) = "worker", args[:2]
+    os.chdir(project)
+    sys.path.insert(0, project)
+    if mode == "worker":
+        serve(fd, project)
+        os._exit(0)
+    zygote(socket.socket(fileno=int(fd)), project,
+           ["numpy"] + (["torch"] if mode == "zygote-torch" else []))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,252 @@
+"""
+classroom/helpers.py: what runs beside a student's code, in the worker (or in a notebook's own
+kernel): the pieces of a check that must sit next to the function they call, because they call
+it many times or patch what it sees. They only collect what the student's code does; every
+judgement is made by the check, in the grader's process (checks.py).
+
+- stand-ins: models with a shape and a vocabulary but no weights; the exercise's forward() asks
+  the grader for their logits, so the grader counts every pass of the big model;
+- verify_grid: verify() at every point of a grid of random draws (160,000 calls, no round trips);
+- the simulated GPU of exercise 5 (FakeGPU) and the timing on a real one;
+- references: another part's function replaced by a call to the grader's reference, so that a
+  part is graded on its own (a bug in one part costs that part only).
+"""
+
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+
+def student_frame(tb, root, files):
+    """'(file, line N, in function)' of the last traceback frame in a student file (or in a
+    notebook cell), or ''."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if "ipykernel" in frame.filename or frame.filename.startswith("<ipython-input"):
+            return f" (your notebook cell, line {frame.lineno}, in {frame.name})"
+        try:
+            relative = Path(frame.filename).resolve().relative_to(root)
+        except ValueError:
+            continue
+        if relative.as_posix() in files:
+            return f" ({relative.as_posix()}, line {frame.lineno}, in {frame.name})"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Stand-ins: the grader's models, seen through the exercise's own forward()
+
+
+def instrument(ns):
+    """Make ns.forward (and so score(), generate() and the student's code, which call it by
+    name) ask a stand-in's `grader_logits` for its logits; other models use the student's own."""
+    if getattr(ns.forward, "grader_instrumented", False):
+        return
+    own = ns.forward
+
+    def forward(model, tokens, cache=None):
+        logits_of = getattr(model, "grader_logits", None)
+        if logits_of is None:
+            return own(model, tokens, cache)
+        cache = cache if cache is not None else ns.Cache(model)
+        start, T = cache.length, len(tokens)
+        if start + T > model.block_size:
+            raise ValueError(f"{start + T} tokens do not fit the window of {model.block_size}")
+        tokens = [int(t) for t in tokens]
+        logits = np.asarray(logits_of([int(t) for t in cache.tokens], tokens))   # (T, V)
+        cache.tokens = cache.tokens + tokens
+        return logits
+
+    forward.grader_instrumented = True
+    ns.forward = forward
+
+
+def standin(ns, config, vocab, logits_of, memo=False):
+    """A Model with config and vocabulary and no weights: its logits come from logits_of(window
+    tokens, new tokens) -> (T, V). memo: ask once per window (for checks that count nothing)."""
+    instrument(ns)
+    model = ns.Model({}, dict(config), list(vocab))
+    if memo:
+        seen, ask = {}, logits_of
+
+        def logits_of(window, new):
+            key = (tuple(window), tuple(new))
+            if key not in seen:
+                seen[key] = np.asarray(ask(window, new))
+            return seen[key]
+    model.grader_logits = logits_of
+    return model
+
+
+def sample_many(speculative_sample, target, draft, prompt, n, k, rng, runs, options):
+    """The tokens of `runs` runs of speculative_sample(target, draft, prompt, n, k, rng,
+    **options), one list each (what came back, if not a list of tokens: its repr)."""
+    out = []
+    for _ in range(runs):
+        tokens = speculative_sample(target, draft, list(prompt), n, k, rng, **options)
+        try:
+            out.append([int(t) for t in tokens])
+        except (TypeError, ValueError):
+            return repr(tokens)[:80]
+    return out
+
+
+def first_tokens(verify, target_probs, draft_probs, rng, runs):
+    """For `runs` rounds of verify with guesses drawn from draft_probs by rng: (the first guess,
+    kept, token) each, as an array (runs, 3), or the repr of a value that is not a pair."""
+    out = np.zeros((runs, 3), dtype=np.int64)
+    for i in range(runs):
+        draft_tokens = [int(rng.choice(len(p), p=p)) for p in draft_probs]
+        value = verify(target_probs, draft_probs, draft_tokens, rng)
+        if not (isinstance(value, (tuple, list)) and len(value) == 2 and
+                all(isinstance(v, (int, np.integer)) for v in value)):
+            return repr(value)[:80]
+        out[i] = draft_tokens[0], int(value[0]), int(value[1])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# verify() on a grid of draws
+
+
+class TooManyDraws(Exception):
+    """verify drew more random numbers than the round allows."""
+
+
+class GridUniforms:
+    """An rng whose random() returns preset numbers, to enumerate every outcome of a round."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        if not self.values:
+            raise TooManyDraws()
+        return self.values.pop(0)
+
+
+def verify_grid(verify, target_probs, draft_probs, grid):
+    """verify(target_probs, draft_probs, [x], GridUniforms([u1, u2])) for every draft token x
+    the draft can propose and every u1, u2 in grid: {x: [(kept, token), ...]} in grid order,
+    or {"bad": repr} for a value that is not a pair of whole numbers, {"draws": ...} for a
+    verify that drew more than two numbers."""
+    out = {}
+    for x in range(target_probs.shape[1]):
+        if draft_probs[0, x] == 0:
+            continue
+        pairs = []
+        for u1 in grid:
+            for u2 in grid:
+                try:
+                    value = verify(target_probs, draft_probs, [x], GridUniforms([u1, u2]))
+                except TooManyDraws:
+                    return {"draws": True}
+                if not (isinstance(value, (tuple, list)) and len(value) == 2 and
+                        all(isinstance(v, (int, np.integer)) for v in value)):
+                    return {"bad": repr(value)[:80]}
+                pairs.append((int(value[0]), int(value[1])))
+        out[x] = np.array(pairs, dtype=np.int64)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5: a simulated GPU, and a real one
+
+
+class FakeGPU:
+    """torch.cuda on the CPU: work is queued by fn and finishes later, as on a real GPU.
+
+    fn() queues 20 ms of work and returns at once; synchronize() waits for the queue;
+    Event.record() marks the queue's end; elapsed_time() needs both events finished."""
+
+    WORK = 0.02
+
+    def __init__(self):
+        self.busy_until = time.perf_counter()
+
+    def launch(self):
+        self.busy_until = max(time.perf_counter(), self.busy_until) + self.WORK
+
+    def synchronize(self, device=None):
+        time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+    def is_available(self):
+        return True
+
+    def Event(self, enable_timing=False):
+        gpu = self
+
+        class Event:
+            stamp = None
+
+            def record(self, stream=None):
+                self.stamp = max(time.perf_counter(), gpu.busy_until)
+
+            def synchronize(self):
+                time.sleep(max(0.0, self.stamp - time.perf_counter()))
+
+            def elapsed_time(self, end):
+                if self.stamp is None or end.stamp is None:
+                    raise RuntimeError("elapsed_time on an event that was never recorded")
+                if end.stamp > time.perf_counter() + 1e-4:
+                    raise RuntimeError("elapsed_time before the end event completed: "
+                                       "synchronize first")
+                return (end.stamp - self.stamp) * 1e3
+        return Event()
+
+
+def time_on_fake_gpu(timer):
+    """What timer("cuda") measures for 20 ms of queued work, with FakeGPU as torch.cuda."""
+    import torch
+    gpu = FakeGPU()
+    real = {name: getattr(torch.cuda, name) for name in ("synchronize", "Event", "is_available")}
+    try:  # the simulated GPU stands in for torch.cuda during this call only
+        for name in real:
+            setattr(torch.cuda, name, getattr(gpu, name))
+        return timer("cuda")(gpu.launch, 5, warmup=2)
+    finally:
+        for name, function in real.items():
+            setattr(torch.cuda, name, function)
+
+
+def time_on_real_gpu(timer):
+    """(CUDA events' seconds, timer's seconds) for the same work on a real GPU; None without."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def work():
+        for _ in range(20):
+            x @ x
+    work()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    work()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3, timer("cuda")(work, 5, warmup=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Other parts' functions: the grader's reference
+
+
+def use_references(modules, references):
+    """references: {(home module, function): callable}. Replace each function by the callable in
+    its home module and wherever one of `modules` bound it by name (from x import f)."""
+    for (home, name), function in references.items():
+        module = modules.get(home)
+        original = getattr(module, name, None) if module is not None else None
+        if original is None:
+            continue
+
+        def stand_in(*args, _function=function, **kwargs):
+            return _function(*args, **kwargs)
+        stand_in.__name__ = name
+        for other in modules.values():
+            for attribute, value in list(vars(other).items()):
+                if value is original:
+                    setattr(other, attribute, stand_in)

@@ -16,7 +16,8 @@ Changes from nanoGPT's model.py (Karpathy), which this follows closely:
   this file reads nothing and trains nothing;
 - atomic, self-describing checkpoints (weights, config, vocabulary, step, validation loss);
 - training's matrix products in bfloat16 where the processor has it (autocast; weights, optimizer
-  and losses stay float32), with the plain attention and a fused AdamW: 1.6x faster on a CPU.
+  and losses stay float32), with the plain attention and a fused AdamW: a step 1.2x faster on a
+  quiet 2-core CPU (docs/RESULTS.md).
 
 Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
 """

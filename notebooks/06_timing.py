@@ -364,7 +364,7 @@ assert abs(free - 0.4553) < 1e-4 and (measured_check > free or verify[4] <= 1)
 # target over `B x 1`, both models in torch, as both would be on a GPU.
 
 # %%
-K, BATCHES = 4, [1, 2, 4, 8, 16, 32]
+K, BATCHES = 4, [1, 2, 4, 8, 16, 32, 128]
 
 
 def batch_curve(big, small, measure, repeats, title):

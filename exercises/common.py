@@ -65,11 +65,12 @@ def load_models(args, names, log=print):
 # timed now: a slower or busier machine waits longer. Training is timed on training's threads in
 # training's precision, the rest (decoding: the exercises 1-5, the studies) on one thread.
 # big, draft, names, 1-5: `make lesson` from nothing and again, 2026-12-02 (probes then: training
-# 0.125 and 0.177 s, decoding 0.285 and 0.243 s; the exercises' times scaled to decoding's 0.21).
+# 0.125 and 0.177 s, decoding 0.285 and 0.243 s), the exercises the mean of two runs of the five
+# (85 and 110 s), scaled to decoding's 0.21.
 # The others from earlier runs: distilled, heads (python -m beyond.heads) and the studies on
 # 2026-12-01 (trees: 14 min 9 s on the VM busy at 1.29x these probes, 2026-12-02).
 STAGE_SECONDS = {"big": 190, "draft": 20, "names": 17, "distilled": 115, "heads": 216,
-                 1: 1, 2: 2, 3: 18, 4: 14, 5: 29, "drafters": 420, "transformers": 120,
+                 1: 1, 2: 2, 3: 23, 4: 15, 5: 34, "drafters": 420, "transformers": 120,
                  "sampling": 60, "batch": 300, "trees": 660}
 TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.151, "decoding": 0.21}   # seconds, see probes()

@@ -311,13 +311,14 @@ class Pace:
         pace.seconds_left()                     None until enough steps were timed
 
     The first `skip` steps are not timed (they allocate memory and run slow); the forecast waits
-    for `min_steps` steps and `min_seconds` of timing, so that one hiccup does not make it. An
+    for `min_steps` steps and `min_seconds` of timing, so that one hiccup does not make it (with
+    2 s, one of two quiet runs of the big model announced 4 min for 3 min 10 s). An
     evaluation runs every `eval_every` steps and at the last one: until one is timed, it is
     guessed to cost `eval_steps` steps. The clock is an argument so that tests can drive it.
     """
 
     def __init__(self, steps, done=0, *, eval_every=0, eval_steps=0.0, skip=3, min_steps=5,
-                 min_seconds=2.0, clock=time.perf_counter):
+                 min_seconds=5.0, clock=time.perf_counter):
         self.steps, self.done = steps, done
         self.eval_every, self.eval_steps = eval_every, eval_steps
         self.skip, self.min_steps, self.min_seconds = skip, min_steps, min_seconds

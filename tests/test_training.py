@@ -133,7 +133,7 @@ def test_training_announces_its_time_from_its_own_first_steps():
                         clock=lambda: next(ticks) * 0.5)          # every reading: 0.5 s later
     try:
         model.train()
-        for _ in range(12):
+        for _ in range(20):
             model(torch.zeros(1, 4, dtype=torch.long))
     finally:
         watch.close()

@@ -10,6 +10,7 @@ in seconds.
 
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,51 +61,67 @@ def load_models(args, names, log=print):
     return models
 
 
-# Seconds each stage takes on the reference machine (a quiet 2-core x86-64 VM, torch 2.13 CPU),
-# at that machine's probes (REFERENCE_PROBES). A forecast scales them by this machine's probes,
-# timed now: a slower or busier machine waits longer. Training is timed on training's threads in
-# training's precision, the rest (decoding: the exercises 1-5, the studies) on one thread.
-# big, draft, names, 1-5: `make lesson` from nothing and again, 2026-12-02 (probes then: training
-# 0.125 and 0.177 s, decoding 0.285 and 0.243 s), the exercises the mean of two runs of the five
-# (85 and 110 s), scaled to decoding's 0.21.
-# The others from earlier runs: distilled, heads (python -m beyond.heads) and the studies on
-# 2026-12-01 (trees: 14 min 9 s on the VM busy at 1.29x these probes, 2026-12-02).
-STAGE_SECONDS = {"big": 190, "draft": 20, "names": 17, "distilled": 115, "heads": 216,
-                 1: 1, 2: 2, 3: 23, 4: 15, 5: 34, "drafters": 420, "transformers": 120,
+# Seconds each stage takes on the reference machine (a quiet 2-core x86-64 VM without AVX-512,
+# so training in float32; torch 2.13 CPU), at that machine's probes (REFERENCE_PROBES). A
+# forecast scales them by this machine's probes, timed now: a slower or busier machine waits
+# longer. Training stages scale with the training probe, the rest (the exercises 1-5, the
+# studies: decoding) with the decoding one.
+# big, draft, names: `make lesson` from nothing there, 2026-12-02 (4 min 10 s, 17 s, 16 s);
+# 1-5: the medians of three second runs of `python -m exercises` (70 to 90 s in all).
+# distilled and heads: measured on an AVX-512 VM training in bfloat16 on 2026-12-01 (115 and
+# 216 s), scaled by the big model's 250 / 190 s between the two machines. The studies: measured
+# there too (trees: 14 min 9 s busy); both machines decode at about the same speed.
+STAGE_SECONDS = {"big": 250, "draft": 17, "names": 16, "distilled": 151, "heads": 284,
+                 1: 2, 2: 2, 3: 23, 4: 18, 5: 36, "drafters": 420, "transformers": 120,
                  "sampling": 60, "batch": 300, "trees": 660}
 TRAINING = ("big", "draft", "names", "distilled", "heads")
-REFERENCE_PROBES = {"training": 0.151, "decoding": 0.21}   # seconds, see probes()
+REFERENCE_PROBES = {"training": 0.18, "decoding": 0.085}   # seconds, medians of quiet probes()
 
 
-def probes(repeats=3):
-    """This machine's speed now: the median seconds of one training step (forward and backward,
-    20 x 128 characters) of an untrained model of the big one's size, on training's threads in
-    training's precision, and on decoding's one thread."""
+def probes(kinds=("training", "decoding"), repeats=5):
+    """This machine's speed now, for each of `kinds`: the median of `repeats` timings after an
+    untimed warm-up, on an untrained model of the big one's size. training: one training step (forward and
+    backward, 20 x 128 characters) on training's threads in training's precision, which is
+    arithmetic. decoding: plain decoding of 64 characters with the KV cache on decoding's one
+    thread, which is mostly the fixed cost of each call (a training step timed on one thread
+    instead said 1.3x slower on a processor without AVX-512 that decoded as fast, and 1.3x
+    slower beside a busy core, where the exercises ran at their quiet speed)."""
     torch.manual_seed(0)
     model = gpt.GPT(gpt.Config(**{**vars(checkpoint.preset("big")), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))
 
-    def step_seconds(threads, precision=None):
-        times = []
-        with machine.threads(threads), torch.autocast("cpu", dtype=precision,
-                                                      enabled=precision is not None):
-            for i in range(repeats + 1):              # the first one warms up, untimed
-                started = time.perf_counter()
-                _, loss = model(x, x)
-                loss.backward()
-                times.append(time.perf_counter() - started)
-        return sorted(times[1:])[repeats // 2]
+    def median_seconds(fn, threads):
+        with machine.threads(threads):
+            fn(), fn()     # warm up, untimed (in a fresh process one call is not enough)
+            return statistics.median(machine.times_of(fn, repeats, threads))
+
+    def training_step():
+        _, loss = model(x, x)
+        loss.backward()
     # training's matrix products in its own precision (bfloat16 where the processor has it)
-    training_precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
-    return {"training": step_seconds(machine.training_threads(), training_precision),
-            "decoding": step_seconds(machine.DECODE_THREADS)}
+    measured = {}
+    if "training" in kinds:
+        precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
+        with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
+            measured["training"] = median_seconds(training_step, machine.training_threads())
+    if "decoding" in kinds:
+        model.eval()
+        prompt = torch.zeros(1, 8, dtype=torch.long)
+        with torch.no_grad():
+            measured["decoding"] = median_seconds(lambda: sd.generate(model, prompt, 64),
+                                                  machine.DECODE_THREADS)
+    return measured
+
+
+def kind(stage):
+    """Which probe a stage's time scales with."""
+    return "training" if stage in TRAINING else "decoding"
 
 
 def forecast(stages, measured=None):
     """Seconds the stages (keys of STAGE_SECONDS) will take here, at this machine's speed now."""
-    measured = measured or probes()
-    return sum(STAGE_SECONDS[s] * measured[kind] / REFERENCE_PROBES[kind] for s in stages
-               for kind in ["training" if s in TRAINING else "decoding"])
+    measured = measured or probes({kind(s) for s in stages})
+    return sum(STAGE_SECONDS[s] * measured[kind(s)] / REFERENCE_PROBES[kind(s)] for s in stages)
 
 
 class Progress:
@@ -131,8 +148,8 @@ class Progress:
     def start(self):
         label, keys = self.stages[self.done]
         so_far = f"{machine.duration(time.time() - self.started)} so far"
-        if self.probe:
-            measured = self.probe()
+        if self.probe:  # only what the stages left need: a second run trains nothing
+            measured = self.probe({kind(k) for _, keys in self.stages[self.done:] for k in keys})
             so_far += f", about {machine.duration(self.left(measured))} left"
             self.forecast_so_far += forecast(keys, measured)
         print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)

@@ -38,7 +38,7 @@ class Args(common.ExerciseArgs):
     k: int = 4                 # draft tokens per round
     max_new_tokens: int = 100  # characters per prompt (prompt + these stay in the window)
     draft: str = "draft"       # the draft preset: draft, distilled or names
-    repeats: int = 5           # timing repeats (medians)
+    repeats: int = 3           # timing repeats (medians)
 
 
 @torch.no_grad()
@@ -65,6 +65,16 @@ def speculative_recompute(target, draft, idx, max_new_tokens, k):
     return idx, passes
 
 
+def check_outputs(outputs):
+    """Every version wrote exactly what the big model writes alone (outputs: version -> runs)."""
+    want = outputs["lesson: plain, recompute everything"]
+    for name, runs in outputs.items():
+        for run, expected in zip(runs, want):
+            got = run[0] if isinstance(run, tuple) else run   # (idx, passes or stats) or idx
+            assert torch.equal(got, expected), f"{name}: speculative decoding changed the big " \
+                f"model's output"
+
+
 def models(args):
     """The trained presets this exercise uses (the main job trains the missing ones first)."""
     return ["big", args.draft]
@@ -81,24 +91,6 @@ def run(args, log=print):
     n = args.max_new_tokens
     fast_draft = registry.with_backend(draft, "numpy")
 
-    # Correctness first: every version writes exactly what the big model writes alone.
-    reference = [gpt.recompute_generate(target, p, n) for p in prompts]
-    lesson_runs = [speculative_recompute(target, draft, p, n, args.k) for p in prompts]
-    cached_runs = [sd.speculative_generate(target, draft, p, n, k=args.k) for p in prompts]
-    for want, (got, _), (cached, _), plain in zip(reference, lesson_runs, cached_runs,
-                                                   [sd.generate(target, p, n) for p in prompts]):
-        assert torch.equal(got, want) and torch.equal(cached, want) and torch.equal(plain, want), \
-            "speculative decoding changed the big model's output"
-    stats = sd.Stats(k=args.k)
-    for _, s in cached_runs:
-        stats.add(s)
-    lesson_passes = sum(p for _, p in lesson_runs)
-    log(f"{len(prompts)} prompts x {n} characters, k = {args.k}, draft {args.draft!r}: identical "
-        f"to the big model alone in every version")
-    log(f"  {stats.tokens_per_pass:.2f} characters per pass of the big model "
-        f"({len(prompts) * n / lesson_passes:.2f} in the lesson's loop), "
-        f"{stats.acceptance_rate:.0%} of guesses kept")
-
     versions = {
         "lesson: plain, recompute everything": lambda p: gpt.recompute_generate(target, p, n),
         "lesson: speculative, recompute everything":
@@ -109,12 +101,25 @@ def run(args, log=print):
         "speculative, KV caches (draft in NumPy)":
             lambda p: sd.speculative_generate(target, fast_draft, p, n, k=args.k),
     }
-    times = {name: [] for name in versions}
+    times, outputs = {name: [] for name in versions}, {}
     with machine.Busy() as busy:
-        for _ in range(args.repeats):  # round robin, so that a drift in speed hits every version
+        for round_ in range(args.repeats):  # round robin: a drift in speed hits every version
             for name, fn in versions.items():
-                times[name].append(median_time(lambda: [fn(p) for p in prompts], 1))
+                runs = []
+                times[name].append(median_time(lambda: runs.extend(fn(p) for p in prompts), 1))
+                outputs.setdefault(name, runs)  # the first round's outputs are checked
+            if round_ == 0:
+                check_outputs(outputs)
     seconds = {name: statistics.median(t) for name, t in times.items()}
+    stats = sd.Stats(k=args.k)
+    for _, s in outputs["speculative, KV caches (draft in torch)"]:
+        stats.add(s)
+    lesson_passes = sum(p for _, p in outputs["lesson: speculative, recompute everything"])
+    log(f"{len(prompts)} prompts x {n} characters, k = {args.k}, draft {args.draft!r}: identical "
+        f"to the big model alone in every version")
+    log(f"  {stats.tokens_per_pass:.2f} characters per pass of the big model "
+        f"({len(prompts) * n / lesson_passes:.2f} in the lesson's loop), "
+        f"{stats.acceptance_rate:.0%} of guesses kept")
     note = busy.note([machine.spread(t) for t in times.values()])
     tokens = len(prompts) * n
     base_lesson, base_cached = seconds["lesson: plain, recompute everything"], seconds["plain, KV cache"]

@@ -42,7 +42,7 @@ from machine import median_time, paired_times
 class Args(common.ExerciseArgs):
     k: int = 4                 # draft tokens per round
     max_new_tokens: int = 100  # characters per prompt
-    repeats: int = 5           # timing repeats (medians)
+    repeats: int = 3           # timing repeats (medians)
     drafts: str = "draft,names"  # the drafts compared: draft, names, distilled (comma-separated)
 
 

@@ -266,7 +266,7 @@ def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
     # --quick's tiny models take seconds: a forecast from the lesson-size stages (and a probe of
     # a big model before every quick run) would say minutes.
     from exercises import common
-    monkeypatch.setattr(common, "probes", lambda: pytest.fail("probed the machine"))
+    monkeypatch.setattr(common, "probes", lambda *a: pytest.fail("probed the machine"))
     progress = common.Progress([("exercise 1", ["big", 1])], forecast=False)
     progress.start()
     assert "left" not in capsys.readouterr().out
@@ -280,14 +280,35 @@ def test_each_stage_forecast_uses_this_machines_speed_measured_again_before_it(c
     speeds = iter([1, 3])
     calls = []
 
-    def probe():
-        calls.append(1)
+    def probe(kinds):
+        calls.append(kinds)
         factor = next(speeds)
-        return {kind: factor * seconds for kind, seconds in common.REFERENCE_PROBES.items()}
+        return {kind: factor * common.REFERENCE_PROBES[kind] for kind in kinds}
     progress = common.Progress([("exercise 3", [3]), ("exercise 4", [4])], probe=probe)
     progress.start()
     progress.start()
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
-    assert len(calls) == 2
+    assert calls == [{"decoding"}, {"decoding"}]   # nothing to train: no training probe
     stage_4_alone = 3 * common.STAGE_SECONDS[4]   # the slower speed, measured before stage 2
     assert f"about {machine.duration(stage_4_alone)} left" in lines[1]
+
+
+def test_the_probe_times_only_what_it_is_asked_for():
+    # A second run trains nothing, so its stages need no training probe (a second of its own).
+    from exercises import common
+    measured = common.probes({"decoding"}, repeats=1)
+    assert set(measured) == {"decoding"} and measured["decoding"] > 0
+
+
+def test_exercise_3_refuses_a_version_that_changed_the_big_models_output():
+    # Exercise 3 checks the outputs of its first timed round (no separate checking run).
+    import torch
+    from exercises import ex3_build
+    same = torch.tensor([[1, 2, 3]])
+    outputs = {"lesson: plain, recompute everything": [same],
+               "lesson: speculative, recompute everything": [(same.clone(), 4)],
+               "speculative, KV caches (draft in torch)": [(same.clone(), None)]}
+    ex3_build.check_outputs(outputs)
+    outputs["speculative, KV caches (draft in NumPy)"] = [(torch.tensor([[1, 2, 4]]), None)]
+    with pytest.raises(AssertionError, match="draft in NumPy"):
+        ex3_build.check_outputs(outputs)

@@ -89,11 +89,11 @@ def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2
 
         def timed(m, tokens):
             return timer(m, tokens, batch=b, measure=measure, repeats=pass_repeats)
-        want, one = plain(), timed(target, 1)
-        small = timed(model, 1) if model else None
         plain_split = batched.BatchStats()           # where plain decoding's time went
-        if b > 1:
-            batched.generate(target, batch[:b], new_tokens, stats=plain_split)
+        want = batched.generate(target, batch[:b], new_tokens, stats=plain_split) if b > 1 \
+            else plain()
+        one = timed(target, 1)
+        small = timed(model, 1) if model else None
         for k in ks:
             got, stats = speculative(k)
             if got != want:
@@ -104,7 +104,7 @@ def batch_curve(target, draft, prompts, sizes=(1, 2, 4, 8, 16, 32, 64), ks=(1, 2
             rounds = getattr(stats, "batch_rounds", stats.rounds)
             c = small / one if model else stats.draft_time / max(1, rounds * k) / one
             a, verify_cost = stats.kept_of_checked, timed(target, k + 1) / one
-            split = encoding(plain_split, speculative(k)[1] if b > 1 else None)
+            split = encoding(plain_split, stats if b > 1 else None)  # the checked run's
             out.append({"batch": b, "k": k, "plain_s": plain_s, "spec_s": spec_s,
                         "plain_tokens_per_s": b * new_tokens / plain_s,
                         "spec_tokens_per_s": b * new_tokens / spec_s, "speedup": speedup,

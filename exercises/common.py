@@ -79,11 +79,11 @@ REFERENCE_PROBES = {"training": 0.18, "decoding": 0.085}   # seconds, medians of
 
 
 def probes(kinds=("training", "decoding"), repeats=5):
-    """This machine's speed now, for each of `kinds`: the median of `repeats` timings after an
-    untimed warm-up, on an untrained model of the big one's size. training: one training step (forward and
-    backward, 20 x 128 characters) on training's threads in training's precision, which is
-    arithmetic. decoding: plain decoding of 64 characters with the KV cache on decoding's one
-    thread, which is mostly the fixed cost of each call (a training step timed on one thread
+    """This machine's speed now, for each of `kinds`: the median of `repeats` timings after two
+    untimed warm-ups, on an untrained model of the big one's size. training: one training step
+    (forward and backward, 20 x 128 characters) on training's threads in training's precision,
+    which is arithmetic. decoding: plain decoding of 64 characters with the KV cache on
+    decoding's one thread, which is mostly the fixed cost of each call (a training step timed on one thread
     instead said 1.3x slower on a processor without AVX-512 that decoded as fast, and 1.3x
     slower beside a busy core, where the exercises ran at their quiet speed)."""
     torch.manual_seed(0)

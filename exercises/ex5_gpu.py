@@ -131,8 +131,10 @@ def run(args, log=print):
         prompts = [common.encode_prompt(p).to(device) for p in common.LESSON_PROMPTS]
         n = args.max_new_tokens
         decode_repeats = max(1, repeats // 10)
-        plain = measure(lambda: [sd.generate(target, p, n) for p in prompts], decode_repeats, warmup=1)
-        plain_outputs = [sd.generate(target, p, n) for p in prompts]   # what every k must give
+        runs = []
+        plain = measure(lambda: runs.append([sd.generate(target, p, n) for p in prompts]),
+                        decode_repeats, warmup=1)
+        plain_outputs = runs[0]   # the warm-up's: what every k must give
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
         by_k = {}
         for k in range(1, 9):
@@ -152,7 +154,7 @@ def run(args, log=print):
         # (beyond/batched.py: one draft pass per guessed position and one check for all rows),
         # next to the formula's prediction from passes timed at each size.
         k = max(by_k, key=lambda j: by_k[j]["speedup"])
-        # The whole grid on a GPU, where it is the lesson; on a CPU four sizes show the same
+        # The whole grid on a GPU, where it is the lesson; on a CPU three sizes show the same
         # fade in a third of the time (the batch study, python -m beyond.studies.batch_curve,
         # draws every size and k).
         if args.quick:

@@ -39,6 +39,8 @@ def settings(config, tc, corpus_name):
     # Not the thread count nor compiling: they change the last digits of the losses, not what
     # is trained. (The precision does change it, a little: it stays.)
     training = {k: v for k, v in asdict(tc).items() if k not in ("threads", "compile")}
+    if tc.optimizer == "adamw":  # the same training as before the choice existed: still cached
+        training = {k: v for k, v in training.items() if k not in ("optimizer", "muon_lr")}
     return {"config": asdict(config), "train": training,
             "corpus": corpus_name, "data_sha256": data_sha}
 

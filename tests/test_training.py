@@ -33,17 +33,19 @@ def test_a_few_dozen_steps_lower_the_loss():
     assert after < before - 0.5, (before, after)
 
 
-def test_training_is_deterministic_and_resumes_exactly(tmp_path):
-    straight = gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_training_is_deterministic_and_resumes_exactly(tmp_path, optimizer):
+    tc = replace(QUICK, optimizer=optimizer)
+    straight = gpt.train(fresh_model(), steps=20, log_every=0, config=tc)
     path = tmp_path / "half.pt"
     # Ctrl-C (SIGINT) at the first evaluation, then continue from the checkpoint it left.
     model = fresh_model()
     with pytest.raises(KeyboardInterrupt):
-        gpt.train(model, steps=20, log_every=0, config=QUICK, checkpoint=path,
+        gpt.train(model, steps=20, log_every=0, config=tc, checkpoint=path,
                   on_eval=lambda step, loss: os.kill(os.getpid(), signal.SIGINT))
     _, state = gpt.load_checkpoint(path)
     assert state["step"] == 10  # Ctrl-C at the evaluation of step 10 finished that step only
-    resumed = gpt.train(fresh_model(seed=99), steps=20, log_every=0, config=QUICK, resume=state)
+    resumed = gpt.train(fresh_model(seed=99), steps=20, log_every=0, config=tc, resume=state)
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
 
@@ -342,3 +344,78 @@ def test_the_training_levers_study_times_each_lever_against_the_first(capsys):
     assert all(row["ms"] > 0 for row in rows.values())
     with pytest.raises(ValueError, match="unknown lever 'nope'"):
         training.main(["--levers", "float32,nope"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Muon: the optimizer of the blocks' matrices
+
+
+def test_orthogonalise_pushes_every_singular_value_near_one():
+    g = torch.Generator().manual_seed(0)
+    for rows, columns in [(384, 128), (128, 512), (128, 128)]:   # the big model's matrices
+        short = min(rows, columns)
+        u, _ = torch.linalg.qr(torch.randn(rows, short, generator=g))
+        v, _ = torch.linalg.qr(torch.randn(columns, short, generator=g))
+        spread = torch.logspace(-1, 1, short)                # singular values 0.1 to 10
+        matrix = u @ torch.diag(spread) @ v.T
+        # an odd polynomial of the matrix keeps its singular vectors: U^T O V is diagonal
+        core = u.T @ gpt.orthogonalise(matrix) @ v                     # (short, short)
+        singular = core.diagonal()
+        assert 0.6 < singular.min() and singular.max() < 1.25, (rows, columns, singular)
+        assert (core - torch.diag(singular)).abs().max() < 1e-4
+    # negative control: one iteration leaves the small directions small, and the check sees it
+    assert torch.linalg.svdvals(gpt.orthogonalise(matrix, steps=1)).min() < 0.6
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_muon_steps_as_torchs_muon_does(steps):
+    """gpt.Muon against torch.optim.Muon, the reference (which orthogonalises in bfloat16, so
+    the two agree to bfloat16's precision, not exactly)."""
+    def run(optimizer_of, **kwargs):
+        g = torch.Generator().manual_seed(1)
+        weight = torch.nn.Parameter(torch.randn(384, 128, generator=g) * 0.02)  # like c_attn
+        optimizer = optimizer_of([weight], lr=0.02, weight_decay=0.1, momentum=0.95, **kwargs)
+        for _ in range(steps):
+            weight.grad = torch.randn(weight.shape, generator=g)
+            optimizer.step()
+        return weight.detach() - torch.randn(384, 128, generator=torch.Generator().manual_seed(1)) * 0.02
+
+    ours, torchs = run(gpt.Muon), run(torch.optim.Muon)
+    assert torch.allclose(ours, torchs, atol=0.02 * 0.02 * steps, rtol=0.05)
+    # negative controls: without Nesterov's look ahead, or without the rate scaled by the shape
+    if steps > 1:
+        assert not torch.allclose(ours, run(torch.optim.Muon, nesterov=False),
+                                  atol=0.02 * 0.02 * steps, rtol=0.05)
+    assert not torch.allclose(ours, run(torch.optim.Muon, adjust_lr_fn="match_rms_adamw"),
+                              atol=0.02 * 0.02 * steps, rtol=0.05)
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest():
+    model = fresh_model()
+    adamw, muon = gpt.optimizers(model, replace(QUICK, optimizer="muon"))
+    hidden = {id(p) for p in muon.param_groups[0]["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in hidden) == (p.dim() == 2 and name.startswith("transformer.h.")), name
+    assert sum(len(g["params"]) for g in adamw.param_groups) + len(hidden) == \
+        len(list(model.parameters()))
+    only_adamw = gpt.optimizers(model, QUICK)                      # the default
+    assert len(only_adamw) == 1 and isinstance(only_adamw[0], torch.optim.AdamW)
+
+
+def test_an_unknown_optimizer_is_a_one_line_error():
+    with pytest.raises(ValueError, match="optimizer must be muon or adamw, not 'sgd'"):
+        replace(QUICK, optimizer="sgd")
+
+
+def test_resuming_with_another_optimizer_is_a_one_line_error(tmp_path):
+    path = tmp_path / "m.pt"
+    gpt.train(fresh_model(), steps=10, log_every=0, config=QUICK, checkpoint=path)
+    _, state = gpt.load_checkpoint(path)
+    muon = replace(QUICK, optimizer="muon")
+    with pytest.raises(gpt.CheckpointError, match="another optimizer than muon"):
+        gpt.train(fresh_model(), steps=20, log_every=0, config=muon, resume=state)
+    # control: with the optimizer it was trained with, it resumes; so does a checkpoint saved
+    # before Muon existed (one AdamW state, not a list)
+    gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, resume=state)
+    state["optimizer"] = state["optimizer"][0]
+    gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, resume=state)

@@ -5,13 +5,15 @@ each lever does to its loss.
     python -m beyond.studies.training                      # step times, interleaved (minutes)
     python -m beyond.studies.training --full               # and each lever's whole training
     python -m beyond.studies.training --levers float32,bfloat16 --repeats 5
+    python -m beyond.studies.training --levers adamw,muon --full     # the optimizers, whole
 
 A lever is a change of gpt.TrainConfig (LEVERS below). Each one trains a fresh big model for
 `steps` steps, in turn with the others (A B C A B C ...: a drift in the machine's speed hits
 every lever alike), `repeats` times; the figure is the median milliseconds of a step and its
 ratio to the first lever's, both on the same machine in the same run. Compiling is timed apart
-(its first step compiles). --full trains each lever for 1500 steps and adds the validation loss
-and the whole time: the loss column is what a lever costs.
+(its first step compiles). --full trains each lever for its whole steps (the default's, or the
+lever's own) and adds the validation loss and the whole time: the loss column is what a lever
+costs, and the whole time what it saves where it changes the steps (an optimizer does).
 """
 
 import statistics
@@ -25,6 +27,8 @@ from beyond import checkpoint
 
 # name -> what it changes in TrainConfig(); the first one asked for is the baseline
 LEVERS = {
+    "adamw": {"optimizer": "adamw"},                  # the default: AdamW alone, 1500 steps
+    "muon": {"optimizer": "muon", "steps": 600},      # Muon for the blocks' matrices
     "float32": {"precision": "float32"},
     "bfloat16": {"precision": "bfloat16"},   # autocast: matrix products in bfloat16
     "auto": {},                              # the default: bfloat16 where it is native
@@ -41,7 +45,7 @@ class TrainingArgs:
     steps: int = 30            # steps per timed run (after one untimed step)
     repeats: int = 3           # timed runs per lever (the median is kept)
     threads: int = 0           # torch threads (0: training's own choice)
-    full: bool = False         # also train each lever 1500 steps: its loss and its time
+    full: bool = False         # also train each lever its whole steps: its loss and its time
 
 
 def config_of(name, args):
@@ -82,13 +86,12 @@ def run(args, log=print):
         if args.full:
             tc = replace(configs[name], eval_every=250, eval_batches=16)
             started = time.perf_counter()
-            model = gpt.train(gpt.GPT(checkpoint.preset("big")), steps=1500, log_every=0,
-                              config=tc)
+            model = gpt.train(gpt.GPT(checkpoint.preset("big")), log_every=0, config=tc)
             row["full_s"], row["val_loss"] = time.perf_counter() - started, model.val_loss
         log(f"{name:16s} {row['ms']:6.0f} ms a step ({row['ratio']:.2f}x {names[0]}), first "
-            f"step {row['first_step_s']:.1f} s" + (f"; 1500 steps {row['full_s']:.0f} s, "
-                                                   f"validation loss {row['val_loss']:.3f}"
-                                                   if args.full else ""))
+            f"step {row['first_step_s']:.1f} s" + (f"; {configs[name].steps} steps "
+                                                   f"{row['full_s']:.0f} s, validation loss "
+                                                   f"{row['val_loss']:.3f}" if args.full else ""))
     note = busy.note([machine.spread(t) for t in times.values()])
     if note:
         log(note)

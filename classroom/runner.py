@@ -143,17 +143,21 @@ def references(part):
     return _references[part]
 
 
-def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=()):
+def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True):
     """Run every check in `selected` for every seed, on the student files in `root` (the rest
     of the project is the student version of this one: sandbox.project_copy).
 
-    missing: student files absent from a submission; their checks are not run."""
+    missing: student files absent from a submission; their checks are not run. grading: False
+    for a student's own check of their own files, which needs no isolation (sandbox.start)."""
     root = Path(root).resolve()
     jobs = jobs or min(2, os.cpu_count() or 1)
     results = [Result(c) for c in selected]
-    with tempfile.TemporaryDirectory(prefix="classroom-") as scratch:
+    # The scratch folder (fixtures, logs) is the grader's alone; the copies the workers use lie
+    # apart, in a folder that a worker running as a user of its own may pass (sandbox.py).
+    with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
+            tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
         fixture_dirs = {seed: making.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
-        project = sandbox.project_copy(Path(scratch) / "project", root)
+        project = sandbox.project_copy(Path(copies) / "project", root)
         tasks = []
         for result in results:
             file = parts.BY_ID[result.check.part].file
@@ -166,13 +170,12 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
         zygotes, starting = {}, threading.Lock()
-        grading = any(c.hidden for c in selected)  # a student's own check needs no warning
 
         def zygote(torch_free):
             with starting:
                 if torch_free not in zygotes:
                     zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free,
-                                                         warn=grading)
+                                                         grading=grading)
                 return zygotes[torch_free]
 
         def work(task):
@@ -223,6 +226,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
         finally:
             for z in zygotes.values():
                 z.close()
+            sandbox.kill_leftovers()
     return results
 
 

@@ -106,6 +106,47 @@ def test_the_student_repository_checks_itself_and_reports(student_repo, run_scri
     assert strict.returncode == 1
 
 
+# Which NumPy forward passes of the library work, and what the numpy backend gives
+NUMPY_FORWARDS = """
+import torch
+from beyond import batched, fast_numpy
+from gpt import GPT, Config
+model = GPT(Config(vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8)).eval()
+working = []
+for name, run in (("NumpyGPT", lambda: fast_numpy.NumpyGPT(model)(torch.tensor([[1, 2, 3]]))),
+                  ("batched", lambda: batched.generate(fast_numpy.NumpyGPT(model),
+                                                       [[1, 2], [3]], 3))):
+    try:
+        run()
+        working.append(name)
+    except NotImplementedError as e:
+        assert "not in the student version" in str(e), e
+print(working, type(fast_numpy.with_backend(model, "numpy")).__name__)
+"""
+
+
+@pytest.mark.parametrize("version", ["student", "reference (control)"])
+def test_the_student_repository_holds_no_numpy_forward_pass(version, student_repo):
+    # Exercise 3a is the NumPy forward pass; the library's fast ones (beyond/fast_numpy.py,
+    # beyond/batched.py) would answer it. In the student version they raise, and the numpy
+    # backend gives the torch model (the lesson's experiments still run). The control: the
+    # same probe finds both working in this repository.
+    repo = student_repo if version == "student" else ROOT
+    done = subprocess.run([sys.executable, "-c", NUMPY_FORWARDS], cwd=repo, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr
+    softmax_of_attention = [f.name for f in repo.rglob("*.py") if "np.exp(att" in f.read_text()
+                            and ".venv" not in f.parts]
+    if version == "student":
+        assert done.stdout.split() == ["[]", "GPT"]
+        assert softmax_of_attention == []
+        assert not [f for f in repo.rglob("*.py") if f.name != "regions.py" and     # its doc
+                    regions.BEGIN in f.read_text()]
+    else:
+        assert done.stdout.split() == ["['NumpyGPT',", "'batched']", "NumpyGPT"]
+        assert softmax_of_attention
+
+
 def test_unknown_exercise_and_part_are_one_line_errors(run_script):
     for args, words in ((["check", "7"], "no exercise '7'"), (["check", "--part", "9z"],
                                                              "no part '9z'")):

@@ -391,3 +391,78 @@ def test_a_forward_pass_bug_costs_3a_only(tmp_path):
     by_part = {p.id: sum(r.score for r in results if r.check.part == p.id) for p in parts.PARTS}
     assert by_part["3a"] == 0
     assert by_part["3b"] == 6 + 2 and by_part["3c"] == 6 + 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Making the grader work: calls back into the grader count against the check's time limit
+
+
+def busy_for(seconds):
+    """Python work in the grader: what a reference given a huge input would do."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(10))
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["grader", "negative-control"])
+def test_a_call_back_into_the_grader_stops_at_the_checks_deadline(guarded, monkeypatch):
+    # The worker's side calls back a function of the grader that would work for 6 s; the
+    # check's deadline is 1 s away: the grader stops there. The control, without the guard
+    # (wire.within), works to the end.
+    import contextlib
+    import socket
+    from classroom import wire
+    if not guarded:
+        monkeypatch.setattr(wire, "within", lambda deadline: contextlib.nullcontext())
+    ours, theirs = socket.socketpair()
+
+    class Student:
+        def call(self, function):
+            return function()
+
+    def serve():
+        worker = wire.Peer(theirs, lends_anything=True)
+        worker.lend(Student())
+        try:
+            worker.serve_forever()
+        except (wire.Gone, OSError):                # the grader hung up in the middle of a call
+            pass
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        start = time.monotonic()
+        grader = wire.Peer(ours, lends_anything=False, deadline=start + 1)
+        with pytest.raises(wire.Timeout):
+            wire.Remote(grader, 1).call(wire.Exposed(lambda: busy_for(6)))
+        elapsed = time.monotonic() - start
+    finally:
+        ours.close()
+        thread.join(10)
+        theirs.close()
+    assert (elapsed < 3) if guarded else (elapsed >= 6), elapsed
+
+
+HUGE_POWERS = '''while True:  # the grader's expected_tokens_per_pass on a whole number: one long step of C
+        try:
+            expected_tokens_per_pass(3, 15_000_000)
+        except Exception:
+            pass'''
+
+
+def test_endless_expensive_calls_to_a_reference_are_cut_at_the_time_limit(tmp_path, monkeypatch):
+    # 2c's expected_speedup calls (the grader's) 2a in a loop, each call a power that takes
+    # seconds in the grader and that no profile hook can stop: the grader refuses whole numbers
+    # beyond what the exercises use (runner.bounded), so the check ends at its limit. The
+    # control, without the bound, waits for a whole power past the limit.
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "speculative.py", stub("expected_speedup"), HUGE_POWERS)
+    ws, _ = workspace(submission, tmp_path / "scratch")
+    timings = {}
+    for bound in (True, False):
+        if not bound:
+            monkeypatch.setattr(runner, "bounded", lambda reference: reference)
+        start = time.monotonic()
+        results = runner.run_checks(ws, runner.select(part="2c"), [0], timeout=1)
+        timings[bound] = time.monotonic() - start
+        assert all(r.status == "timeout" for r in results), [r.lines() for r in results]
+    assert timings[False] - timings[True] > 3, timings

@@ -232,12 +232,13 @@ def hide(folder, keep):
 
 
 def open_to_workers(folder):
-    """The copy the workers' user reads: every folder 0755 and file 0644 (the grader owns it),
-    and the way there passable (the temporary folder around it, 0711)."""
-    folder = Path(folder)
-    folder.parent.chmod(0o711)
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    """The copy the workers' user reads: the grader's still, in that user's group (folders 0750,
+    files 0640: not another grade's user), and the way there passable (its temporary folder)."""
+    folder, gid = Path(folder), worker_uid()
+    for path, mode in [(folder.parent, 0o710), (folder, 0o750),
+                       *((p, 0o750 if p.is_dir() else 0o640) for p in folder.rglob("*"))]:
+        os.chown(path, -1, gid)
+        path.chmod(mode)
 
 
 def prepare_user(project):

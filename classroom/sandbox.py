@@ -167,6 +167,7 @@ def user_refused():
 
 
 def probe(scratch):
+    """{"how": the best isolation here, "why": why not better}."""
     forced = os.environ.get("CLASSROOM_SANDBOX")
     if os.environ.get("CLASSROOM_NO_SANDBOX") or forced == "none":
         return {"how": None, "why": "CLASSROOM_NO_SANDBOX is set"}
@@ -249,13 +250,14 @@ def prepare_user(project):
             hide(folder, keep)
             _hidden.add(folder)
     open_to_workers(project)
+    _isolation["started"] = True                         # kill_leftovers() has work to do
 
 
 def kill_leftovers():
     """Where workers ran as a user of their own: kill every process of that user (a daemon
     that left its check's process group, too), from a process that became that user (kill -1
     reaches exactly that user's processes, in one step that a fork cannot race)."""
-    if _isolation.get("how") == "user":
+    if _isolation.get("started"):
         as_workers_user("import os\ntry:\n    os.kill(-1, 9)\nexcept ProcessLookupError:\n"
                         "    pass")
 

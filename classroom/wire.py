@@ -246,7 +246,7 @@ class Peer:
             if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise ProtocolError("keyword arguments that are not named")
             function = target if method == "__call__" else getattr(target, method)
-            with within(self.deadline) if not self.lends_anything else contextlib.nullcontext():
+            with within(self.deadline):             # the grader's side (the worker has none)
                 value = function(*args, **kwargs)
             reply = {"value": self.encode(value, []),
                      "rngs": [json.dumps(g.bit_generator.state) for g in rngs]}

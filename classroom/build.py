@@ -36,7 +36,9 @@ def write_student_repository(dest, root=ROOT):
         if relative == ".ci/run":
             continue
         target.write_text(student_text(relative, f.read_text()))
-        shutil.copymode(f, target)
+        # executable or not, as here; open to read (a grade as root may have closed this
+        # repository to other users: sandbox.hide)
+        target.chmod(0o755 if f.stat().st_mode & stat.S_IXUSR else 0o644)
     # The student notebooks, ready to open (and committed there, unlike here).
     notebooks.write(dest / "notebooks", "student", root=root)
     ignore = dest / ".gitignore"

@@ -137,8 +137,9 @@ def python_closed():
 def become(uid, project, blank, modules):
     """Started as root in `blank` (the blank student version): import what the student's
     `modules` import (Python may live where the workers' user cannot read it), forget every
-    module of the blank copy but the grader's own (classroom), become `uid` for good, and move
-    to `project`, where the student's files are. No student code has run before this."""
+    module of the blank copy but the grader's own (classroom, and this one, __main__), become
+    `uid` for good, and move to `project`, where the student's files are. No student code has
+    run before this."""
     for module in modules + python_closed():
         try:
             importlib.import_module(module)
@@ -146,7 +147,8 @@ def become(uid, project, blank, modules):
             pass
     for name, module in list(sys.modules.items()):
         where = os.path.realpath(getattr(module, "__file__", None) or "/")
-        if where.startswith(blank + os.sep) and name.split(".")[0] != "classroom":
+        own = name.split(".")[0] in ("classroom", "__main__")
+        if where.startswith(blank + os.sep) and not own:
             del sys.modules[name]
     sandbox.drop_privileges(uid)
     sys.path[:] = [project] + [p for p in sys.path if p and os.path.realpath(p) != blank]

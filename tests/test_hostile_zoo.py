@@ -78,6 +78,18 @@ def use_sandbox(isolation, monkeypatch):
     return True
 
 
+def test_without_namespaces_or_root_the_grader_says_so_in_one_line(monkeypatch, capsys):
+    # Neither isolation possible: plain processes, and one warning line when grading.
+    monkeypatch.setattr(sandbox, "_isolation", {})
+    monkeypatch.setenv("CLASSROOM_SANDBOX", "user")           # as if namespaces were refused
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sandbox.isolation(Path("/tmp"), grading=True) is None
+    sandbox.isolation(Path("/tmp"), grading=True)              # said once, not per zygote
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the students' code runs without "
+                                                   "isolation") and "not root" in lines[0], lines
+
+
 # ----------------------------------------------------------------------------------------------
 # What the student's code can see
 

@@ -151,10 +151,13 @@ def namespaces_refused(scratch):
 
 def as_workers_user(code):
     """Run Python `code` in a process that first becomes the workers' user: (exit, last line)."""
-    done = subprocess.run([sys.executable, "-c", "import sys\nfrom classroom.sandbox import "
-                           f"drop_privileges\ndrop_privileges(int(sys.argv[1]))\n{code}",
-                           str(worker_uid())], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys\nfrom classroom.sandbox import "
+                               f"drop_privileges\ndrop_privileges(int(sys.argv[1]))\n{code}",
+                               str(worker_uid())], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 1, "no answer within 60 s"
     return done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
 
 

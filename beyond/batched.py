@@ -119,6 +119,7 @@ def rows_index(rows):
 def numpy_forward(model, cache, rows, tokens, slots, write, E):
     """numpy_gpt.NumpyGPT over rows of different lengths -> logits (R, T, V) (see layout).
     The linear layers see all R x T tokens as one matrix (one product, not R small ones)."""
+    # BEGIN SOLUTION
     R, T = tokens.shape
     C, nh, hs = model.c.n_embd, model.c.n_head, model.hs
     sel, r = rows_index(rows), rows[:, None]
@@ -138,6 +139,7 @@ def numpy_forward(model, cache, rows, tokens, slots, write, E):
         x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
                        w["mlp_b"])
     return linear(normalise(x), model.head_w, model.head_b).reshape(R, T, -1)      # (R, T, V)
+    # END SOLUTION
 
 
 @torch.inference_mode()

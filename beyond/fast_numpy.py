@@ -56,14 +56,18 @@ EPS = 1e-5  # nn.LayerNorm's default
 
 def normalise(x):
     """LayerNorm without its gain and bias (those are folded into the next layer)."""
+    # BEGIN SOLUTION
     centred = x - x.sum(-1, keepdims=True) * (1.0 / x.shape[-1])
     return centred / np.sqrt((centred * centred).sum(-1, keepdims=True) * (1.0 / x.shape[-1]) + EPS)
+    # END SOLUTION
 
 
 def normalise_vector(x):
     """normalise() for one vector, with its mean and variance as Python floats (fewer calls)."""
+    # BEGIN SOLUTION
     centred = x - x.sum() * (1.0 / x.shape[0])
     return centred * (1.0 / math.sqrt(float(centred @ centred) * (1.0 / x.shape[0]) + EPS))
+    # END SOLUTION
 
 
 def linear(x, w, b):
@@ -79,7 +83,9 @@ def linear(x, w, b):
 def twice_gelu(x):
     """2 * GELU(x), GPT-2's tanh approximation; the 0.5 lives in the next layer's weights.
     x * x * x, not x ** 3: NumPy's float32 power is twenty times slower."""
+    # BEGIN SOLUTION
     return x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    # END SOLUTION
 
 
 class NumpyGPT:
@@ -139,12 +145,15 @@ class NumpyGPT:
 
     def forward_block(self, idx, start, cache):
         """idx (B, T) at positions start.. -> logits (B, T, V)."""
+        # BEGIN SOLUTION
         x = self.wte[idx] + self.wpe[start:start + idx.shape[1]]    # (B, T, C)
         return normalise(self.block_layers(x, start, cache)) @ self.head_w + self.head_b
+        # END SOLUTION
 
     def block_layers(self, x, start, cache, lo=0, hi=None):
         """Layers lo..hi-1 on x (B, T, C), the input of layer lo at positions start..: their
         keys and values go into the cache; returns the output of layer hi - 1 (B, T, C)."""
+        # BEGIN SOLUTION
         B, T, C = x.shape
         end, nh, hs = start + T, self.c.n_head, self.hs
         x = x.reshape(B * T, C)          # the linear layers: one product for every row's tokens
@@ -164,14 +173,18 @@ class NumpyGPT:
             u = linear(normalise(x), w["fc_w"], w["fc_b"])           # (B T, 4C)
             x = x + linear(twice_gelu(u), w["mlp_w"], w["mlp_b"])
         return x.reshape(B, T, C)
+        # END SOLUTION
 
     def step(self, token, pos, cache):
         """forward_block for one token of one sequence, on vectors: -> logits (V,)."""
+        # BEGIN SOLUTION
         x = self.vector_layers(self.wte[token] + self.wpe[pos], pos, cache)
         return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
+        # END SOLUTION
 
     def vector_layers(self, x, pos, cache, lo=0, hi=None):
         """block_layers for one token of sequence 0 at position pos, x (C,) -> (C,)."""
+        # BEGIN SOLUTION
         nh, hs, C = self.c.n_head, self.hs, self.c.n_embd
         for layer in range(lo, self.c.n_layer if hi is None else hi):
             w = self.layers[layer]
@@ -187,12 +200,22 @@ class NumpyGPT:
             u = normalise_vector(x) @ w["fc_w"] + w["fc_b"]          # (4C,)
             x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
         return x
+        # END SOLUTION
 
     def __call__(self, idx, targets=None, cache=None):
         """Torch in, torch out, like gpt.GPT (no loss: this class only decodes)."""
         if cache is None:
             cache = self.new_cache(idx.shape[0])
         return torch.from_numpy(self.logits(idx.cpu().numpy(), cache)), None
+
+
+# The student version leaves this file's forward pass out (it would answer exercise 3a: its
+# functions raise NotImplementedError there, classroom/submissions.py), and with_backend gives
+# the torch model for "numpy", so that the lesson's experiments still run.
+HAS_FORWARD = False
+# BEGIN HIDDEN
+HAS_FORWARD = True
+# END HIDDEN
 
 
 def check_backend(backend):
@@ -202,8 +225,9 @@ def check_backend(backend):
 
 def with_backend(model, backend):
     """The same trained model as a torch module or as a NumpyGPT (a drafter
-    that is not a GPT, such as the n-gram table, has no backend and comes back as it is)."""
+    that is not a GPT, such as the n-gram table, has no backend and comes back as it is; in the
+    student version, where NumpyGPT has no forward pass, every model does)."""
     check_backend(backend)
-    if backend == "torch" or not hasattr(model, "new_cache"):
+    if backend == "torch" or not hasattr(model, "new_cache") or not HAS_FORWARD:
         return model
     return NumpyGPT(model)

@@ -37,7 +37,7 @@ import cli
 import corpus
 import speculative as sd
 from beyond import batched, checkpoint
-from beyond.fast_numpy import NumpyGPT
+from beyond.fast_numpy import with_backend
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
@@ -163,7 +163,7 @@ def own_text(target, runs=OWN_RUNS, length=OWN_LENGTH, prompt_chars=OWN_PROMPT):
     """What the target writes greedily: 1-D tokens of `runs` prompts of prompt_chars characters
     (speech starts spread evenly over the training split) each followed by `length` characters
     of the target's greedy decoding (a gpt.GPT, decoded in NumPy, 32 runs at a time)."""
-    model = NumpyGPT(target)
+    model = with_backend(target, "numpy")
     text = corpus.decode(corpus.train_data)
     starts = [text.find("\n\n", i * len(text) // runs) + 2 for i in range(runs)]
     prompts = [corpus.encode(text[s:s + prompt_chars]) for s in starts if s >= 2]
@@ -210,7 +210,7 @@ def main():
               flush=True)
     print("\nwhile decoding 8 held-out prompts x 200 characters greedily (NumPy big model): "
           "guesses kept at k = 4, characters per pass at k = 8", flush=True)
-    big, prompts = NumpyGPT(target), corpus.held_out_prompts(8, 32)
+    big, prompts = with_backend(target, "numpy"), corpus.held_out_prompts(8, 32)
 
     def decoding(label, draft):
         kept, per_pass = sd.Stats(k=4), sd.Stats(k=8)

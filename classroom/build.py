@@ -36,7 +36,9 @@ def write_student_repository(dest, root=ROOT):
         if relative == ".ci/run":
             continue
         target.write_text(student_text(relative, f.read_text()))
-        shutil.copymode(f, target)
+        # executable or not, as here; open to read (a grade as root may have closed this
+        # repository to other users: sandbox.hide)
+        target.chmod(0o755 if f.stat().st_mode & stat.S_IXUSR else 0o644)
     # The student notebooks, ready to open (and committed there, unlike here).
     notebooks.write(dest / "notebooks", "student", root=root)
     ignore = dest / ".gitignore"
@@ -142,8 +144,11 @@ for practice and for reading; your grade comes from the files in the table above
 function you finished in a notebook into its file.
 
 Exercise 3 is built with NumPy alone: `numpy_speculative.py` may not import torch or the
-project's own decoding (the checks block both). Read each function's docstring first; the
-functions around yours are complete and show the conventions (shapes, names, the window rule).
+project's own decoding (the checks block both). The library's fast NumPy forward pass
+(`beyond/fast_numpy.py`, and the batched one in `beyond/batched.py`) would answer part 3a, so it
+is left out here: its functions raise, and the tools' numpy backend uses the torch model. Read
+each function's docstring first; the functions around yours are complete and show the
+conventions (shapes, names, the window rule).
 When your exercise 2-5 functions pass, `python -m exercises.ex2_derive` (and the others) run the
 lesson's experiments with your code; `make lesson` trains the models (minutes) and runs them all.
 

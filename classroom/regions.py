@@ -12,7 +12,9 @@ A solution lives once, in the reference code, between two comment lines:
 (the single-hash markers that both nbgrader and otter-grader read). The student version keeps
 everything else and replaces each region by `raise NotImplementedError("Exercise N: ...")` at
 the region's indentation. `# BEGIN HIDDEN` / `# END HIDDEN` regions (hidden checks, the hidden
-seed) are removed from the student version altogether.
+seed, what tells the library it has its fast NumPy forward pass) are removed from the student
+version altogether. The library's own NumPy forward passes (submissions.LIBRARY_SOLUTIONS) are
+solution regions too: a student could unfold them into exercise 3a.
 """
 
 import re

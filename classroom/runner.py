@@ -28,6 +28,7 @@ from classroom.submissions import ROOT
 
 PUBLIC_SEED = 0
 TIMEOUT = 60  # seconds per check and seed
+LARGEST = 10 ** 6  # the largest whole number a call back to a reference takes (see bounded)
 
 
 def hidden_seed():
@@ -83,7 +84,7 @@ class RemoteContext(checks.Context):
         if check.torch_free:
             self.worker.block_torch()
         if references:
-            self.worker.use_references([(key, wire.Exposed(function))
+            self.worker.use_references([(key, wire.Exposed(bounded(function)))
                                         for key, function in references.items()])
         self._modules, self._standins = {}, {}
 
@@ -118,6 +119,26 @@ class RemoteContext(checks.Context):
         return wire.Exposed(obj, methods)
 
 
+def too_big(value):
+    if isinstance(value, (list, tuple)):
+        return any(too_big(v) for v in value)
+    return isinstance(value, int) and abs(value) > LARGEST
+
+
+def bounded(reference):
+    """`reference` as the worker may call it back, here in the grader: with whole numbers up to
+    LARGEST (the exercises use far less), so that one call is short. The check's time limit
+    cuts a call at its next Python function call (wire.within), but not one long step of C:
+    expected_tokens_per_pass(3, 10 ** 8) is a power of a whole number that takes minutes."""
+    @functools.wraps(reference)
+    def call(*args, **kwargs):
+        if too_big([*args, *kwargs.values()]):
+            raise ValueError(f"{reference.__name__} (the grader's) takes whole numbers up to "
+                             f"{LARGEST:,} here")
+        return reference(*args, **kwargs)
+    return call
+
+
 _references = {}
 
 
@@ -143,17 +164,21 @@ def references(part):
     return _references[part]
 
 
-def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=()):
+def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True):
     """Run every check in `selected` for every seed, on the student files in `root` (the rest
     of the project is the student version of this one: sandbox.project_copy).
 
-    missing: student files absent from a submission; their checks are not run."""
+    missing: student files absent from a submission; their checks are not run. grading: False
+    for a student's own check of their own files, which needs no isolation (sandbox.start)."""
     root = Path(root).resolve()
     jobs = jobs or min(2, os.cpu_count() or 1)
     results = [Result(c) for c in selected]
-    with tempfile.TemporaryDirectory(prefix="classroom-") as scratch:
+    # The scratch folder (fixtures, logs) is the grader's alone; the copies the workers use lie
+    # apart, in a folder that a worker running as a user of its own may pass (sandbox.py).
+    with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
+            tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
         fixture_dirs = {seed: making.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
-        project = sandbox.project_copy(Path(scratch) / "project", root)
+        project = sandbox.project_copy(Path(copies) / "project", root)
         tasks = []
         for result in results:
             file = parts.BY_ID[result.check.part].file
@@ -166,13 +191,12 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
         zygotes, starting = {}, threading.Lock()
-        grading = any(c.hidden for c in selected)  # a student's own check needs no warning
 
         def zygote(torch_free):
             with starting:
                 if torch_free not in zygotes:
                     zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free,
-                                                         warn=grading)
+                                                         grading=grading)
                 return zygotes[torch_free]
 
         def work(task):
@@ -223,6 +247,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=())
         finally:
             for z in zygotes.values():
                 z.close()
+            sandbox.kill_leftovers()
     return results
 
 

@@ -12,9 +12,23 @@ environment holds no CLASSROOM_SEED. The namespace's first process is a zygote (
 worker.zygote) that forks one worker per check and kills its process group when the check ends;
 when the grade ends the zygote ends, and with it every process a submission left.
 
-Where user namespaces are refused (some containers refuse them), the worker runs as a plain
-process in the copy, and the grader says so in one line: the comparison still happens in the
-grader and the grader still writes results.json alone, but the code can read the grader's files.
+Where user namespaces are refused (Docker's default profile refuses them) and the grader runs
+as root (as on Gradescope), the zygote starts as root from a blank student version of the
+project (no submission in it), imports what the student's files will need, and then becomes a
+user of its own (uid UNPRIVILEGED + the grader's pid, no groups) before it serves any check: the
+student's code runs as that user, in the copy. The grader first takes group and others' access
+away from its own repository and from any copy of the project around the virtual environment
+(chmod go-rwx, leaving only the way to Python: hide()); its scratch folders are private already.
+When the grade ends, every process of that user is killed (kill_leftovers()). What that user
+still sees: the machine's processes (not their environment), /tmp, and files that are open to
+every user.
+
+Where neither is possible, the worker runs as a plain process in the copy, and the grader says so
+in one line: the comparison still happens in the grader and the grader still writes results.json
+alone, but the code can read the grader's files.
+
+CLASSROOM_SANDBOX=user skips the namespaces (the tests prove the fallback with it);
+CLASSROOM_NO_SANDBOX=1 runs plain processes.
 """
 
 import importlib.machinery
@@ -34,12 +48,15 @@ from classroom import parts, wire
 from classroom.submissions import ROOT, project_files, student_file, student_text, teachers_only
 
 SYSTEM = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-_isolation = {}   # cached answer of isolated(): {"ok": bool, "why": str}
+UNPRIVILEGED = 1 << 30   # + the grader's pid: the workers' user where namespaces are refused
+_isolation = {}   # cached answer of isolation(): {"how": "namespaces" | "user" | None, "why"}
+_hidden = set()   # the folders hide() has closed, in this process
 
 
-def project_copy(dest, student_root, root=ROOT):
+def project_copy(dest, student_root=None, root=ROOT):
     """The student version of `root` (no solutions, hidden checks, tests or teachers' notes)
-    with the student's files from student_root laid over it (links are not followed)."""
+    with the student's files from student_root laid over it (links are not followed); with
+    student_root None, the blank student version."""
     dest = Path(dest)
     for f in project_files(root):
         relative = f.relative_to(root).as_posix()
@@ -48,7 +65,7 @@ def project_copy(dest, student_root, root=ROOT):
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(student_text(relative, f.read_text(errors="replace")))
-    for name in parts.STUDENT_FILES:
+    for name in parts.STUDENT_FILES if student_root is not None else ():
         source = student_file(student_root, name)
         if source is not None:
             shutil.copyfile(source, dest / name, follow_symlinks=False)
@@ -101,29 +118,79 @@ def command(project, fd, mountpoint, isolate, mode="worker"):
     return [sys.executable, "-m", "classroom.worker", mode, str(fd), str(project)]
 
 
-def isolated(scratch, warn=True):
-    """Whether workers can be isolated here (tried once per process), and if not, why: one
-    line the first time a grade (warn) runs without."""
+def worker_uid():
+    return UNPRIVILEGED + os.getpid()
+
+
+def drop_privileges(uid):
+    """Become `uid` (and its gid, no other groups) for good: root cannot come back."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def namespaces_refused(scratch):
+    """Why workers cannot start in new namespaces here, or None if they can (tried once)."""
+    if not (shutil.which("unshare") and shutil.which("chroot")):
+        return "unshare or chroot is not installed"
+    probe = Path(scratch) / "probe"
+    (probe / "root").mkdir(parents=True, exist_ok=True)
+    (probe / "project").mkdir(exist_ok=True)
+    lines = script(probe / "root", probe / "project", 0).splitlines()[:-1]
+    lines.append(f"exec chroot {shlex.quote(str(probe / 'root'))} "
+                 f"{shlex.quote(sys.executable)} -c pass")
+    try:
+        done = subprocess.run(UNSHARE + ["sh", "-c", "\n".join(lines)],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+
+
+def as_workers_user(code):
+    """Run Python `code` in a process that first becomes the workers' user: (exit, last line)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys\nfrom classroom.sandbox import "
+                               f"drop_privileges\ndrop_privileges(int(sys.argv[1]))\n{code}",
+                               str(worker_uid())], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 1, "no answer within 60 s"
+    return done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
+
+
+def user_refused():
+    """Why workers cannot become a user of their own here, or None if they can."""
+    if os.geteuid() != 0:
+        return "and the grader is not root, so it cannot run them as another user"
+    code, line = as_workers_user("pass")
+    return f"and uid {worker_uid()} is refused: {line}" if code else None
+
+
+def probe(scratch):
+    """{"how": the best isolation here, "why": why not better}."""
+    forced = os.environ.get("CLASSROOM_SANDBOX")
+    if os.environ.get("CLASSROOM_NO_SANDBOX") or forced == "none":
+        return {"how": None, "why": "CLASSROOM_NO_SANDBOX is set"}
+    why = "CLASSROOM_SANDBOX=user is set" if forced == "user" else namespaces_refused(scratch)
+    if why is None:
+        return {"how": "namespaces", "why": ""}
+    refused = user_refused()
+    return {"how": None if refused else "user", "why": f"{why} {refused}" if refused else why}
+
+
+def isolation(scratch, grading=True):
+    """How workers are isolated here (tried once per process): "namespaces", "user" (a user of
+    their own, where the grader is root; grading only) or None, each said in one line the first
+    time a grade runs so. A student's own check needs no isolation from their own machine."""
     if not _isolation:
-        if os.environ.get("CLASSROOM_NO_SANDBOX"):
-            _isolation.update(ok=False, why="CLASSROOM_NO_SANDBOX is set")
-        elif not (shutil.which("unshare") and shutil.which("chroot")):
-            _isolation.update(ok=False, why="unshare or chroot is not installed")
-        else:
-            probe = Path(scratch) / "probe"
-            (probe / "root").mkdir(parents=True, exist_ok=True)
-            (probe / "project").mkdir(exist_ok=True)
-            lines = script(probe / "root", probe / "project", 0).splitlines()[:-1]
-            lines.append(f"exec chroot {shlex.quote(str(probe / 'root'))} "
-                         f"{shlex.quote(sys.executable)} -c pass")
-            try:
-                done = subprocess.run(UNSHARE + ["sh", "-c", "\n".join(lines)],
-                                      capture_output=True, text=True, timeout=60)
-                why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-                _isolation.update(ok=done.returncode == 0, why=why)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                _isolation.update(ok=False, why=str(e))
-    if warn and not _isolation.get("checked_install"):
+        _isolation.update(probe(scratch))
+    how = _isolation["how"]
+    if how == "user" and not grading:
+        return None
+    if grading and not _isolation.get("checked_install"):
         _isolation["checked_install"] = True
         copied = [name for name in ("numpy_speculative", "speculative") if
                   importlib.machinery.PathFinder.find_spec(name, site.getsitepackages())]
@@ -131,24 +198,89 @@ def isolated(scratch, warn=True):
             print(f"warning: {', '.join(copied)} is installed inside the virtual environment "
                   "(pip install without -e), where the students' code can read it: reinstall "
                   "with pip install -e .", file=sys.stderr)
-    if warn and not _isolation["ok"] and not _isolation.get("warned"):
+    if grading and how != "namespaces" and not _isolation.get("warned"):
         _isolation["warned"] = True
-        print(f"warning: the students' code runs without isolation (the sandbox needs user "
-              f"namespaces: {_isolation['why']}); it can read this machine's files",
-              file=sys.stderr)
-    return _isolation["ok"]
+        if how == "user":
+            print(f"note: no user namespaces here ({_isolation['why']}): the students' code "
+                  f"runs as uid {worker_uid()}, and {', '.join(map(str, hidden_folders()))} "
+                  "are closed to other users (chmod go-rwx)", file=sys.stderr)
+        else:
+            print(f"warning: the students' code runs without isolation (the sandbox needs user "
+                  f"namespaces: {_isolation['why']}); it can read this machine's files",
+                  file=sys.stderr)
+    return how
 
 
-def start(project, fd, scratch, log, mode="worker", warn=True):
+def hidden_folders():
+    """What the workers' user must not read: this repository, and any copy of the project that
+    holds the virtual environment (the reference that walking up from sys.executable finds)."""
+    folders = {ROOT}
+    for d in python_dirs():
+        folders |= {p for p in Path(d).resolve().parents if (p / "numpy_speculative.py").is_file()}
+    return sorted(folders)
+
+
+def hide(folder, keep):
+    """Take group and others' access to `folder` away, all but the way to the folders in
+    `keep` (Python's), which stay as they are. Links are left alone (chmod would follow them)."""
+    inside = [k for k in keep if folder in k.parents]
+    mode = folder.lstat().st_mode & 0o7777
+    if folder in keep or folder.is_symlink():
+        return
+    if not inside:
+        folder.chmod(mode & ~0o077)
+        return
+    folder.chmod(mode & ~0o077 | 0o011)          # others may pass through, not list
+    for child in folder.iterdir():
+        hide(child, keep)
+
+
+def open_to_workers(folder):
+    """The copy the workers' user reads: the grader's still, in that user's group (folders 0750,
+    files 0640: not another grade's user), and the way there passable (its temporary folder)."""
+    folder, gid = Path(folder), worker_uid()
+    for path, mode in [(folder.parent, 0o710), (folder, 0o750),
+                       *((p, 0o750 if p.is_dir() else 0o640) for p in folder.rglob("*"))]:
+        os.chown(path, -1, gid)
+        path.chmod(mode)
+
+
+def prepare_user(project):
+    """Before a worker starts as the workers' user: hide the grader's files, open the copy."""
+    keep = {p for d in python_dirs() for p in (Path(d), Path(d).resolve())}
+    for folder in hidden_folders():
+        if folder not in _hidden:
+            hide(folder, keep)
+            _hidden.add(folder)
+    open_to_workers(project)
+    _isolation["started"] = True                         # kill_leftovers() has work to do
+
+
+def kill_leftovers():
+    """Where workers ran as a user of their own: kill every process of that user (a daemon
+    that left its check's process group, too), from a process that became that user (kill -1
+    reaches exactly that user's processes, in one step that a fork cannot race)."""
+    if _isolation.get("started"):
+        as_workers_user("import os\ntry:\n    os.kill(-1, 9)\nexcept ProcessLookupError:\n"
+                        "    pass")
+
+
+def start(project, fd, scratch, log, mode="worker", grading=True):
     """The worker's process (or a zygote), in a session of its own, its output into `log`.
-    warn: say so in one line if it cannot be isolated (when grading; a student's own check
-    needs no isolation from their own machine)."""
-    isolate = isolated(scratch, warn)
+    grading: isolate it as well as the machine allows, and say how in one line (a student's
+    own check needs no isolation from their own machine)."""
+    how = isolation(scratch, grading)
     mountpoint = Path(scratch) / "root"
     mountpoint.mkdir(exist_ok=True)
-    return subprocess.Popen(command(project, fd, mountpoint, isolate, mode), cwd=project,
-                            env=environment(project), stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=log, pass_fds=(fd,), start_new_session=True)
+    argv, home = command(project, fd, mountpoint, how == "namespaces", mode), project
+    if how == "user":                   # the zygote starts as root in a blank copy (docstring)
+        prepare_user(project)
+        home = Path(scratch) / "blank"
+        if not home.exists():
+            project_copy(home)
+        argv += [str(worker_uid()), str(home)]
+    return subprocess.Popen(argv, cwd=home, env=environment(home), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, pass_fds=(fd,), start_new_session=True)
 
 
 class Zygote:
@@ -156,11 +288,11 @@ class Zygote:
     NumPy and torch start once per grade, not once per check. torch: preload it (for the checks
     that may use it; exercise 3's workers fork from a zygote without it)."""
 
-    def __init__(self, project, scratch, torch, warn=True):
+    def __init__(self, project, scratch, torch, grading=True):
         ours, theirs = socket.socketpair()
         self.log = open(Path(scratch) / f"zygote-{'torch' if torch else 'numpy'}.log", "w")
         self.process = start(project, theirs.fileno(), scratch, self.log,
-                             "zygote-torch" if torch else "zygote", warn)
+                             "zygote-torch" if torch else "zygote", grading)
         theirs.close()
         ours.settimeout(60)
         self.control, self.reader = ours, ours.makefile("rb")

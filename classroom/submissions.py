@@ -23,6 +23,17 @@ TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md
                  "README.md")
 
 
+# Library files whose solution regions hold a NumPy forward pass (exercise 3a's answer, folded
+# for speed): the student version has stubs there (beyond/fast_numpy.py's with_backend then
+# gives torch models).
+LIBRARY_SOLUTIONS = ("beyond/fast_numpy.py", "beyond/batched.py")
+
+
+def left_out(function):
+    return (f"{function} is not in the student version (a NumPy forward pass would answer "
+            "exercise 3a): use the torch backend")
+
+
 class SubmissionError(ValueError):
     """A submission that cannot be read at all; the message says why."""
 
@@ -55,6 +66,8 @@ def student_text(relative, text):
         return regions.student_version(text, parts.message)
     if relative == "classroom/checks.py":
         return regions.without_hidden(text)
+    if relative in LIBRARY_SOLUTIONS:
+        return regions.without_hidden(regions.student_version(text, left_out))
     if relative == "Makefile":  # a student's `make test` runs their checks (no tests/ there)
         return re.sub(r"^test: setup.*\n\t.*$",
                       "test: setup          ## your checks, every exercise (make check N=3: one)\n"

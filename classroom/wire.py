@@ -13,13 +13,17 @@ no pickle: the grader never runs code it receives. The two sides are not equal:
   methods named there (a counted function, an rng's random(), a model's logits).
 
 While a side waits for its reply it serves the other side's calls, so a student's code can call
-back into the grader (the big model of exercise 3 lives there) as often as it likes.
+back into the grader (the big model of exercise 3 lives there) as often as it likes. The time
+the grader spends on those calls is the check's: past the deadline the grader serves no more,
+and a call that it is serving stops at its next Python function call (within()).
 """
 
 import base64
+import contextlib
 import json
 import socket
 import struct
+import sys
 import time
 
 import numpy as np
@@ -242,7 +246,8 @@ class Peer:
             if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
                 raise ProtocolError("keyword arguments that are not named")
             function = target if method == "__call__" else getattr(target, method)
-            value = function(*args, **kwargs)
+            with within(self.deadline):             # the grader's side (the worker has none)
+                value = function(*args, **kwargs)
             reply = {"value": self.encode(value, []),
                      "rngs": [json.dumps(g.bit_generator.state) for g in rngs]}
         except (Timeout, Gone):
@@ -259,6 +264,28 @@ class Peer:
                 return
             if "call" in message:
                 self.serve(message)
+
+
+@contextlib.contextmanager
+def within(deadline):
+    """Run the block (the grader serving a worker's call) until `deadline` (time.monotonic(), or
+    None) at most: past it, Timeout, at once or at the block's next function call (a profile
+    hook of this thread; one long step of C, a huge power say, runs to its end)."""
+    if deadline is None:
+        yield
+        return
+    if time.monotonic() > deadline:
+        raise Timeout()
+
+    def guard(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise Timeout()
+    previous = sys.getprofile()
+    sys.setprofile(guard)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
 
 
 def describe(error, where=""):

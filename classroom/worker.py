@@ -3,6 +3,8 @@ classroom/worker.py: the process in which a student's code runs, serving the gra
 
     python -m classroom.worker FD PROJECT
     python -m classroom.worker zygote[-torch] FD PROJECT     (forks one of those per check)
+    python -m classroom.worker zygote[-torch] FD PROJECT UID BLANK
+                   (started as root in BLANK, the blank student version: becomes UID, then forks)
 
 FD is one end of a socket pair (classroom/wire.py); PROJECT the copy of the student version of
 the project with the submission's files in it. The worker is never given an output path, the
@@ -21,9 +23,15 @@ import os
 import signal
 import socket
 import sys
+import sysconfig
 from pathlib import Path
 
-from classroom import helpers, parts, wire
+from classroom import helpers, parts, sandbox, wire
+
+try:
+    import resource         # here, not when a check starts: the workers' user may not read it
+except ImportError:         # not on this platform: the time limit remains
+    resource = None
 
 BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",
@@ -49,9 +57,8 @@ def block_torch():
 def limit_memory():
     """Every check's process may allocate MEMORY bytes at most (torch fits in it)."""
     try:
-        import resource
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    except (ImportError, ValueError, OSError):  # not on this platform: the time limit remains
+    except (AttributeError, ValueError, OSError):  # not on this platform: the time limit remains
         pass
 
 
@@ -114,6 +121,40 @@ def serve(fd, project):
     peer.serve_forever()
 
 
+NOT_PRELOADED = {"antigravity", "this", "__hello__", "__phello__", "idlelib", "tkinter", "turtle",
+                 "turtledemo", "test", "lib2to3", "ensurepip", "pydoc_data"}  # side effects, or GUI
+
+
+def python_closed():
+    """The standard library's modules, where the workers' user could not read them (Python in a
+    folder closed to other users: /root/.pyenv, say); else nothing to add."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    if all(p.stat().st_mode & 0o001 for p in stdlib.parents) and stdlib.stat().st_mode & 0o004:
+        return []
+    return sorted(m for m in sys.stdlib_module_names - NOT_PRELOADED if not m.startswith("_"))
+
+
+def become(uid, project, blank, modules):
+    """Started as root in `blank` (the blank student version): import what the student's
+    `modules` import (Python may live where the workers' user cannot read it), forget every
+    module of the blank copy but the grader's own (classroom, and this one, __main__), become
+    `uid` for good, and move to `project`, where the student's files are. No student code has
+    run before this."""
+    for module in modules + python_closed():
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 (a head start only: the worker imports it again)
+            pass
+    for name, module in list(sys.modules.items()):
+        where = os.path.realpath(getattr(module, "__file__", None) or "/")
+        own = name.split(".")[0] in ("classroom", "__main__")
+        if where.startswith(blank + os.sep) and not own:
+            del sys.modules[name]
+    sandbox.drop_privileges(uid)
+    sys.path[:] = [project] + [p for p in sys.path if p and os.path.realpath(p) != blank]
+    os.chdir(project)
+
+
 def zygote(control, project, preload):
     """Fork one worker per check from here, with `preload` imported once (torch costs seconds
     to import; a check's process forked from here has it at once). The grader sends "spawn"
@@ -160,19 +201,25 @@ def zygote(control, project, preload):
 
 
 def main(argv=None):
-    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT."""
+    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT [UID
+    BLANK]."""
     args = (argv or sys.argv[1:])
     if args[0].startswith("zygote"):
-        mode, fd, project = args[:3]
+        mode, fd, project, *user = args
     else:
-        mode, (fd, project) = "worker", args[:2]
-    os.chdir(project)
-    sys.path.insert(0, project)
+        mode, (fd, project), user = "worker", args[:2], []
+    preload = ["numpy"] + (["torch"] if mode == "zygote-torch" else [])
+    if user:
+        uid, blank = user
+        mine = MODULES.values() if mode == "zygote-torch" else ["numpy_speculative"]
+        become(int(uid), project, os.path.realpath(blank), preload + list(mine))
+    else:
+        os.chdir(project)
+        sys.path.insert(0, project)
     if mode == "worker":
         serve(fd, project)
         os._exit(0)
-    zygote(socket.socket(fileno=int(fd)), project,
-           ["numpy"] + (["torch"] if mode == "zygote-torch" else []))
+    zygote(socket.socket(fileno=int(fd)), project, preload)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ otherwise (the bug zoo and bad submissions are in test_grader_zoo.py).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -103,6 +106,47 @@ def test_the_student_repository_checks_itself_and_reports(student_repo, run_scri
     assert strict.returncode == 1
 
 
+# Which NumPy forward passes of the library work, and what the numpy backend gives
+NUMPY_FORWARDS = """
+import torch
+from beyond import batched, fast_numpy
+from gpt import GPT, Config
+model = GPT(Config(vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8)).eval()
+working = []
+for name, run in (("NumpyGPT", lambda: fast_numpy.NumpyGPT(model)(torch.tensor([[1, 2, 3]]))),
+                  ("batched", lambda: batched.generate(fast_numpy.NumpyGPT(model),
+                                                       [[1, 2], [3]], 3))):
+    try:
+        run()
+        working.append(name)
+    except NotImplementedError as e:
+        assert "not in the student version" in str(e), e
+print(working, type(fast_numpy.with_backend(model, "numpy")).__name__)
+"""
+
+
+@pytest.mark.parametrize("version", ["student", "reference (control)"])
+def test_the_student_repository_holds_no_numpy_forward_pass(version, student_repo):
+    # Exercise 3a is the NumPy forward pass; the library's fast ones (beyond/fast_numpy.py,
+    # beyond/batched.py) would answer it. In the student version they raise, and the numpy
+    # backend gives the torch model (the lesson's experiments still run). The control: the
+    # same probe finds both working in this repository.
+    repo = student_repo if version == "student" else ROOT
+    done = subprocess.run([sys.executable, "-c", NUMPY_FORWARDS], cwd=repo, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr
+    softmax_of_attention = [f.name for f in repo.rglob("*.py") if "np.exp(att" in f.read_text()
+                            and ".venv" not in f.parts]
+    if version == "student":
+        assert done.stdout.split() == ["[]", "GPT"]
+        assert softmax_of_attention == []
+        assert not [f for f in repo.rglob("*.py") if f.name != "regions.py" and     # its doc
+                    regions.BEGIN in f.read_text()]
+    else:
+        assert done.stdout.split() == ["['NumpyGPT',", "'batched']", "NumpyGPT"]
+        assert softmax_of_attention
+
+
 def test_unknown_exercise_and_part_are_one_line_errors(run_script):
     for args, words in ((["check", "7"], "no exercise '7'"), (["check", "--part", "9z"],
                                                              "no part '9z'")):
@@ -143,25 +187,81 @@ def test_what_a_hidden_seed_said_stays_out_of_visible_feedback():
     assert "SECRET-abc" in later[0]["output"]                   # the teacher still sees it
 
 
+def gradescope_layout(autograder, zip_folder):
+    """Gradescope's layout under `autograder` (standing in for /autograder): the zip unpacked
+    into source/, an empty results/. setup.sh needs the network, so the project's own
+    environment stands in for the one it installs."""
+    with zipfile.ZipFile(build.gradescope_zip(zip_folder / "autograder.zip")) as z:
+        z.extractall(autograder / "source")
+    (autograder / "source" / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    (autograder / "results").mkdir()
+    return autograder / "source"
+
+
+def run_autograder(autograder, *args, **env):
+    return subprocess.run(["bash", str(autograder / "source" / "run_autograder"), *args],
+                          env={**os.environ, "AUTOGRADER_ROOT": str(autograder), **env},
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_the_gradescope_zip_runs_in_gradescopes_layout(tmp_path):
     # Gradescope unpacks the zip into /autograder/source, runs setup.sh there once and
-    # run_autograder per submission (AUTOGRADER_ROOT stands in for /autograder). setup.sh needs
-    # the network, so the project's own environment stands in for the one it installs.
+    # run_autograder per submission (AUTOGRADER_ROOT stands in for /autograder).
     autograder = tmp_path / "autograder"
-    with zipfile.ZipFile(build.gradescope_zip(tmp_path / "autograder.zip")) as z:
-        z.extractall(autograder / "source")
-    source = autograder / "source"
+    source = gradescope_layout(autograder, tmp_path)
     assert (source / "setup.sh").exists() and (source / "run_autograder").exists()
     assert (source / "pyproject.toml").exists() and (source / "classroom").is_dir()
     setup = (source / "setup.sh").read_text()
     assert build.TORCH_CPU_INDEX in setup and f'"{build.TORCH}"' in setup
     assert f'"{build.TORCH}"' in (ROOT / "pyproject.toml").read_text()  # one pin, kept equal
-    (source / ".venv").symlink_to(sys.prefix, target_is_directory=True)  # this environment
     copy_project(autograder / "submission")
-    (autograder / "results").mkdir()
-    done = subprocess.run(["bash", str(source / "run_autograder"), "--part", "2a"],
-                          env={**os.environ, "AUTOGRADER_ROOT": str(autograder)},
-                          capture_output=True, text=True, timeout=300)
+    done = run_autograder(autograder, "--part", "2a")
     assert done.returncode == 0, done.stderr
     data = json.loads((autograder / "results" / "results.json").read_text())
     assert data["score"] == sum(c.points for c in runner.select(part="2a", hidden=True)) > 0
+
+
+# An honest 2a that turns dishonest wherever it runs as root, reads the grader's files (the
+# reference, the hidden seed in run_autograder) or writes where the results go: then it scores 0.
+SNOOPING = """
+import os as _os
+def _reached(path, mode):
+    try:
+        with open(_os.path.join(AUTOGRADER, path), mode) as f:
+            return mode == "w" or bool(f.read(1))
+    except OSError:
+        return False
+if _os.getuid() == 0 or _reached("source/run_autograder", "r") or \\
+        _reached("source/speculative.py", "r") or _reached("results/forged.json", "w"):
+    def expected_tokens_per_pass(alpha, k):
+        return -1.0
+"""
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["a-user-of-its-own", "negative-control"])
+def test_gradescope_runs_the_students_code_as_an_unprivileged_user(isolated, tmp_path):
+    # Gradescope's containers may refuse user namespaces; there the grader (root) runs the
+    # students' code as a user of its own (CLASSROOM_SANDBOX=user forces that path here), and
+    # /autograder lies open to every user, as on Gradescope: the code must read none of it.
+    # The control: a plain process (CLASSROOM_NO_SANDBOX) reads it all.
+    from classroom import sandbox
+    refused = sandbox.user_refused()
+    if refused:
+        pytest.skip(f"this machine cannot run the workers as another user ({refused})")
+    autograder = Path(tempfile.mkdtemp(prefix="autograder-"))   # not under pytest's 0700 folder
+    try:
+        autograder.chmod(0o755)
+        gradescope_layout(autograder, tmp_path)
+        submission = copy_project(autograder / "submission")
+        with open(submission / "speculative.py", "a") as f:
+            f.write(SNOOPING.replace("AUTOGRADER", repr(str(autograder))))
+        done = run_autograder(autograder, "--part", "2a",
+                              **({"CLASSROOM_SANDBOX": "user"} if isolated else
+                                 {"CLASSROOM_NO_SANDBOX": "1"}))
+        assert done.returncode == 0, done.stderr
+        assert ("runs as uid" in done.stderr) == isolated, done.stderr
+        data = json.loads((autograder / "results" / "results.json").read_text())
+        full = sum(c.points for c in runner.select(part="2a", hidden=True))
+        assert data["score"] == (full if isolated else 0), data
+    finally:
+        shutil.rmtree(autograder)

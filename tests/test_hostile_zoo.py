@@ -53,16 +53,41 @@ def run(tmp_path, submission, part, seeds=(0,)):
 def test_the_sandbox_works_here():
     # The rest of this file is about the sandbox: a machine that refuses it fails here, once,
     # and skips the sandboxed cases below.
-    assert sandbox.isolated(Path("/tmp"), warn=False), sandbox._isolation.get("why")
+    assert sandbox.isolation(Path("/tmp"), grading=False) == "namespaces", \
+        sandbox._isolation.get("why")
 
 
-def use_sandbox(sandboxed, monkeypatch):
-    """The grader as it is (sandboxed), or the negative control: workers as plain processes,
-    what the grader does where user namespaces are refused."""
-    if not sandboxed:
-        monkeypatch.setattr(sandbox, "_isolation", {"ok": False, "why": "a test's control"})
-    elif not sandbox.isolated(Path("/tmp"), warn=False):
-        pytest.skip("no user namespaces here (test_the_sandbox_works_here fails)")
+ISOLATIONS = ["namespaces", "user", "plain"]
+IDS = ["grader", "grader-as-a-user-of-its-own", "negative-control"]
+
+
+def use_sandbox(isolation, monkeypatch):
+    """The grader as it is (namespaces), as it is where namespaces are refused and it runs as
+    root (its workers a user of their own, forced by CLASSROOM_SANDBOX=user), or the negative
+    control: workers as plain processes, what the grader does where neither is possible.
+    Returns whether the workers are isolated."""
+    if isolation == "plain":
+        monkeypatch.setattr(sandbox, "_isolation", {"how": None, "why": "a test's control"})
+        return False
+    monkeypatch.setattr(sandbox, "_isolation", {})
+    if isolation == "user":
+        monkeypatch.setenv("CLASSROOM_SANDBOX", "user")
+    sandbox.isolation(Path("/tmp"), grading=False)
+    if sandbox._isolation["how"] != isolation:
+        pytest.skip(f"no {isolation} isolation here: {sandbox._isolation['why']}")
+    return True
+
+
+def test_without_namespaces_or_root_the_grader_says_so_in_one_line(monkeypatch, capsys):
+    # Neither isolation possible: plain processes, and one warning line when grading.
+    monkeypatch.setattr(sandbox, "_isolation", {})
+    monkeypatch.setenv("CLASSROOM_SANDBOX", "user")           # as if namespaces were refused
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sandbox.isolation(Path("/tmp"), grading=True) is None
+    sandbox.isolation(Path("/tmp"), grading=True)              # said once, not per zygote
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the students' code runs without "
+                                                   "isolation") and "not root" in lines[0], lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,16 +98,19 @@ SNOOP = '''
 
 def _what_i_see():
     import os, sys
-    def exists(p):
-        return os.path.exists(p)
+    def readable(p):
+        try:
+            return bool(open(p).read(1))
+        except OSError:
+            return False
     here = os.path.abspath(sys.executable)
     ups = []
     while os.path.dirname(here) != here:
         here = os.path.dirname(here)
-        ups.append(exists(os.path.join(here, "speculative.py")))
-    return {"reference": exists(os.path.join(REFERENCE, "numpy_speculative.py")),
+        ups.append(readable(os.path.join(here, "speculative.py")))
+    return {"reference": readable(os.path.join(REFERENCE, "numpy_speculative.py")),
             "above the interpreter": any(ups), "seed": os.environ.get("CLASSROOM_SEED"),
-            "tmp": sorted(os.listdir("/tmp"))[:2], "autograder": exists("/autograder"),
+            "tmp": sorted(os.listdir("/tmp"))[:2], "autograder": os.path.exists("/autograder"),
             "grader's process": any(b"pytest" in open(f"/proc/{p}/cmdline", "rb").read()
                                     for p in os.listdir("/proc") if p.isdigit()),
             "hidden checks": "HIDDEN_SEED" in open(
@@ -90,9 +118,9 @@ def _what_i_see():
 '''
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
-def test_the_students_code_sees_no_secret(sandboxed, tmp_path, monkeypatch):
-    use_sandbox(sandboxed, monkeypatch)
+@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
+def test_the_students_code_sees_no_secret(isolation, tmp_path, monkeypatch):
+    sandboxed = use_sandbox(isolation, monkeypatch)
     submission = blank_submission(tmp_path / "submission")
     edit(submission, "speculative.py", stub("expected_tokens_per_pass"),
          "raise ValueError('SEEN ' + __import__('json').dumps(_what_i_see()))")
@@ -105,13 +133,16 @@ def test_the_students_code_sees_no_secret(sandboxed, tmp_path, monkeypatch):
     if not sandboxed:                 # the control: a plain process sees the grader's files
         assert seen["reference"] and seen["grader's process"]
         return
+    secrets = {"reference": False, "above the interpreter": False, "seed": None,
+               "autograder": False, "hidden checks": False}
+    if isolation == "user":         # it sees the machine's /tmp and processes, not the secrets
+        assert {key: seen[key] for key in secrets} == secrets, seen
+        return
     # /tmp is empty, but for the way to the virtual environment where that lies under /tmp (a
     # clone in /tmp: the sandbox mounts the interpreter's folder at its own path, and no more)
     venv = Path(sys.prefix).resolve()
     tmp = [venv.relative_to("/tmp").parts[0]] if venv.is_relative_to("/tmp") else []
-    assert seen == {"reference": False, "above the interpreter": False, "seed": None,
-                    "tmp": tmp, "autograder": False, "grader's process": False,
-                    "hidden checks": False}, seen
+    assert seen == {**secrets, "tmp": tmp, "grader's process": False}, seen
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,8 +153,7 @@ FORGE = '''
 import json as _json, os as _os
 _forged = _json.dumps({"score": 44, "tests": [], "forged": True})
 for _path in (OUT, "/autograder/results/results.json", "results.json", PROOF):
-    try:
-        _os.makedirs(_os.path.dirname(_path) or ".", exist_ok=True)
+    try:                                    # (no makedirs: the control runs as the tests' user)
         open(_path, "w").write(_forged)
     except OSError:
         pass
@@ -131,9 +161,9 @@ _json.dumps = lambda *a, **k: _forged        # and every JSON this process write
 '''
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
-def test_a_forged_results_json_changes_nothing(sandboxed, tmp_path, monkeypatch):
-    use_sandbox(sandboxed, monkeypatch)
+@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
+def test_a_forged_results_json_changes_nothing(isolation, tmp_path, monkeypatch):
+    sandboxed = use_sandbox(isolation, monkeypatch)
     submission = blank_submission(tmp_path / "submission")
     out, proof = tmp_path / "results.json", tmp_path / "proof-the-attack-ran"
     edit(submission, "speculative.py", "\nimport math\n", "\nimport math\n" + FORGE.replace(
@@ -185,12 +215,12 @@ def reference_above_the_interpreter():
 
 @pytest.mark.parametrize("where", ["sys.executable walk-up", "/autograder/source",
                                    "the grader's repository"])
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
-def test_the_reference_cannot_be_copied(where, sandboxed, tmp_path, monkeypatch):
-    if not sandboxed and where == "sys.executable walk-up" and \
+@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
+def test_the_reference_cannot_be_copied(where, isolation, tmp_path, monkeypatch):
+    if isolation == "plain" and where == "sys.executable walk-up" and \
             not reference_above_the_interpreter():
         pytest.skip("this interpreter's virtual environment is not inside a reference")
-    use_sandbox(sandboxed, monkeypatch)
+    sandboxed = use_sandbox(isolation, monkeypatch)
     extra = "/nowhere"
     if where == "/autograder/source":             # a copy where Gradescope keeps the grader
         extra = str(copy_project(tmp_path / "autograder" / "source"))
@@ -208,6 +238,17 @@ def test_the_reference_cannot_be_copied(where, sandboxed, tmp_path, monkeypatch)
                    for r in results), [r.lines() for r in results]
 
 
+def test_honest_work_still_scores_as_the_workers_user(tmp_path, monkeypatch):
+    # The other side of the fallback: the reference's own files, graded with the workers as a
+    # user of their own, earn every point (callbacks, stand-ins, exercise 2's imports included)
+    use_sandbox("user", monkeypatch)
+    chosen = ("1b", "2b", "3b")
+    results, score = run(tmp_path, reference_submission(tmp_path / "submission"), chosen,
+                         seeds=(0, HIDDEN))
+    assert score == sum(c.points for p in chosen for c in runner.select(part=p, hidden=True)), \
+        [(r.check.name, r.lines()) for r in results]
+
+
 READ_EXPECTED = '''import glob as _glob, os as _os
     for _path in _glob.glob("/tmp/classroom-*/seed*/logits.npz") + _glob.glob(
             _os.path.join(_os.path.dirname(_os.getcwd()), "seed*", "logits.npz")):
@@ -220,9 +261,9 @@ READ_EXPECTED = '''import glob as _glob, os as _os
         raise NotImplementedError("no expected values to read")'''
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
-def test_the_expected_values_cannot_be_read(sandboxed, tmp_path, monkeypatch):
-    use_sandbox(sandboxed, monkeypatch)
+@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
+def test_the_expected_values_cannot_be_read(isolation, tmp_path, monkeypatch):
+    sandboxed = use_sandbox(isolation, monkeypatch)
     submission = blank_submission(tmp_path / "submission")
     edit(submission, "numpy_speculative.py", stub("forward"), READ_EXPECTED)
     results, _ = run(tmp_path, submission, "3a", seeds=(0, HIDDEN))
@@ -303,9 +344,15 @@ def sleepers(mark):
     return found
 
 
-@pytest.mark.parametrize("sandboxed", [True, False], ids=["grader", "negative-control"])
-def test_a_daemon_forked_at_import_ends_with_its_check(sandboxed, tmp_path, monkeypatch):
-    use_sandbox(sandboxed, monkeypatch)
+@pytest.mark.parametrize("isolation", ISOLATIONS + ["user, no kill"],
+                         ids=IDS + ["negative-control-as-a-user-of-its-own"])
+def test_a_daemon_forked_at_import_ends_with_its_check(isolation, tmp_path, monkeypatch):
+    # As a user of its own, a daemon outlives its check's process group: the grade's end kills
+    # it (sandbox.kill_leftovers); the second control goes without that.
+    sandboxed = use_sandbox(isolation.split(",")[0], monkeypatch)
+    if isolation == "user, no kill":
+        monkeypatch.setattr(sandbox, "kill_leftovers", lambda: None)
+        sandboxed = False
     mark = f"{time.time() % 1000:.6f}"          # a sleep no other process runs
     submission = blank_submission(tmp_path / "submission")
     edit(submission, "speculative.py", "\nimport math\n", "\nimport math\n" +
@@ -362,3 +409,78 @@ def test_a_forward_pass_bug_costs_3a_only(tmp_path):
     by_part = {p.id: sum(r.score for r in results if r.check.part == p.id) for p in parts.PARTS}
     assert by_part["3a"] == 0
     assert by_part["3b"] == 6 + 2 and by_part["3c"] == 6 + 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Making the grader work: calls back into the grader count against the check's time limit
+
+
+def busy_for(seconds):
+    """Python work in the grader: what a reference given a huge input would do."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(10))
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["grader", "negative-control"])
+def test_a_call_back_into_the_grader_stops_at_the_checks_deadline(guarded, monkeypatch):
+    # The worker's side calls back a function of the grader that would work for 6 s; the
+    # check's deadline is 1 s away: the grader stops there. The control, without the guard
+    # (wire.within), works to the end.
+    import contextlib
+    import socket
+    from classroom import wire
+    if not guarded:
+        monkeypatch.setattr(wire, "within", lambda deadline: contextlib.nullcontext())
+    ours, theirs = socket.socketpair()
+
+    class Student:
+        def call(self, function):
+            return function()
+
+    def serve():
+        worker = wire.Peer(theirs, lends_anything=True)
+        worker.lend(Student())
+        try:
+            worker.serve_forever()
+        except (wire.Gone, OSError):                # the grader hung up in the middle of a call
+            pass
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        start = time.monotonic()
+        grader = wire.Peer(ours, lends_anything=False, deadline=start + 1)
+        with pytest.raises(wire.Timeout):
+            wire.Remote(grader, 1).call(wire.Exposed(lambda: busy_for(6)))
+        elapsed = time.monotonic() - start
+    finally:
+        ours.close()
+        thread.join(10)
+        theirs.close()
+    assert (elapsed < 3) if guarded else (elapsed >= 6), elapsed
+
+
+HUGE_POWERS = '''while True:  # the grader's expected_tokens_per_pass: one long step of C each
+        try:
+            expected_tokens_per_pass(3, 15_000_000)
+        except Exception:
+            pass'''
+
+
+def test_endless_expensive_calls_to_a_reference_are_cut_at_the_time_limit(tmp_path, monkeypatch):
+    # 2c's expected_speedup calls (the grader's) 2a in a loop, each call a power that takes
+    # seconds in the grader and that no profile hook can stop: the grader refuses whole numbers
+    # beyond what the exercises use (runner.bounded), so the check ends at its limit. The
+    # control, without the bound, waits for a whole power past the limit.
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "speculative.py", stub("expected_speedup"), HUGE_POWERS)
+    ws, _ = workspace(submission, tmp_path / "scratch")
+    timings = {}
+    for bound in (True, False):
+        if not bound:
+            monkeypatch.setattr(runner, "bounded", lambda reference: reference)
+        start = time.monotonic()
+        results = runner.run_checks(ws, runner.select(part="2c"), [0], timeout=1)
+        timings[bound] = time.monotonic() - start
+        assert all(r.status == "timeout" for r in results), [r.lines() for r in results]
+    assert timings[False] - timings[True] > 3, timings

@@ -332,7 +332,7 @@ def optimizers(model, tc, fused=False):
     named = list(model.named_parameters())
     hidden = [p for n, p in named if tc.optimizer == "muon" and p.dim() == 2
               and n.startswith("transformer.h.")]
-    rest = [p for _, p in named if all(p is not q for q in hidden)]
+    rest = [p for _, p in named if id(p) not in set(map(id, hidden))]
     adamw = torch.optim.AdamW(
         [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": tc.weight_decay},
          {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
@@ -435,7 +435,7 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
     resumed run keeps it, so that resuming gives exactly the model of an uninterrupted run.
     """
     tc = config or TrainConfig()
-    tc = TrainConfig(**{**asdict(tc), "steps": steps or tc.steps})
+    tc = TrainConfig(**{**asdict(tc), "steps": tc.steps if steps is None else steps})
     device = torch.device(model.lm_head.weight.device if device is None
                           else machine.resolve_device(device))
     if source is None:
@@ -511,9 +511,10 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
     with machine.threads(threads):  # one setting for the whole run (see the docstring)
         try:
             while step < tc.steps and not stop.asked:
+                scale = learning_rate(step, tc) / tc.lr if tc.lr else 0.0  # of each peak
                 for optimizer in steppers:
                     for group in optimizer.param_groups:
-                        group["lr"] = group["peak_lr"] * learning_rate(step, tc) / tc.lr
+                        group["lr"] = group["peak_lr"] * scale
                 x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
                                  generator=generator, device=device)
                 try:

@@ -12,6 +12,7 @@ import torch
 
 import corpus
 import gpt
+import train
 from conftest import tiny_config
 from gpt import GPT, TrainConfig
 
@@ -419,3 +420,13 @@ def test_resuming_with_another_optimizer_is_a_one_line_error(tmp_path):
     gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, resume=state)
     state["optimizer"] = state["optimizer"][0]
     gpt.train(fresh_model(), steps=20, log_every=0, config=QUICK, resume=state)
+
+
+def test_adamw_checkpoints_from_before_the_optimizer_choice_stay_cached():
+    # train.settings decides whether a checkpoint is reused: AdamW's must not name the new
+    # fields (every checkpoint trained before Muon existed would be retrained), Muon's must.
+    config = tiny_config().fill_vocab()
+    adamw = train.settings(config, TrainConfig(), "shakespeare")["train"]
+    assert "optimizer" not in adamw and "muon_lr" not in adamw
+    muon = train.settings(config, TrainConfig(optimizer="muon"), "shakespeare")["train"]
+    assert muon["optimizer"] == "muon" and muon != adamw   # control: Muon is another training

@@ -267,12 +267,17 @@ class TrainConfig:
             raise ValueError(f"optimizer must be muon or adamw, not {self.optimizer!r}")
 
 
-def learning_rate(step, tc):
-    """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step."""
+def learning_rate(step, tc, peak=None):
+    """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step. peak: another
+    peak (Muon's), decayed to the same fraction of itself."""
+    if peak is None:
+        peak, floor = tc.lr, tc.min_lr
+    else:
+        floor = peak * tc.min_lr / tc.lr if tc.lr else 0.0
     if step < tc.warmup_steps:
-        return tc.lr * (step + 1) / tc.warmup_steps
+        return peak * (step + 1) / tc.warmup_steps
     progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
-    return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 class Muon(torch.optim.Optimizer):
@@ -326,8 +331,7 @@ def orthogonalise(matrix, steps=5, eps=1e-7):
 
 def optimizers(model, tc, fused=False):
     """tc.optimizer's optimizers for `model`: "muon", Muon for the blocks' weight matrices and
-    AdamW for the rest; "adamw", AdamW for everything. AdamW decays matrices only. Each group
-    keeps its peak learning rate as "peak_lr", which the schedule scales (learning_rate).
+    AdamW for the rest; "adamw", AdamW for everything. AdamW decays matrices only.
     fused: AdamW updates every parameter in one kernel (CPU and CUDA), not a loop over them."""
     named = list(model.named_parameters())
     hidden = [p for n, p in named if tc.optimizer == "muon" and p.dim() == 2
@@ -337,12 +341,8 @@ def optimizers(model, tc, fused=False):
         [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": tc.weight_decay},
          {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
         lr=tc.lr, betas=(0.9, 0.99), fused=fused)
-    chosen = [adamw] + ([Muon(hidden, lr=tc.muon_lr, weight_decay=tc.weight_decay)]
-                        if hidden else [])
-    for optimizer in chosen:
-        for group in optimizer.param_groups:
-            group["peak_lr"] = group["lr"]
-    return chosen
+    return [adamw] + ([Muon(hidden, lr=tc.muon_lr, weight_decay=tc.weight_decay)]
+                      if hidden else [])
 
 
 def native_bfloat16(device):
@@ -511,10 +511,10 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
     with machine.threads(threads):  # one setting for the whole run (see the docstring)
         try:
             while step < tc.steps and not stop.asked:
-                scale = learning_rate(step, tc) / tc.lr if tc.lr else 0.0  # of each peak
                 for optimizer in steppers:
+                    peak = tc.muon_lr if isinstance(optimizer, Muon) else None
                     for group in optimizer.param_groups:
-                        group["lr"] = group["peak_lr"] * scale
+                        group["lr"] = learning_rate(step, tc, peak)
                 x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
                                  generator=generator, device=device)
                 try:

@@ -286,8 +286,8 @@ class Muon(torch.optim.Optimizer):
     about 1, so that every direction of the matrix learns at the same rate. For the hidden
     layers' 2-D weights only: the embeddings (and the head tied to them), the layer norms and
     the biases train with AdamW. Here the big model reaches AdamW's loss in 0.4 of the steps,
-    but the small drafts lose some loss at 600 steps (docs/RESULTS.md): an option
-    (--optimizer muon), not the default.
+    but the small drafts lose some loss at 600 steps (docs/RESULTS.md): the big preset trains
+    with it (beyond/checkpoint.py), TrainConfig's default stays AdamW (--optimizer muon).
 
     Changes from torch.optim.Muon, which it follows otherwise (Nesterov momentum 0.95, the
     quintic's coefficients, the rate scaled by sqrt(max(1, rows / columns)), decoupled weight

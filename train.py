@@ -3,9 +3,11 @@ train.py: train the lesson's models from the command line, with a checkpoint cac
 
     python train.py                       # every preset: big, draft, names, distilled
     python train.py --preset draft        # one preset
-    python train.py --preset big --steps 3000 --lr 2e-3
+    python train.py --preset big --optimizer adamw --steps 1500   # the lesson's own recipe
     python train.py -h                    # every flag, from gpt.Config and gpt.TrainConfig
 
+Each preset trains with its own settings (beyond/checkpoint.py: the big model with Muon for 600
+steps, the drafts with AdamW for 1500); a flag given here overrides them.
 Checkpoints go to checkpoints/<preset>.pt. Rerunning skips a model already trained with the same
 settings on the same data; an interrupted run (Ctrl-C leaves a usable checkpoint) continues
 where it stopped; --resume continues a finished one to a new --steps; --fresh starts over.
@@ -24,7 +26,7 @@ import cli
 import corpus
 import gpt
 import machine
-from beyond.checkpoint import CHECKPOINTS, PRESETS, checkpoint_path, load_trained, preset
+from beyond.checkpoint import CHECKPOINTS, PRESETS, checkpoint_path, load_trained, preset, training
 from gpt import GPT, Config, TrainConfig
 from speculative import generate
 
@@ -119,10 +121,10 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
                    resume=False, progress=True, log=print):
     """Train preset `name` unless checkpoints/<name>.pt already holds it; return the path.
 
-    config / tc override the preset's model shape and the default training settings.
+    config / tc override the preset's model shape and its training settings (checkpoint.training).
     """
     config = (config or preset(name)).fill_vocab()
-    tc = tc or TrainConfig()
+    tc = tc or (training(name) if name in PRESETS else TrainConfig())
     corpus_name = PRESETS[name]["corpus"] if name in PRESETS else "shakespeare"
     path = checkpoint_path(name, folder)
     wanted = settings(config, tc, corpus_name)
@@ -167,6 +169,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
         f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}"
         + (f", imitating {teacher_name}" if teacher_name else "")
+        + (", Muon for the blocks' matrices" if tc.optimizer == "muon" else "")
         + (", matrix products in bfloat16" if autocast else ""))
     watch = Watch(name, model, tc, state["step"] if state else 0, progress=progress, log=log,
                   val=state["val_loss"] if state else None)
@@ -184,9 +187,19 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     return path
 
 
+def training_help():
+    """-h for the training flags: each field's comment, TrainConfig's default and the presets'
+    own settings where they differ."""
+    own = {name: p["train"] for name, p in PRESETS.items() if "train" in p}
+    comments = cli.field_comments(TrainConfig)
+    return {f.name: f"{comments.get(f.name, '')} (default: {f.default!r}"
+            + "".join(f"; {name}: {t[f.name]!r}" for name, t in own.items() if f.name in t) + ")"
+            for f in fields(TrainConfig)}
+
+
 def main(argv=None):
     parser = cli.Parser(description=__doc__.split("\n\n")[0],
-                                     epilog="\n".join(__doc__.split("\n")[2:9]),
+                                     epilog="\n".join(__doc__.split("\n")[2:10]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", nargs="+", default=list(PRESETS),
                         metavar="NAME", help=f"what to train: {', '.join(PRESETS)} "
@@ -202,27 +215,31 @@ def main(argv=None):
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     cli.add_fields(parser, Config, override_defaults={f.name: None for f in fields(Config)},
                    title="model shape (default: the preset's)")
-    cli.add_fields(parser, TrainConfig, title="training")
+    cli.add_fields(parser, TrainConfig, title="training (default: the preset's own settings)",
+                   help=training_help(), override_defaults={f.name: None for f in fields(TrainConfig)})
     args = parser.parse_args(argv)
     unknown = [p for p in args.preset if p not in PRESETS]
     if unknown:
         raise ValueError(f"unknown preset {unknown[0]!r}; choose from: {', '.join(PRESETS)}")
     if args.resume and args.fresh:
         raise ValueError("--resume and --fresh contradict each other; pick one")
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
-    if args.threads < 0:
+    if args.threads is not None and args.threads < 0:
         raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
                          f"not {args.threads}")
-    tc = cli.take(TrainConfig, args)
-    gpt.speedups(tc, machine.resolve_device(args.device))  # a bad --precision: one line, now
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+             if getattr(args, f.name) is not None}   # the flags given; the rest: each preset's
+    for name in args.preset:  # a bad --optimizer or --precision: one line, before any work
+        gpt.speedups(training(name, **given), machine.resolve_device(args.device))
     corpus.prepare()
     for name in args.preset:
         config = cli.take(Config, args, **{k: v for k, v in PRESETS[name]["config"].items()
                                           if getattr(args, k) is None})
         try:
-            ensure_trained(name, tc, config, folder=args.checkpoints, device=args.device,
-                           fresh=args.fresh, resume=args.resume, progress=not args.quiet)
+            ensure_trained(name, training(name, **given), config, folder=args.checkpoints,
+                           device=args.device, fresh=args.fresh, resume=args.resume,
+                           progress=not args.quiet)
         except KeyboardInterrupt:
             sys.exit(f"\ninterrupted; {checkpoint_path(name, args.checkpoints)} holds the "
                      f"model so far: run the same command to continue")
@@ -230,7 +247,7 @@ def main(argv=None):
         model = load_trained("big", args.checkpoints)
         prompt = "ROMEO:\n"
         idx = generate(model, torch.tensor([gpt.encode(prompt)]), args.sample, temperature=0.8,
-                       generator=torch.Generator().manual_seed(tc.seed))
+                       generator=torch.Generator().manual_seed(training("big", **given).seed))
         print(f"\n--- a sample from the big model (temperature 0.8) ---\n{gpt.decode(idx[0])}")
 
 

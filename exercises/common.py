@@ -54,7 +54,7 @@ def load_models(args, names, log=print):
     models = {}
     for name in names:
         config = checkpoint.preset(name, "quick") if args.quick else None
-        tc = QUICK_TRAIN if args.quick else TrainConfig()
+        tc = QUICK_TRAIN if args.quick else None   # None: the preset's own settings
         train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
                              progress=not args.quick, log=log if not args.quick else _quiet)
         models[name] = checkpoint.load_trained(name, checkpoint_folder(args))

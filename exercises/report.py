@@ -114,13 +114,15 @@ def trained_models(args):
     for name in checkpoint.PRESETS:
         path = checkpoint.checkpoint_path(name, common.checkpoint_folder(args))
         if not path.exists():
-            rows.append([name, "not trained yet", "", "", ""])
+            rows.append([name, "not trained yet", "", "", "", ""])
             continue
         _, state = gpt.load_checkpoint(path)
         c = state["config"]
-        rows.append([name, f"{c['n_layer']} x {c['n_embd']}", state["corpus"], state["step"],
+        optimizer = state.get("settings", {}).get("train", {}).get("optimizer", "adamw")
+        rows.append([name, f"{c['n_layer']} x {c['n_embd']}", state["corpus"],
+                     {"adamw": "AdamW", "muon": "Muon"}.get(optimizer, optimizer), state["step"],
                      f"{state['val_loss']:.3f}"])
-    return common.markdown_table(["preset", "layers x width", "trained on", "steps",
+    return common.markdown_table(["preset", "layers x width", "trained on", "optimizer", "steps",
                                   "validation loss"], rows)
 
 

@@ -430,3 +430,30 @@ def test_adamw_checkpoints_from_before_the_optimizer_choice_stay_cached():
     assert "optimizer" not in adamw and "muon_lr" not in adamw
     muon = train.settings(config, TrainConfig(optimizer="muon"), "shakespeare")["train"]
     assert muon["optimizer"] == "muon" and muon != adamw   # control: Muon is another training
+
+
+def test_each_preset_trains_with_its_own_settings_and_a_flag_overrides_one(tmp_path, monkeypatch):
+    # The big model trains with Muon for 600 steps, the drafts with AdamW (checkpoint.PRESETS).
+    # A train.py flag changes only itself: with TrainConfig's defaults behind every flag, as
+    # before, `--steps 4` trained the big model with AdamW (the first assert fails).
+    from beyond import checkpoint
+    tiny = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "16"]
+    own = {"optimizer": "muon", "steps": 6, "batch_size": 4, "eval_every": 3, "eval_batches": 1,
+           "warmup_steps": 1, "threads": 1}
+    monkeypatch.setitem(checkpoint.PRESETS, "draft", {**checkpoint.PRESETS["draft"], "train": own})
+    corpus.prepare()
+
+    def trained(*flags):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        train.main(["--preset", "draft", "--checkpoints", str(folder), "--quiet", "--sample", "0",
+                    *tiny, *flags])
+        state = gpt.load_checkpoint(folder / "draft.pt")[1]
+        return state["settings"]["train"].get("optimizer", "adamw"), state["step"]
+    assert trained("--steps", "4") == ("muon", 4)
+    assert trained() == ("muon", 6)
+    assert trained("--optimizer", "adamw") == ("adamw", 6)   # control: the flag wins
+    # and the exercises' and notebooks' way in, ensure_trained without settings: the preset's
+    train.ensure_trained("draft", config=tiny_config(), folder=tmp_path / "e", progress=False,
+                         log=lambda *a: None)
+    state = gpt.load_checkpoint(tmp_path / "e" / "draft.pt")[1]
+    assert state["settings"]["train"]["optimizer"] == "muon" and state["step"] == 6

@@ -61,39 +61,43 @@ def load_models(args, names, log=print):
     return models
 
 
-# Seconds each stage takes on the reference machine (a quiet 2-core x86-64 VM without AVX-512,
-# so training in float32; torch 2.13 CPU), at that machine's probes (REFERENCE_PROBES). A
+# Seconds each stage takes on the reference machine (a quiet 2-core x86-64 VM with AVX512-BF16,
+# so training in bfloat16; torch 2.13 CPU), at that machine's probes (REFERENCE_PROBES). A
 # forecast scales them by this machine's probes, timed now: a slower or busier machine waits
 # longer. Training stages scale with the training probe, the rest (the exercises 1-5, the
 # studies: decoding) with the decoding one.
-# big, draft, names: `make lesson` from nothing there, 2026-12-02 (4 min 10 s, 17 s, 16 s);
-# 1-5: the medians of three second runs of `python -m exercises` (70 to 90 s in all).
-# distilled and heads: measured on an AVX-512 VM training in bfloat16 on 2026-12-01 (115 and
-# 216 s), scaled by the big model's 250 / 190 s between the two machines. The studies: measured
-# there too (trees: 14 min 9 s busy); both machines decode at about the same speed.
-STAGE_SECONDS = {"big": 250, "draft": 17, "names": 16, "distilled": 151, "heads": 284,
-                 1: 2, 2: 2, 3: 23, 4: 18, 5: 36, "drafters": 420, "transformers": 120,
-                 "sampling": 60, "batch": 300, "trees": 660}
+# big, draft, names and 1-5: three `make lesson` runs from nothing in fresh clones there and
+# three again, 2026-12-03 (medians; the big model 600 Muon steps); distilled: `python train.py
+# --preset distilled` there the same day. heads and the studies were measured on earlier VMs
+# (heads 216 s, the studies' times, trees 14 min 9 s busy) and are scaled here by the probes
+# between those machines and this one (training 0.18 s there, decoding 0.085 s).
+STAGE_SECONDS = {"big": 62, "draft": 10, "names": 10, "distilled": 90, "heads": 174,
+                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "drafters": 198, "transformers": 56,
+                 "sampling": 28, "batch": 141, "trees": 311}
 TRAINING = ("big", "draft", "names", "distilled", "heads")
-REFERENCE_PROBES = {"training": 0.18, "decoding": 0.085}   # seconds, medians of quiet probes()
+REFERENCE_PROBES = {"training": 0.11, "decoding": 0.04}   # seconds, quiet probes() (5 processes)
 
 
 def probes(kinds=("training", "decoding"), repeats=5):
-    """This machine's speed now, for each of `kinds`: the median of `repeats` timings after two
-    untimed warm-ups, on an untrained model of the big one's size. training: one training step
+    """This machine's speed now, for each of `kinds`, after two untimed warm-ups, on an
+    untrained model of the big one's size. training: the median of `repeats` training steps
     (forward and backward, 20 x 128 characters) on training's threads in training's precision,
-    which is arithmetic. decoding: plain decoding of 64 characters with the KV cache on
-    decoding's one thread, which is mostly the fixed cost of each call (a training step timed on one thread
-    instead said 1.3x slower on a processor without AVX-512 that decoded as fast, and 1.3x
-    slower beside a busy core, where the exercises ran at their quiet speed)."""
+    which is arithmetic. decoding: the mean of 2 x `repeats` plain decodings of 64 characters
+    with the KV cache on decoding's one thread, which is mostly the fixed cost of each call.
+    A mean, not a median: beside programs that keep both cores busy, a call either runs
+    whole or is interrupted, and the interrupted ones are the slowdown (beside two spinning
+    programs, medians of 5 said 1.25-1.95x slower in turn, means of 10 1.35-1.6x, the exercises
+    ran 1.5x slower). (A training step timed on one thread instead said 1.3x slower on a
+    processor without AVX-512 that decoded as fast, and 1.3x slower beside a busy core, where
+    the exercises ran at their quiet speed.)"""
     torch.manual_seed(0)
     model = gpt.GPT(gpt.Config(**{**vars(checkpoint.preset("big")), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))
 
-    def median_seconds(fn, threads):
+    def seconds(fn, threads, times, average):
         with machine.threads(threads):
             fn(), fn()     # warm up, untimed (in a fresh process one call is not enough)
-            return statistics.median(machine.times_of(fn, repeats, threads))
+            return average(machine.times_of(fn, times, threads))
 
     def training_step():
         _, loss = model(x, x)
@@ -103,13 +107,14 @@ def probes(kinds=("training", "decoding"), repeats=5):
     if "training" in kinds:
         precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
         with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
-            measured["training"] = median_seconds(training_step, machine.training_threads())
+            measured["training"] = seconds(training_step, machine.training_threads(), repeats,
+                                           statistics.median)
     if "decoding" in kinds:
         model.eval()
         prompt = torch.zeros(1, 8, dtype=torch.long)
         with torch.no_grad():
-            measured["decoding"] = median_seconds(lambda: sd.generate(model, prompt, 64),
-                                                  machine.DECODE_THREADS)
+            measured["decoding"] = seconds(lambda: sd.generate(model, prompt, 64),
+                                           machine.DECODE_THREADS, 2 * repeats, statistics.mean)
     return measured
 
 

@@ -249,11 +249,13 @@ for name, label in DRAFTS.items():
     print(f"{label}: a1 = {a1:.0%} of first guesses kept, a2 = {a2:.0%} after a kept one; "
           f"characters per pass {measured:.2f}, from a1 and a2 {two:.2f}, from alpha {one:.2f}")
     if name == "draft":
-        assert a2 > a1 + 0.1 and abs(two - measured) < abs(one - measured) / 2 or QUICK
+        assert a2 > a1 and abs(two - measured) < abs(one - measured) / 2 or QUICK
 
 # %% [markdown]
-# For the lesson's draft the gap between a1 and a2 is wide, and the two rates explain most of
-# its shortfall. The distilled draft misses less often, so its runs of misses matter less.
+# For the lesson's draft a guess right after a kept one is kept more often than a first guess
+# (a2 above a1), and the two rates explain most of its shortfall: their figure lies less than
+# half as far from the measured one as the one-α formula's. The distilled draft misses less
+# often, so its runs of misses matter less.
 #
 # Sampling draws every guess afresh, and there the α to use is the overlap at the decoding's
 # temperature; notebook 4 decodes at temperature 1 and checks that formula against the run.

@@ -26,9 +26,9 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the reposit
 # faster-paying draft: one layer as wide as the target (on a CPU a step costs per layer, hardly
 # per width) trained to imitate the target's distributions (distillation) rather than the text.
 # "train": how a preset trains where it differs from gpt.TrainConfig's defaults (AdamW, 1500
-# steps). With Muon the big model reaches AdamW's loss in 600 steps, in half the time, and the
-# distilled draft, imitating it, agrees with it as much as before; the lesson's two small drafts
-# keep AdamW, and with it the lesson's figures (docs/RESULTS.md, "Muon").
+# steps). With Muon the big model reaches AdamW's loss in 600 steps, in a third to a half of the
+# time, and the distilled draft, imitating it, agrees with it as much as before; the lesson's
+# two small drafts keep AdamW, and with it the lesson's figures (docs/RESULTS.md, "Muon").
 PRESETS = {
     "big": {"config": {}, "corpus": "shakespeare", "train": {"optimizer": "muon", "steps": 600}},
     "draft": {"config": {"n_embd": 32, "n_layer": 1, "n_head": 2}, "corpus": "shakespeare"},
@@ -58,7 +58,7 @@ def preset(name, size="lesson"):
 
 def training(name, **changes):
     """The gpt.TrainConfig preset `name` trains with (its own settings, then `changes`)."""
-    preset(name)
+    preset(name)  # an unknown name: a ValueError that lists the presets
     return gpt.TrainConfig(**{**PRESETS[name].get("train", {}), **changes})
 
 

@@ -68,12 +68,11 @@ def load_models(args, names, log=print):
 # studies: decoding) with the decoding one.
 # big, draft, names and 1-5: three `make lesson` runs from nothing in fresh clones there and
 # three again, 2026-12-03 (medians; the big model 600 Muon steps); distilled: `python train.py
-# --preset distilled` there the same day. heads and the studies were measured on earlier VMs
-# (heads 216 s, the studies' times, trees 14 min 9 s busy) and are scaled here by the probes
-# between those machines and this one (training 0.18 s there, decoding 0.085 s).
-STAGE_SECONDS = {"big": 62, "draft": 10, "names": 10, "distilled": 90, "heads": 174,
-                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "drafters": 198, "transformers": 56,
-                 "sampling": 28, "batch": 141, "trees": 311}
+# --preset distilled` there the same day; heads and the studies: one `make studies` there the
+# same day (27 min in all, the heads 2 min 30 s of it).
+STAGE_SECONDS = {"big": 62, "draft": 10, "names": 10, "distilled": 90, "heads": 150,
+                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "drafters": 600, "transformers": 200,
+                 "sampling": 130, "batch": 165, "trees": 370}
 TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.11, "decoding": 0.04}   # seconds, quiet probes() (5 processes)
 

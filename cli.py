@@ -67,11 +67,16 @@ def add_fields(parser, cls, help=None, override_defaults=None, title=None):
     return group
 
 
+def given(cls, args):
+    """{field: value} of the parsed flags that name fields of dataclass `cls` and were given
+    (None: not given, so the default stands)."""
+    return {f.name: getattr(args, f.name) for f in fields(cls)
+            if getattr(args, f.name, None) is not None}
+
+
 def take(cls, args, **changes):
     """Build dataclass `cls` from the parsed flags that name its fields (None: keep default)."""
-    values = {f.name: getattr(args, f.name) for f in fields(cls)
-              if getattr(args, f.name, None) is not None}
-    return cls(**{**values, **changes})
+    return cls(**{**given(cls, args), **changes})
 
 
 # ValueError: a bad value, a missing checkpoint (gpt.CheckpointError), an unbuildable corpus

@@ -228,16 +228,17 @@ def main(argv=None):
     if args.threads is not None and args.threads < 0:
         raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
                          f"not {args.threads}")
-    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
-             if getattr(args, f.name) is not None}   # the flags given; the rest: each preset's
-    for name in args.preset:  # a bad --optimizer or --precision: one line, before any work
-        gpt.speedups(training(name, **given), machine.resolve_device(args.device))
+    # each preset's own training settings, changed by the flags given; a bad --optimizer or
+    # --precision is one line here, before any work
+    tcs = {name: training(name, **cli.given(TrainConfig, args)) for name in args.preset}
+    for tc in tcs.values():
+        gpt.speedups(tc, machine.resolve_device(args.device))
     corpus.prepare()
     for name in args.preset:
         config = cli.take(Config, args, **{k: v for k, v in PRESETS[name]["config"].items()
                                           if getattr(args, k) is None})
         try:
-            ensure_trained(name, training(name, **given), config, folder=args.checkpoints,
+            ensure_trained(name, tcs[name], config, folder=args.checkpoints,
                            device=args.device, fresh=args.fresh, resume=args.resume,
                            progress=not args.quiet)
         except KeyboardInterrupt:
@@ -247,7 +248,7 @@ def main(argv=None):
         model = load_trained("big", args.checkpoints)
         prompt = "ROMEO:\n"
         idx = generate(model, torch.tensor([gpt.encode(prompt)]), args.sample, temperature=0.8,
-                       generator=torch.Generator().manual_seed(training("big", **given).seed))
+                       generator=torch.Generator().manual_seed(tcs["big"].seed))
         print(f"\n--- a sample from the big model (temperature 0.8) ---\n{gpt.decode(idx[0])}")
 
 

@@ -49,8 +49,9 @@ notebooks: setup $(VENV)/.installed-notebooks  ## your own notebooks, blank your
 notebooks-solved: setup  ## the solved notebooks, in solved-notebooks/
 	$(PY) -m classroom notebooks --solved
 
-notebooks-check: setup $(VENV)/.installed-notebooks  ## run the six solved notebooks on the trained models: each one's time; fails on any error
-	$(PY) -m classroom notebooks --check
+notebooks-check: setup $(VENV)/.installed-notebooks  ## the six solved notebooks on the trained models, then the student's walk (their own notebooks filled in order, then make check); CHECKPOINTS=DIR for other models
+	$(PY) -m classroom notebooks --check $(if $(CHECKPOINTS),--checkpoints $(CHECKPOINTS))
+	$(PY) -m classroom notebooks --walk $(if $(CHECKPOINTS),--checkpoints $(CHECKPOINTS))
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) -m beyond.benchmark

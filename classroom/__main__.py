@@ -11,17 +11,18 @@ Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom grade SUBMISSION --out results.json
     python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
     python -m classroom gradescope --out autograder.zip
-    python -m classroom notebooks [--solved] [--check]      # (make notebooks, notebooks-check)
+    python -m classroom notebooks [--solved] [--check] [--walk]  # (make notebooks, notebooks-check)
 """
 
 import csv
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import cli
-from classroom import build, notebooks, parts, runner
+from classroom import build, notebooks, parts, runner, walk
 from classroom.submissions import (ROOT, SubmissionError, broken_files, scratch_dir,
                                    with_blank_files, workspace)
 
@@ -58,6 +59,12 @@ def parser():
                    help="instead: run the six solved notebooks on the trained models, print "
                         "each one's time, save HTML copies in results/notebooks; exit 1 if any "
                         "fails")
+    n.add_argument("--walk", action="store_true",
+                   help="instead: build the student repository, write each your-turn cell "
+                        "from the solved notebooks, run the six in order on the trained "
+                        "models, then make check there; exit 1 unless all pass with every point")
+    n.add_argument("--checkpoints", help="with --check or --walk: the trained models in this "
+                                         "folder (default: checkpoints/)")
     return p
 
 
@@ -139,8 +146,19 @@ def grade_all(args):
 
 
 def notebooks_command(args):
+    if args.checkpoints and not Path(args.checkpoints).is_dir():
+        raise ValueError(f"no folder {args.checkpoints}: train models into it with "
+                         f"python train.py --checkpoints {args.checkpoints}")
     if args.check:
-        return 1 if notebooks.check() else 0
+        return 1 if notebooks.check(checkpoints=args.checkpoints) else 0
+    if args.walk:
+        with tempfile.TemporaryDirectory(prefix="student-walk-") as scratch:
+            print("building the student repository (about 30 s)")
+            student = walk.student_repository(scratch)
+            failures = walk.walk(student, checkpoints=args.checkpoints)
+        print("the student's walk passed: every notebook clean, every point" if not failures
+              else f"the student's walk failed: {'; '.join(f'{n}: {w}' for n, w in failures)}")
+        return 1 if failures else 0
     version = "solved" if args.solved else "student"
     folder = Path(args.out or (notebooks.SOLVED_FOLDER if args.solved else
                                notebooks.STUDENT_FOLDER))

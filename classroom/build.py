@@ -137,11 +137,30 @@ random models and seeds, so make the properties hold, not the printed numbers.
 
 {points_table()}
 
-The notebooks (`notebooks/*.ipynb`; `make notebooks` writes fresh copies into `my-notebooks/`
-and opens them in Jupyter) tell the lesson's story in six parts, with the same functions as
-"your turn" cells and a check cell after each. They are
-for practice and for reading; your grade comes from the files in the table above, so copy a
-function you finished in a notebook into its file.
+## The notebooks
+
+Six notebooks (`notebooks/*.ipynb`) tell the lesson's story with the same functions as "your
+turn" cells, a check cell after each. `make notebooks` installs Jupyter (the first time) and
+opens Jupyter Lab on fresh copies in `my-notebooks/` (never overwritten: your work stays);
+`make lesson` first trains the models they use (minutes; a notebook would otherwise train a
+missing one itself, saying how long first). Start with `01_the_idea.ipynb` and go in order.
+
+**Your answers live in the files above, and the notebooks write them there.** Running a your-turn
+cell saves its function into its file (`numpy_speculative.py`, say) in place of the stub, with
+a comment line above it; from then on the notebook, the later notebooks, the exercises and `make
+check` all use it, and the check cell after it runs the same checks as `make check`. You can
+also write a function in its file directly: a notebook whose cell is still blank uses the file's,
+and a notebook never overwrites a function you changed in the file (its cell says so in one
+line; `%%answer 3b --replace` as the cell's first line saves the cell's over it). A cell that
+does not compile or raises saves nothing and says why in one line. A cell that needs a part you
+have not written yet prints one line naming it and where to write it, and the notebook goes on.
+After editing a file by hand, restart the notebook's kernel so that it reads the file again.
+
+Without Jupyter Lab: VS Code opens the `.ipynb` files as they are (with the Python and Jupyter
+extensions, and this repository's `.venv` as the kernel); `.venv/bin/jupyter nbconvert --to
+notebook --execute --inplace my-notebooks/01_the_idea.ipynb` runs one from a terminal (after
+`make notebooks` has installed Jupyter); or write the functions in their files with any editor
+and check them with `make check`.
 
 Exercise 3 is built with NumPy alone: `numpy_speculative.py` may not import torch or the
 project's own decoding (the checks block both). The library's fast NumPy forward pass

@@ -15,7 +15,10 @@ the source runs top to bottom as it is. The build drops those two lines and puts
 functions there, copied from the reference code (solution regions included), so a solution
 still lives once. The solved notebook keeps them; the student notebook replaces each region
 with a NotImplementedError, the same way and with the same tool as the classroom assignments
-(regions.py). The check cell after it runs that part's classroom checks (notebook_checks.py).
+(regions.py). In both, the cell starts with `%%answer PART`, and the setup cell (the first code
+cell) with `%load_ext classroom.yourturn`: running a your-turn cell saves its functions into the
+file the grader reads, the check cell after it (`check("1a")`) grades that file as `make check`
+does, and a cell that needs a part not written yet says so in one line (yourturn.py).
 
     python -m classroom notebooks            # my-notebooks/: the student's own (make notebooks)
     python -m classroom notebooks --solved   # solved-notebooks/ (make notebooks-solved)
@@ -29,13 +32,16 @@ from pathlib import Path
 
 import nbformat
 
-from classroom import regions
+from classroom import parts, regions
 from classroom.submissions import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 STUDENT_FOLDER = ROOT / "my-notebooks"       # never overwritten: it holds the student's work
 SOLVED_FOLDER = ROOT / "solved-notebooks"    # regenerated each time
 YOUR_TURN = re.compile(r"^# %% your turn: (.+)$")
+HEADING = re.compile(r"^## (.+)$", re.M)
+EXTENSION = ("# your-turn cells save your answers into the files the grader reads\n"
+             "%load_ext classroom.yourturn")
 SOURCE_ONLY = "# source only: the reference answer (the notebooks put its code here instead)"
 SOLVED_BANNER = ("**Solved version**: every your-turn cell below holds the reference answer. "
                  "Your own blank copy: `make notebooks` (in `my-notebooks/`).")
@@ -81,6 +87,29 @@ def cells(text):
     return found
 
 
+def part_of_cell(header):
+    """The part whose functions a your-turn cell's header names (one part a cell)."""
+    names = [n.split(".")[-1] for n in YOUR_TURN.match(header).group(1).split()]
+    found = {parts.part_of(n) for n in names}
+    if len(found) != 1 or None in found:
+        raise ValueError(f"{header!r}: a your-turn cell names the functions of one part")
+    return found.pop()
+
+
+def your_turn_places(folder=NOTEBOOKS):
+    """{part id: (the heading above its your-turn cell, the notebook's name)}."""
+    places = {}
+    for source in sources(folder):
+        heading = None
+        for kind, header, body in cells(source.read_text()):
+            if kind == "markdown":
+                found = HEADING.findall("\n".join(line[2:] for line in body.splitlines()))
+                heading = found[-1] if found else heading
+            elif YOUR_TURN.match(header):
+                places[part_of_cell(header).id] = (heading, source.stem)
+    return places
+
+
 def reference_import(body):
     """A your-turn cell's source body without its source-only import of the reference."""
     lines = body.splitlines()
@@ -107,6 +136,8 @@ def read(path, version="student", root=ROOT):
                 notebook.cells.append(nbformat.v4.new_markdown_cell(SOLVED_BANNER))
             continue
         turn = YOUR_TURN.match(header)
+        if version != "source" and not any(c.cell_type == "code" for c in notebook.cells):
+            body = EXTENSION + "\n" + body
         if turn and version != "source":
             names = turn.group(1).split()
             pieces = [function_source(".".join(n.split(".")[:-1]), n.split(".")[-1], root)
@@ -115,6 +146,7 @@ def read(path, version="student", root=ROOT):
             body = (body + "\n\n" if body else "") + "\n\n\n".join(pieces)
             if version == "student":
                 body = regions.student_version(body, your_turn_message)
+            body = f"%%answer {part_of_cell(header).id}\n" + body
         notebook.cells.append(nbformat.v4.new_code_cell(body))
     return notebook
 
@@ -156,11 +188,13 @@ def execute(notebook, cwd=NOTEBOOKS, timeout=600, env=None):
     return notebook
 
 
-def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=180):
+def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=120,
+          checkpoints=None):
     """Run every solved notebook on the trained models (the real ones: SPECDEC_QUICK is
-    ignored), save an HTML copy of each, print the seconds each took. Returns the names of the
-    notebooks that failed; every claim a notebook makes is an assertion, so a claim that does
-    not hold on the trained models is a failure here."""
+    ignored; checkpoints: another folder of them, models trained with another seed, say), save
+    an HTML copy of each, print the seconds each took. Returns the names of the notebooks that
+    failed; every claim a notebook makes is an assertion, so a claim that does not hold on the
+    trained models is a failure here."""
     import time
 
     from nbclient.exceptions import CellExecutionError
@@ -171,7 +205,8 @@ def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=
     for source in sources(root / "notebooks"):
         notebook, started = read(source, "solved", root), time.perf_counter()
         try:
-            execute(notebook, env={"SPECDEC_QUICK": ""})
+            execute(notebook, env={"SPECDEC_QUICK": "", "SPECDEC_CHECKPOINTS":
+                                   str(Path(checkpoints).resolve()) if checkpoints else ""})
             verdict = "passed"
         except CellExecutionError as e:
             lines = [line for line in str(e).splitlines() if line.strip()]

@@ -6,7 +6,8 @@ The main job: the lesson, end to end. `make lesson` runs this after setting up.
     python -m exercises --quick         # tiny models: what the tests run
 
 Each exercise trains the models it uses when it first needs them (once: they are cached in
-checkpoints/), so the lesson trains the big model, its draft and the names draft, nothing else.
+checkpoints/): the big model, its draft and the names draft. The whole lesson (no --only) then
+trains the one model the notebooks add, the distilled draft, so that no notebook has to.
 The studies past the lesson (every drafter compared, transformers, sampling's price list, the
 batch curve, token trees) run by their own commands, all of them by `python -m beyond.studies` (make
 studies); the report links to their sections once they have run.
@@ -33,12 +34,21 @@ class Args(common.ExerciseArgs):
     only: list = field(default_factory=lambda: list(EXERCISES))
 
 
-def stages(exercise_args, folder):
+# The models the six notebooks use (each notebook would train a missing one first).
+NOTEBOOK_MODELS = ["big", "draft", "names", "distilled"]
+
+
+def stages(exercise_args, folder, notebooks=True):
     """(label, keys) per exercise: the models it trains first (those it uses that are not
-    trained yet, nor trained by an earlier exercise), then the exercise itself.
+    trained yet, nor trained by an earlier exercise), then the exercise itself; and, with
+    notebooks, a last stage that trains what the notebooks use besides.
     exercise_args: {n: that exercise's Args}."""
-    return common.plan([(f"exercise {n}: {EXERCISES[n][0]}", EXERCISES[n][1].models(args), n)
-                        for n, args in exercise_args.items()], folder)
+    steps = [(f"exercise {n}: {EXERCISES[n][0]}", EXERCISES[n][1].models(args), n)
+             for n, args in exercise_args.items()]
+    if notebooks:
+        steps.append(("the notebooks' models", NOTEBOOK_MODELS, "notebooks"))
+    planned = common.plan(steps, folder)
+    return planned[:-1] if notebooks and planned[-1][1] == ["notebooks"] else planned  # trained
 
 
 def lesson(args):
@@ -48,13 +58,17 @@ def lesson(args):
     exercise_args = {n: EXERCISES[n][1].Args(seed=args.seed, quick=args.quick,
                                              checkpoints=args.checkpoints, results=args.results)
                      for n in args.only}
-    progress = common.Progress(stages(exercise_args, common.checkpoint_folder(args)),
-                               forecast=not args.quick)
+    whole = args.only == list(EXERCISES)
+    planned = stages(exercise_args, common.checkpoint_folder(args), notebooks=whole)
+    progress = common.Progress(planned, forecast=not args.quick)
     sections = {}
     for n, module_args in exercise_args.items():
         progress.start()
         sections[n] = EXERCISES[n][1].run(module_args, log=print)
         path = report.record(args, n, sections[n], log=None)
+    if len(planned) > len(exercise_args):     # the notebooks' models, where one is missing
+        progress.start()
+        common.load_models(args, NOTEBOOK_MODELS, log=print)
     print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
     print(f"Past the lesson: {report.studies_line(args)}")
     return sections

@@ -71,7 +71,7 @@ def load_models(args, names, log=print):
 # --preset distilled` there the same day; heads and the studies: one `make studies` there the
 # same day (27 min in all, the heads 2 min 30 s of it).
 STAGE_SECONDS = {"big": 62, "draft": 10, "names": 10, "distilled": 90, "heads": 150,
-                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "drafters": 600, "transformers": 200,
+                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "notebooks": 0, "drafters": 600, "transformers": 200,
                  "sampling": 130, "batch": 165, "trees": 370}
 TRAINING = ("big", "draft", "names", "distilled", "heads")
 REFERENCE_PROBES = {"training": 0.11, "decoding": 0.04}   # seconds, quiet probes() (5 processes)
@@ -251,10 +251,17 @@ def markdown_table(header, rows):
 
 
 def parse_args(doc, args_class, argv=None):
-    """The flags of an exercise, from its Args dataclass; the docstring's first line is -h's."""
+    """The flags of an exercise, from its Args dataclass; the docstring's first line is -h's.
+    The flags every exercise shares are checked here, before anything is printed or loaded."""
     parser = cli.Parser(description=doc.strip().split("\n\n")[0])
     cli.add_fields(parser, args_class, title="flags")
-    return cli.take(args_class, parser.parse_args(argv))
+    args = cli.take(args_class, parser.parse_args(argv))
+    if hasattr(args, "prompt"):
+        gpt.encode(args.prompt.replace("\\n", "\n"))   # unknown characters: one line
+    if getattr(args, "draft", None) is not None and args.draft not in DRAFT_NAMES:
+        raise ValueError(f"--draft takes {', '.join(DRAFT_NAMES)}, not {args.draft!r}")
+    at_least_one(args, *[n for n in ("k", "max_new_tokens", "repeats") if hasattr(args, n)])
+    return args
 
 
 def whole_numbers(text, flag):

@@ -21,7 +21,9 @@
 # character-level GPT trained on Shakespeare, and a 1-layer draft.
 #
 # Reading time: about 25 minutes. You write two small functions (the "your turn" cells); the
-# cell after each checks your answer the way the course's grader does.
+# cell after each checks your answer the way the course's grader does. Run the cells in order
+# (Run All works too): a your-turn cell saves what you write into the project's file, which is
+# where the rest of the course, and `make check`, take it from.
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
@@ -33,12 +35,35 @@ from IPython.display import HTML, display
 import gpt
 import machine
 import speculative as sd
+from classroom.yourturn import check
 from exercises import common, ex1_watch, player
 
 models = common.notebook_models(["big", "draft"])
 target, draft = models["big"], models["draft"]
 QUICK = common.notebook_args().quick  # tiny models (the test suite): numbers mean little
 print(f"big model: {target.num_params():,} parameters; draft: {draft.num_params():,}")
+
+# %% [markdown]
+# ## Your turn: judge a round
+#
+# Before watching it run, write its heart. Greedy verification is small: given the draft's
+# guesses and the big model's own choice at each of those positions (and one more, after the
+# last guess), return how many guesses are kept and which token the big model adds. Write the
+# body of `greedy_verdict` below and run the cell; the cell after it runs the course's checks
+# on it.
+#
+# Running a your-turn cell **saves your function into the project's file**
+# (`numpy_speculative.py` here, the file `make check` grades), in place of its stub. From then
+# on the project uses it: every run below keeps guesses with your `greedy_verdict`, and so do
+# the later notebooks. A cell that needs a part you have not written yet says so in one line
+# and the notebook goes on.
+
+# %% your turn: numpy_speculative.greedy_verdict
+# source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import greedy_verdict
+
+# %%
+check("1a")
 
 # %% [markdown]
 # ## Plain decoding, and the same text from speculative decoding
@@ -153,36 +178,6 @@ display(player.show(player.page("ROMEO:\n", rounds[:25], "The lesson's draft gue
                                 "the big model checks (k = 4, greedy)")))
 
 # %% [markdown]
-# ## Your turn: judge a round
-#
-# The heart of greedy verification is small. Given the draft's guesses and the big model's own
-# choice at each of those positions (and one more, after the last guess), return how many
-# guesses are kept and which token the big model adds. Write the body of `greedy_verdict`
-# below; the cell after it runs the course's checks on it.
-
-# %% your turn: numpy_speculative.greedy_verdict
-# source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import greedy_verdict
-
-# %%
-from classroom.notebook_checks import check
-
-check("1a", greedy_verdict=greedy_verdict)
-
-# %% [markdown]
-# Every round of the run above obeys this rule. Using the project's own `greedy_verdict`, the
-# rounds replay to the same counts:
-
-# %%
-from numpy_speculative import greedy_verdict as reference_verdict
-
-# The trace keeps the guesses, the count kept and the token added: rebuild choices from them.
-for proposed, n_accepted, token in stats.trace:
-    choices = list(proposed[:n_accepted]) + [token] + [0] * (len(proposed) - n_accepted)
-    assert reference_verdict(list(proposed), choices) == (n_accepted, token)
-print(f"{len(stats.trace)} rounds, each one consistent with the rule")
-
-# %% [markdown]
 # ## Your turn: the text a run writes
 #
 # Given the prompt and every round (the draft's guesses, the big model's choices), what text
@@ -193,7 +188,21 @@ print(f"{len(stats.trace)} rounds, each one consistent with the rule")
 from numpy_speculative import replay
 
 # %%
-check("1b", replay=replay, greedy_verdict=greedy_verdict)
+check("1b")
+
+# %% [markdown]
+# With your `replay`, the rounds of the run at the top rebuild its text exactly. The trace keeps
+# each round's guesses, how many were kept and the token the big model added; the big model's
+# choices at the kept positions were the guesses themselves, and after the added token nothing
+# was asked of it (any token will do there).
+
+# %%
+import numpy_speculative as ns
+
+recorded = [(list(proposed), list(proposed[:kept]) + [token] + [0] * (len(proposed) - kept))
+            for proposed, kept, token in stats.trace]
+assert ns.replay(prompt[0].tolist(), recorded) == fast[0].tolist(), "replay differs from the run"
+print(f"{len(recorded)} rounds replayed: the run's {stats.new_tokens} characters, exactly")
 
 # %% [markdown]
 # ## What to remember

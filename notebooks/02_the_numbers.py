@@ -9,7 +9,7 @@
 # runs fall short of the formula, why "a quarter of the guesses kept" and "2 characters per
 # pass" are one fact, and the paper's table of speed-ups, recomputed.
 #
-# Reading time: about 30 minutes. You write three small functions (the "your turn" cells); the
+# Reading time: about 30 minutes. You write four small functions (the "your turn" cells); the
 # cell after each checks your answer the way the course's grader does.
 
 # %%
@@ -24,8 +24,9 @@ import torch
 import corpus
 import gpt
 import machine
+import numpy_speculative as ns
 import speculative as sd
-from classroom.notebook_checks import check
+from classroom.yourturn import check
 from exercises import common, ex2_derive
 
 models = common.notebook_models(["big", "draft", "distilled"])
@@ -52,8 +53,9 @@ print(f"big model: {target.num_params():,} parameters; " + "; ".join(
 #     sum over x of q(x) * min(1, p(x) / q(x))  =  sum over x of min(p(x), q(x))
 #
 # the overlap of the two distributions: 1 when they are identical, 0 when they share nothing.
-# A three-character example, checked by running many guesses through the project's acceptance
-# rule, `sd.verify`:
+# A three-character example, checked by playing the rule many times: draw a guess from `q`,
+# keep it with probability `min(1, p(x) / q(x))` (`ns.accept_probability`, given; notebook 4
+# builds the whole rule on it):
 
 # %%
 p = np.array([0.6, 0.3, 0.1])    # the big model
@@ -61,9 +63,9 @@ q = np.array([0.3, 0.5, 0.2])    # the draft
 overlap = np.minimum(p, q).sum()
 rng = np.random.default_rng(0)
 trials = 4000 if QUICK else 20_000
-kept = sum(sd.verify(np.array([p, p]), np.array([q]), [int(rng.choice(3, p=q))], rng)[0]
-           for _ in range(trials))
-print(f"sum of min(p, q) = {overlap:.2f}; {trials:,} guesses through sd.verify: "
+guesses = rng.choice(3, size=trials, p=q)
+kept = sum(rng.random() < ns.accept_probability(p[x], q[x]) for x in guesses)
+print(f"sum of min(p, q) = {overlap:.2f}; {trials:,} guesses drawn from q: "
       f"{kept / trials:.3f} kept")
 print(f"greedy: the top choices are {p.argmax()} and {q.argmax()}, so alpha = "
       f"{float(p.argmax() == q.argmax()):.0f}")
@@ -74,8 +76,33 @@ assert abs(kept / trials - overlap) < 0.02 and p.argmax() != q.argmax()
 # the big model's, so a greedy guess is never kept, while a sampled guess often lands on a
 # character both like. Feed the formulas below the α that matches the decoding. For real
 # models, `sd.measure_agreement` reads held-out text (the last tenth of the corpus, never
-# trained on) through both models and averages over every position: `alpha` is the overlap at
-# the temperature you give it, `greedy_agreement` the share of equal top choices.
+# trained on) through both models and hands both models' logits at every position to
+# `agreement_of`, which you write now: `alpha` is the overlap at the temperature you give it,
+# `greedy_agreement` the share of equal top choices.
+#
+# ## Your turn: alpha and agreement from two models' logits
+#
+# `agreement_of(target_logits, draft_logits, temperature=..., top_k=..., top_p=...)` gets two
+# arrays of logits of the same shape `(..., V)`: any number of leading dimensions (windows,
+# positions), the vocabulary last. Return two Python floats:
+#
+# - alpha: turn both into the distributions decoding would sample from, with `warp(logits,
+#   temperature, top_k, top_p)` (already written, in `numpy_speculative`; temperature 0 gives
+#   one-hots), take the element-wise minimum, sum over the vocabulary, average over every
+#   position;
+# - the greedy agreement: the share of positions where both argmaxes are equal.
+
+# %% your turn: speculative.agreement_of
+# source only: the reference answer (the notebooks put its code here instead)
+from speculative import agreement_of
+import numpy as np
+from numpy_speculative import warp
+
+# %%
+check("4a")
+
+# %% [markdown]
+# With your `agreement_of`, the two drafts against the big model:
 
 # %%
 agreement = {}
@@ -118,7 +145,7 @@ assert agreement["distilled"]["greedy"] > agreement["draft"]["greedy"] > 0.5 or 
 from speculative import expected_tokens_per_pass
 
 # %%
-check("2a", expected_tokens_per_pass=expected_tokens_per_pass)
+check("2a")
 
 # %% [markdown]
 # ### 3.3616, exactly
@@ -166,7 +193,7 @@ from exercises.ex2_derive import simulate
 import numpy as np
 
 # %%
-check("2b", simulate=simulate)
+check("2b")
 
 # %% [markdown]
 # With the exercise's own `simulate`, formula and simulation side by side: lines are the
@@ -272,9 +299,8 @@ for name, label in DRAFTS.items():
 # With k = 4, 2 characters per pass is (2 - 1) / 4, a quarter kept. The share kept is not α:
 # guesses after the first rejection count as proposed but are never checked. Our runs, both
 # ways, and then: which α gives the lesson's 2 characters per pass, if guesses were
-# independent? With a free draft (c = 0, below) the speed-up *is* the characters per pass, so
-# `common.alpha_for(2, 4, 0.0)`, the α at which the speed-up reaches 2, solves
-# 1 + α + α² + α³ + α⁴ = 2: about 0.52, twice the share kept. And the lesson's 37% agreement
+# independent? It solves 1 + α + α² + α³ + α⁴ = 2, and since the sum grows with α, halving an
+# interval that holds the answer finds it (bisection): about 0.52, twice the share kept. And the lesson's 37% agreement
 # would give only 1.58 characters per pass: its two figures were presumably measured on
 # different text.
 
@@ -285,7 +311,11 @@ for name, label in DRAFTS.items():
           f"({stats.tokens_per_pass:.2f} - 1) / {K} = {(stats.tokens_per_pass - 1) / K:.1%}")
     # Equal up to each prompt's last round, which may propose fewer than k guesses.
     assert abs(stats.acceptance_rate - (stats.tokens_per_pass - 1) / K) < 0.03
-two_per_pass = common.alpha_for(2, 4, 0.0)
+low, high = 0.0, 1.0                  # the sum is 1 at alpha 0 and 5 at alpha 1
+while high - low > 1e-12:
+    middle = (low + high) / 2
+    low, high = (middle, high) if sd.expected_tokens_per_pass(middle, 4) < 2 else (low, middle)
+two_per_pass = low
 print(f"alpha for 2 characters per pass at k = 4: {two_per_pass:.3f}; "
       f"characters per pass for alpha 0.37: {sd.expected_tokens_per_pass(0.37, 4):.2f}")
 assert 0.51 < two_per_pass < 0.53 and abs(sd.expected_tokens_per_pass(two_per_pass, 4) - 2) < 1e-6
@@ -316,7 +346,7 @@ assert round(sd.expected_tokens_per_pass(0.37, 4), 2) == 1.58
 from speculative import expected_speedup
 
 # %%
-check("2c", expected_speedup=expected_speedup, expected_tokens_per_pass=expected_tokens_per_pass)
+check("2c")
 
 # %% [markdown]
 # ### c and the verify cost on this machine
@@ -405,15 +435,15 @@ plt.show()
 # %% [markdown]
 # What to read in all this, written from this run's own figures. They differ from run to run,
 # more so on a busy machine, where a slow moment moves the measured and predicted figures apart
-# (`python -m beyond.benchmark` times more prompts). The break-even α is where the formula's
-# speed-up with this machine's costs crosses 1 (notebook 5). For a GPU the cell assumes c = 0.05
-# and verify cost 1, typical of a big model there.
+# (`python -m beyond.benchmark` times more prompts). The ceiling is the formula's speed-up with
+# this machine's costs if every guess were kept; notebook 5 finds the α where it crosses 1. For
+# a GPU the cell assumes c = 0.05 and verify cost 1, typical of a big model there.
 
 # %%
 for name, label in DRAFTS.items():
     measured, predicted, from_run, per_pass = results[name, K]
     guessing, checking, alpha = K * c[name], verify_cost[K], agreement[name]["greedy"]
-    even = sd.break_even_alpha(K, c[name], checking)
+    ceiling = sd.expected_speedup(1.0, K, c[name], checking)
     print(f"- {label} {'pays' if measured > 1 else 'does not pay'} on this machine at k = {K}: "
           f"{measured:.2f}x measured. Its {K} guesses cost {guessing:.2f} big-model steps "
           f"(c = {c[name]:.2f}), the check {checking:.2f}: by these costs a round wrote "
@@ -421,8 +451,8 @@ for name, label in DRAFTS.items():
           f"{guessing + checking:.2f}.\n"
           f"  The formula was {'optimistic' if predicted > measured else 'pessimistic'}: "
           f"{predicted:.2f}x from alpha, {from_run:.2f}x from the run's characters per pass.\n"
-          f"  Break-even alpha {even:.3f}; its greedy agreement {alpha:.3f} is "
-          f"{'above' if alpha > even else 'below'} it. With c = 0.05 and verify cost 1 (a GPU): "
+          f"  With every guess kept it would reach {ceiling:.2f}x on this machine; with its "
+          f"greedy agreement {alpha:.3f}, c = 0.05 and verify cost 1 (a GPU): "
           f"{sd.expected_speedup(alpha, K, 0.05):.2f}x.")
     assert sd.expected_speedup(alpha, K, 0.05) > 1 or QUICK
 

@@ -37,7 +37,7 @@ import gpt
 import numpy_speculative as ns
 import speculative as sd
 from beyond.studies.lenience import total_variation
-from classroom.notebook_checks import check
+from classroom.yourturn import check
 from exercises import common, ex1_watch
 
 models = common.notebook_models(["big", "draft"])
@@ -179,68 +179,6 @@ plt.show()
 # would crash; the text would quietly be the wrong model's. That is why this project tests
 # distributions, not texts.
 #
-# ## A whole round: `verify`
-#
-# In a round the draft makes `k` guesses, each from its own distribution (row `i` of
-# `draft_probs`, which depended on the guesses before it). The target scores them all in one
-# pass and gives `k + 1` rows of `target_probs`: one per guess and one more. `ns.verify` walks
-# the guesses from the left with the rule and returns how many were kept and the character the
-# target adds: the correction of the first rejected guess, or the bonus from row `k` when all
-# were kept. Every random number comes from its `rng` argument (anything with `.random()`).
-#
-# Applied position by position, the argument above says: whichever path the round took to
-# reach position `i`, the character written there has distribution `target_probs[i]`. A
-# simulation checks `ns.verify`: 40,000 rounds of `k = 3` guesses over six tokens (the rows do
-# not depend on earlier characters here, as they would in a model; the argument does not care).
-
-# %%
-rng = np.random.default_rng(0)
-k, V, rounds = 3, 6, 40_000
-target_probs, draft_probs = rng.dirichlet(np.ones(V), k + 1), rng.dirichlet(np.ones(V), k)
-counts = np.zeros((k + 1, V))  # counts[i, x]: rounds that wrote x at position i
-written = []                   # characters each round wrote
-for _ in range(rounds):
-    guesses = [ns.sample(row, rng) for row in draft_probs]  # the draft samples from its q
-    n_kept, added = ns.verify(target_probs, draft_probs, guesses, rng)
-    for i, x in enumerate(guesses[:n_kept] + [added]):
-        counts[i, x] += 1
-    written.append(n_kept + 1)
-
-
-def z_ok(counts, probs, z=5.0):
-    """True when the frequencies in counts are within z standard errors (plus a small slack
-    for rare tokens) of probs: for a correct sampler it is false only by very bad luck."""
-    n = counts.sum()
-    return bool(np.all(np.abs(counts / n - probs) <= z * np.sqrt(probs * (1 - probs) / n) + 5 / n))
-
-
-for i in range(k + 1):
-    n = counts[i].sum()
-    print(f"position {i}: reached in {n / rounds:6.1%} of rounds; largest error of the "
-          f"frequencies {np.abs(counts[i] / n - target_probs[i]).max():.4f}")
-    assert z_ok(counts[i], target_probs[i])
-alphas = np.minimum(target_probs[:k], draft_probs).sum(-1)  # alpha at each guess position
-expected = 1 + sum(np.prod(alphas[:i + 1]) for i in range(k))
-print(f"alpha per position {np.round(alphas, 2)}: expected {expected:.3f} characters a round, "
-      f"simulated {np.mean(written):.3f}")
-assert abs(np.mean(written) - expected) < 0.03
-
-fig, axes = plt.subplots(1, k + 1, figsize=(10, 2.4), sharey=True)
-for i, ax in enumerate(axes):
-    ax.bar(np.arange(V) - 0.2, target_probs[i], 0.4, label="target row", color="#3b7dd8")
-    ax.bar(np.arange(V) + 0.2, counts[i] / counts[i].sum(), 0.4, label="simulated",
-           color="#5cb85c")
-    ax.set(title=f"position {i}", xlabel="token", xticks=range(V))
-axes[0].set_ylabel("probability")
-axes[-1].legend(fontsize=7)
-fig.suptitle("ns.verify, 40,000 rounds: what each position writes", y=1.04)
-plt.show()
-
-# %% [markdown]
-# Every position reached is distributed as the target's row, and the rounds write as many
-# characters as notebook 2's formula says, `1 + a0 + a0 a1 + a0 a1 a2`, with each position's
-# own alpha (with one alpha for all, the lesson's `1 + alpha + ... + alpha^k`).
-#
 # ## Temperature, top-k, top-p: the trap
 #
 # Decoding rarely samples from the raw softmax: a temperature sharpens or flattens it, top-k
@@ -346,12 +284,74 @@ from numpy_speculative import Cache, accept_probability, residual, sample, score
 import numpy as np
 
 # %%
-check("3c", verify=verify, speculative_sample=speculative_sample)
+check("3c")
 
 # %% [markdown]
+# ## A whole round: `verify`
+#
+# In a round the draft makes `k` guesses, each from its own distribution (row `i` of
+# `draft_probs`, which depended on the guesses before it). The target scores them all in one
+# pass and gives `k + 1` rows of `target_probs`: one per guess and one more. Your `verify` walks
+# the guesses from the left with the rule and returns how many were kept and the character the
+# target adds: the correction of the first rejected guess, or the bonus from row `k` when all
+# were kept. Every random number comes from its `rng` argument (anything with `.random()`).
+#
+# Applied position by position, the argument above says: whichever path the round took to
+# reach position `i`, the character written there has distribution `target_probs[i]`. A
+# simulation checks your `verify`: 40,000 rounds of `k = 3` guesses over six tokens (the rows do
+# not depend on earlier characters here, as they would in a model; the argument does not care).
+
+# %%
+rng = np.random.default_rng(0)
+k, V, rounds = 3, 6, 40_000
+target_probs, draft_probs = rng.dirichlet(np.ones(V), k + 1), rng.dirichlet(np.ones(V), k)
+counts = np.zeros((k + 1, V))  # counts[i, x]: rounds that wrote x at position i
+written = []                   # characters each round wrote
+for _ in range(rounds):
+    guesses = [ns.sample(row, rng) for row in draft_probs]  # the draft samples from its q
+    n_kept, added = ns.verify(target_probs, draft_probs, guesses, rng)
+    for i, x in enumerate(guesses[:n_kept] + [added]):
+        counts[i, x] += 1
+    written.append(n_kept + 1)
+
+
+def z_ok(counts, probs, z=5.0):
+    """True when the frequencies in counts are within z standard errors (plus a small slack
+    for rare tokens) of probs: for a correct sampler it is false only by very bad luck."""
+    n = counts.sum()
+    return bool(np.all(np.abs(counts / n - probs) <= z * np.sqrt(probs * (1 - probs) / n) + 5 / n))
+
+
+for i in range(k + 1):
+    n = counts[i].sum()
+    print(f"position {i}: reached in {n / rounds:6.1%} of rounds; largest error of the "
+          f"frequencies {np.abs(counts[i] / n - target_probs[i]).max():.4f}")
+    assert z_ok(counts[i], target_probs[i])
+alphas = np.minimum(target_probs[:k], draft_probs).sum(-1)  # alpha at each guess position
+expected = 1 + sum(np.prod(alphas[:i + 1]) for i in range(k))
+print(f"alpha per position {np.round(alphas, 2)}: expected {expected:.3f} characters a round, "
+      f"simulated {np.mean(written):.3f}")
+assert abs(np.mean(written) - expected) < 0.03
+
+fig, axes = plt.subplots(1, k + 1, figsize=(10, 2.4), sharey=True)
+for i, ax in enumerate(axes):
+    ax.bar(np.arange(V) - 0.2, target_probs[i], 0.4, label="target row", color="#3b7dd8")
+    ax.bar(np.arange(V) + 0.2, counts[i] / counts[i].sum(), 0.4, label="simulated",
+           color="#5cb85c")
+    ax.set(title=f"position {i}", xlabel="token", xticks=range(V))
+axes[0].set_ylabel("probability")
+axes[-1].legend(fontsize=7)
+fig.suptitle("ns.verify, 40,000 rounds: what each position writes", y=1.04)
+plt.show()
+
+# %% [markdown]
+# Every position reached is distributed as the target's row, and the rounds write as many
+# characters as notebook 2's formula says, `1 + a0 + a0 a1 + a0 a1 a2`, with each position's
+# own alpha (with one alpha for all, the lesson's `1 + alpha + ... + alpha^k`).
+#
 # ## The trained models: the same distribution, measured
 #
-# Now the project's own decoder (which uses `ns.verify`): `sd.speculative_generate` at
+# Now the project's own decoder (which uses your `verify`): `sd.speculative_generate` at
 # temperature 0.8, `k = 4`, with a seeded `torch.Generator`, against plain sampling with
 # `sd.generate`. For the prompt above we can compute exactly what plain sampling draws from:
 # the big model's warped distribution after the prompt, and for the second character a mixture,

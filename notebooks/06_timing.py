@@ -20,6 +20,7 @@ import corpus, gpt, machine, speculative as sd
 from beyond import benchmark, checkpoint, registry, tree
 from beyond.studies import cost_arithmetic, trees
 from classroom.checks import FakeGPU
+from classroom.yourturn import check
 from exercises import common, ex5_gpu
 
 models = common.notebook_models(["big", "distilled", "draft"])
@@ -213,9 +214,7 @@ import torch
 import machine
 
 # %%
-from classroom.notebook_checks import check
-
-check("5a", timer=timer)
+check("5a")
 
 # %% [markdown]
 # ## The verify cost on this machine

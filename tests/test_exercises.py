@@ -177,13 +177,14 @@ def test_one_exercise_means_that_exercise_alone(monkeypatch):
 
 
 def test_the_lesson_runs_no_study_and_the_report_links_the_studies_once_run(results):
-    # The lesson alone wrote the exercises' sections and trained the models they use; no study
-    # ran (the bug: the lesson running the studies, or training the distilled draft they use).
+    # The lesson alone wrote the exercises' sections and trained the models they and the
+    # notebooks use (the distilled draft: the notebooks'); no study ran (the bug: the lesson
+    # running the studies, or training the extra heads they use).
     alone = results[2]
     assert "sections" in alone["files"] and "ex5.json" in alone["files"]
     for key in studies.STUDIES:
         assert f"{key}.json" not in alone["files"], f"the lesson ran the study {key}"
-    assert alone["models"] == ["big.pt", "draft.pt", "names.pt"]
+    assert alone["models"] == ["big.pt", "distilled.pt", "draft.pt", "names.pt"]
     assert "every drafter compared (not run yet)" in alone["report"]
     assert "## Every drafter compared" not in alone["report"]
     # The control: `python -m beyond.studies --only drafters` ran after it, into the same report,
@@ -203,17 +204,21 @@ def test_the_report_anchor_is_the_headings():
 
 def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
     # From nothing, the lesson trains the big model and its draft before exercise 1, the names
-    # draft before exercise 4, and never the distilled draft or the heads; the studies train
-    # those first. The control: exercise 4 asked for the distilled draft trains it.
+    # draft before exercise 4, the distilled draft after the exercises (the notebooks use it),
+    # and never the heads; the studies train those first. Controls: exercise 4 asked for the
+    # distilled draft trains it there (and the last stage goes); one exercise alone trains
+    # only what it uses.
     from exercises import common, ex4_break
     args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
     plan = dict(lesson.stages(args, tmp_path))
     keys = [key for stage in plan.values() for key in stage]
-    assert keys == ["big", "draft", 1, 2, 3, "names", 4, 5]
+    assert keys == ["big", "draft", 1, 2, 3, "names", 4, 5, "distilled", "notebooks"]
     assert "training big, draft first" in next(iter(plan))
     args[4] = ex4_break.Args(drafts="draft,names,distilled")
-    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]][5:8] == \
-        ["names", "distilled", 4]
+    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]][5:] == \
+        ["names", "distilled", 4, 5]
+    assert [k for s in lesson.stages({3: args[3]}, tmp_path, notebooks=False)
+            for k in s[1]] == ["big", "draft", 3]
     first = studies.stages(studies.Args(), list(studies.STUDIES), tmp_path)[0][1]
     assert first[:1] == ["big"] and {"distilled", "heads"} <= set(first)
     assert common.to_train(["distilled"], tmp_path) == ["big", "distilled"]   # teacher first

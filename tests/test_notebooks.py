@@ -1,7 +1,7 @@
 """The notebooks: each source runs top to bottom as it is (quick models, started from another
 working directory) and its check cells score every point with the reference it imports; the
-solved notebook differs from the source only in its your-turn cells, which run and score every
-point; the student notebook's check cells say "not started" and the run still reaches the end.
+generated versions load the your-turn extension and mark each your-turn cell with its part.
+The student's own notebooks, filled in order in the student repository: tests/test_walk.py.
 (On the trained models: `make notebooks-check`, which is not part of this fast suite.)"""
 
 import ast
@@ -48,26 +48,16 @@ def test_the_source_runs_as_it_is_and_scores_every_point(source, checkpoints, tm
     scores_every_point(*run(source, "source", checkpoints, tmp_path))  # cwd: not the project
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
-def test_the_solved_notebooks_your_turn_cells_score_every_point(source, checkpoints, tmp_path):
-    first = notebooks.read(source, "solved").cells
-    setup = next(cell for cell in first if cell.cell_type == "code")
-    yours = [cell for cell in first if cell.cell_type == "code" and
-             (cell is setup or "BEGIN SOLUTION" in cell.source or re.search(r"^check\(",
-                                                                             cell.source, re.M))]
-    assert sum("BEGIN SOLUTION" in cell.source for cell in yours) >= 1
-    scores_every_point(*run(source, "solved", checkpoints, tmp_path,
-                            keep=lambda cell: any(cell.source == y.source for y in yours)))
-
-
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
-def test_the_student_notebook_runs_to_the_end_with_its_stubs(source, checkpoints, tmp_path):
-    student = notebooks.read(source, "student")
-    assert not any("BEGIN SOLUTION" in cell.source for cell in student.cells)
-    notebook, text = run(source, "student", checkpoints, tmp_path)
-    totals = re.findall(r"total (\d+)/(\d+) points", text)
-    assert len(totals) == check_cells(notebook) >= 1
-    assert all(got == "0" for got, _ in totals) and "not started" in text
+def test_the_notebooks_load_the_extension_and_each_your_turn_cell_names_its_part():
+    for source in SOURCES:
+        turns = [header for kind, header, _ in notebooks.cells(source.read_text())
+                 if notebooks.YOUR_TURN.match(header)]
+        for version in ("student", "solved"):
+            code = [c.source for c in notebooks.read(source, version).cells
+                    if c.cell_type == "code"]
+            assert "%load_ext classroom.yourturn" in code[0].splitlines()
+            answers = [c.splitlines()[0] for c in code if c.startswith("%%answer")]
+            assert answers == [f"%%answer {notebooks.part_of_cell(h).id}" for h in turns]
 
 
 def test_every_your_turn_cell_is_followed_by_its_check_cell():

@@ -1,0 +1,112 @@
+"""
+classroom/walk.py: the course as a student takes it, as a check.
+
+walk() builds the student repository (build.py), then, notebook by notebook in order, writes
+each your-turn cell of the student notebook the way a student would, from the solved notebook
+(the reference's code without its region markers, nothing else), and runs the notebook top to
+bottom in a kernel that imports the student repository. A notebook passes when no cell raised,
+no cell was skipped for a part not written yet (so it calls only parts of itself and the
+notebooks before it), and every check cell scored every point. At the end `make check` in the
+student repository must give every point: the answers reached the files the grader reads.
+
+    python -m classroom notebooks --walk                      # the trained models
+    python -m classroom notebooks --walk --checkpoints DIR    # models trained elsewhere
+
+(make notebooks-check runs it; the test suite runs it on tiny models, tests/test_walk.py.)
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from classroom import build, notebooks, regions
+from classroom.submissions import ROOT
+
+TOTAL = re.compile(r"total (\d+)/(\d+) points")
+
+
+def as_a_student_writes(cell_source):
+    """A solved your-turn cell without the solution markers, which a student never writes."""
+    return "".join(line for line in cell_source.splitlines(keepends=True)
+                   if line.strip() not in (regions.BEGIN, regions.END))
+
+
+def filled(student, solved, writes=as_a_student_writes):
+    """The student notebook with each your-turn cell (a cell starting with %%answer) written as
+    the solved notebook has it (through `writes`); every other cell as it is."""
+    answers = [c.source for c in solved.cells if c.source.startswith("%%answer")]
+    turns = [c for c in student.cells if c.source.startswith("%%answer")]
+    assert len(answers) == len(turns), "the two versions have different your-turn cells"
+    for cell, source in zip(turns, answers):
+        cell.source = writes(source)
+    return student
+
+
+def outputs(notebook):
+    return "\n".join(o.get("text", "") for cell in notebook.cells
+                     for o in cell.get("outputs", []))
+
+
+def verdict(notebook, filled_in=True):
+    """Why a notebook that ran did not pass, or None. Filled in: no cell skipped and every check
+    cell scored every point; blank: every check cell scored nothing."""
+    text = outputs(notebook)
+    skipped = [line for line in text.splitlines() if line.startswith("skipped:")]
+    if skipped and filled_in:
+        return skipped[0]
+    totals = TOTAL.findall(text)
+    wrong = [f"{got}/{full}" for got, full in totals if (got != full if filled_in else got != "0")]
+    if wrong or not totals:
+        return f"a check cell scored {wrong[0]} points" if wrong else "no check cell ran"
+    return None
+
+
+def student_repository(dest, root=ROOT):
+    """The student repository, built (and proved) by build.py into a new folder under dest."""
+    return build.build(Path(dest) / "student", root, log=lambda line: None)
+
+
+def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, only=None,
+         grade=True, writes=as_a_student_writes, root=ROOT, log=print, timeout=900):
+    """Run the student repository's notebooks in order, each your-turn cell written from the
+    solved notebook (fill=False: as they come, blank), then grade the repository as `make check`
+    does (grade=True). Returns the failures, [(notebook or "make check", why)].
+    The tests' negative controls: extra_cells {notebook name: code} adds a last cell to a
+    notebook; writes turns a solved your-turn cell into what is written. only: stop after this
+    notebook."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+    student = Path(student)
+    folder = Path(checkpoints or (root / "checkpoints")).resolve()
+    env = {"PYTHONPATH": str(student), "SPECDEC_QUICK": "1" if quick else "",
+           "SPECDEC_CHECKPOINTS": str(folder), "NO_COLOR": "1"}
+    failures = []
+    for source in notebooks.sources(root / "notebooks"):
+        notebook = nbformat.read(student / "notebooks" / f"{source.stem}.ipynb", as_version=4)
+        if fill:
+            notebook = filled(notebook, notebooks.read(source, "solved", root=root), writes)
+        if source.stem in (extra_cells or {}):
+            notebook.cells.append(nbformat.v4.new_code_cell(extra_cells[source.stem]))
+        started = time.perf_counter()
+        try:
+            notebooks.execute(notebook, cwd=student / "notebooks", env=env, timeout=timeout)
+            why = verdict(notebook, fill)
+        except CellExecutionError as e:
+            lines = [line for line in str(e).splitlines() if line.strip()]
+            why = "an error: " + (lines[-1] if lines else "?")
+        log(f"{source.stem:24} {time.perf_counter() - started:6.0f} s  {why or 'passed'}")
+        if why:
+            failures.append((source.stem, why))
+        if only and source.stem >= only:
+            break
+    if grade:
+        graded = subprocess.run([sys.executable, "-m", "classroom", "check"], cwd=student,
+                                env=dict(os.environ, **env), capture_output=True, text=True)
+        got, full = (TOTAL.findall(graded.stdout) or [("?", "?")])[-1]
+        log(f"make check in the student repository: {got}/{full} points")
+        if got != full if fill else got != "0":
+            failures.append(("make check", f"{got}/{full} points"))
+    return failures

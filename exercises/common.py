@@ -197,14 +197,17 @@ def notebook_args():
 
 
 def notebook_models(names):
-    """The trained presets a notebook needs; trains the missing ones, saying so first."""
+    """The trained presets a notebook needs: those in the checkpoint folder as they are, however
+    they were trained (another seed, more steps: the notebooks' claims hold for any of them);
+    the missing ones trained first, saying how long."""
     args = notebook_args()
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
         print(f"training {', '.join(missing)} first, once: about "
               f"{machine.duration(forecast(missing))} at this machine's speed now (`make train` "
               "does the same from a terminal)")
-    return load_models(args, names, log=print if missing else _quiet)
+    load_models(args, missing, log=print)
+    return {name: checkpoint.load_trained(name, checkpoint_folder(args)) for name in names}
 
 
 def _quiet(*args):

@@ -376,11 +376,13 @@ print("verify cost, a pass over k + 1 characters in one-character steps: "
 size = {name: models[name].num_params() / target.num_params() for name in DRAFTS}
 for name, label in DRAFTS.items():
     print(f"c, {label}: {c[name]:.3f} of a big-model step, for {size[name]:.1%} of its parameters")
-print(busy.note() or "(the machine was quiet while timing)")
-assert verify_cost[4] > 0.8          # five characters are not cheaper than 0.8 of one
-assert 1 < verify_cost[4] < (K + 1) / 2 or QUICK   # dearer than one, far cheaper than five
-assert c["draft"] > 3 * size["draft"] or QUICK     # far more than its size suggests
-assert c["distilled"] < 2 * c["draft"] or QUICK    # a wider draft step costs little more
+busy_note = busy.note()   # claims about the clock are checked on a quiet machine only
+print(busy_note or "(the machine was quiet while timing)")
+unchecked = QUICK or busy_note
+assert verify_cost[4] > 0.8 or busy_note     # five characters are not cheaper than 0.8 of one
+assert 1 < verify_cost[4] < (K + 1) / 2 or unchecked   # dearer than one, far cheaper than five
+assert c["draft"] > 3 * size["draft"] or unchecked     # far more than its size suggests
+assert c["distilled"] < 2 * c["draft"] or unchecked    # a wider draft step costs little more
 
 # %% [markdown]
 # Compare c with the share of parameters: on a CPU a step of a tiny model is mostly fixed

@@ -427,8 +427,9 @@ print(f"plain {plain_s * 1e3:.0f} ms, speculative {spec_s * 1e3:.0f} ms: {measur
       f"({tokens_per_pass:.2f} characters per pass)")
 print(f"big model: {big_one * 1e6:.0f} us for one token, {big_five * 1e6:.0f} us for five "
       f"(verify_cost {verify_cost:.2f}); draft: {draft_one * 1e6:.0f} us (c = {c:.2f})")
-print(busy.note([machine.spread(ratios)]) or "(the machine was quiet while timing)")
-assert (verify_cost > 1.5 and c < 0.5) or QUICK
+busy_note = busy.note([machine.spread(ratios)])  # claims about the clock: on a quiet machine
+print(busy_note or "(the machine was quiet while timing)")
+assert (verify_cost > 1.5 and c < 0.5) or QUICK or busy_note
 
 fig, ax = plt.subplots(figsize=(7, 2.4))
 ax.barh(["draft, 1 token (c)", "big, 5 tokens (verify_cost)", "big, 1 token"],
@@ -472,7 +473,7 @@ print(f"with every guess kept: {best:.2f}x at best; "
       + ("an alpha high enough pays (notebook 5 finds where)" if best > 1 else
          "no alpha makes speculation pay"))
 assert sd.expected_tokens_per_pass(alpha, k) > tokens_per_pass or QUICK  # misses come in runs
-assert 0.6 < measured / from_run < 1.6 or QUICK  # the cost model explains the clock
+assert 0.6 < measured / from_run < 1.6 or QUICK or busy_note  # the cost model explains the clock
 
 # %% [markdown]
 # What the numbers say (a busy machine scatters the "measured" line most: it rests on whole

@@ -219,15 +219,19 @@ names_m, draft_m, distilled_m = measured["names"], measured["draft"], measured["
 size = models["distilled"].num_params() / models["draft"].num_params()
 print(f"the distilled draft: {size:.0f} times the parameters of the lesson's draft, "
       f"{distilled_m['c'] / draft_m['c']:.1f} times its cost per step")
-print(busy.note(spreads) or "(the machine was quiet while timing)")
+busy_note = busy.note(spreads)   # claims about the clock: checked on a quiet machine only
+print(busy_note or "(the machine was quiet while timing)")
+clock_unchecked = QUICK or busy_note
 for m in measured.values():
     assert 1 <= m["per_pass"] <= K + 1 and abs(m["kept"] - (m["per_pass"] - 1) / K) < 0.05
-    assert 0.6 < m["speedup"] / m["predicted"] < 1.6 or QUICK  # the cost model explains it
-assert (names_m["per_pass"] < 1.3 and names_m["speedup"] < 1) or QUICK
+    assert 0.6 < m["speedup"] / m["predicted"] < 1.6 or clock_unchecked  # the cost model
+assert names_m["per_pass"] < 1.3 or QUICK
+assert names_m["speedup"] < 1 or clock_unchecked
 assert (1.7 < draft_m["per_pass"] < 2.5 and 0.15 < draft_m["kept"] < 0.4) or QUICK
 assert draft_m["per_pass"] < draft_m["formula"] or QUICK                 # misses in runs
-assert all(m["c"] < 0.5 for m in measured.values()) or QUICK
-assert (distilled_m["c"] < 6 * draft_m["c"] and round(size) == 12) or QUICK
+assert all(m["c"] < 0.5 for m in measured.values()) or clock_unchecked
+assert distilled_m["c"] < 6 * draft_m["c"] or clock_unchecked
+assert round(size) == 12 or QUICK
 
 # %% [markdown]
 # Read the table row by row (the checks under it hold this run's figures to these words):
@@ -318,8 +322,8 @@ for name, m in measured.items():
           f"{'above' if m['alpha'] > honest_even else 'below'} it")
 print(f"a free names draft at k = 1: (1 + alpha) / verify cost = {1 + names_m['alpha']:.3f} / "
       f"{verify[1]:.3f} = {(1 + names_m['alpha']) / verify[1]:.2f}x")
-assert all(v > 0.8 for v in verify.values())    # checking k + 1 is never cheaper than one ...
-assert all(v > 1 for v in verify.values()) or QUICK  # ... in fact dearer, so curves drop
+assert all(v > 0.8 for v in verify.values()) or busy_note  # checking k + 1 is not cheaper ...
+assert all(v > 1 for v in verify.values()) or clock_unchecked  # ... in fact dearer: curves drop
 assert names_m["alpha"] < sd.break_even_alpha(K, names_m["c"]) or QUICK
 
 alphas = np.linspace(0, 0.99, 200)
@@ -355,10 +359,11 @@ for name, m in measured.items():
           f"{sd.expected_speedup(m['alpha'], K, m['c'], verify[K]):>13.2f}x "
           f"{m['predicted']:>21.2f}x {m['speedup']:>8.2f}x")
 for m in measured.values():
-    assert m["speedup"] < sd.expected_speedup(m["alpha"], K, m["c"]) or QUICK  # below its curve
+    assert m["speedup"] < sd.expected_speedup(m["alpha"], K, m["c"]) or clock_unchecked
 assert (distilled_m["alpha"] > draft_m["alpha"] and distilled_m["per_pass"] > draft_m["per_pass"]
-        and distilled_m["predicted"] > draft_m["predicted"]) or QUICK
-assert distilled_m["speedup"] > names_m["speedup"] or QUICK
+        ) or QUICK
+assert distilled_m["predicted"] > draft_m["predicted"] or clock_unchecked
+assert distilled_m["speedup"] > names_m["speedup"] or clock_unchecked
 
 # %% [markdown]
 # The names draft sits far below the break-even point, whichever way we count; and since
@@ -455,9 +460,10 @@ ax.legend(fontsize=8)
 plt.show()
 for k in ks:
     print(f"k = {k}: check {verify[k]:.2f} one-character passes, speed-up {speedup_at[k]:.2f}x")
-print(busy.note(spreads) or "(the machine was quiet while timing)")
-assert 1 < sd.best_k(draft_m["alpha"], draft_m["c"], k_max=6) < 6 or QUICK  # rises, falls
-assert np.mean(list(speedup_at.values())) < np.mean(formula_k) or QUICK  # the clock: lower
+k_note = busy.note(spreads)
+print(k_note or "(the machine was quiet while timing)")
+assert 1 < sd.best_k(draft_m["alpha"], draft_m["c"], k_max=6) < 6 or clock_unchecked
+assert np.mean(list(speedup_at.values())) < np.mean(formula_k) or QUICK or k_note  # lower
 
 # %% [markdown]
 # For the names draft the best k is 1, and even that is slower than plain decoding: the right

@@ -32,11 +32,12 @@ import hashlib
 import importlib
 import os
 import re
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
-from classroom import checks, making, notebooks, parts, regions, runner
+from classroom import checks, making, notebooks, parts, regions, runner, wire
 from classroom.submissions import ROOT
 
 MARKER = re.compile(r"^# part (\w+), saved from a notebook \(([0-9a-f]{8})\)")
@@ -247,31 +248,75 @@ def fixture_dir(seed=runner.PUBLIC_SEED):
     return _fixtures[seed]
 
 
+class Stalled(NotImplementedError):
+    """What a part's functions raise in the notebook once its check ran out of time (an endless
+    loop, likely), so that later cells skip it in one line instead of waiting for ever."""
+
+    def __init__(self, part):
+        super().__init__(f"part {part.id} did not finish in its check")
+        self.part = part
+
+
+def stalled(part):
+    def stand_in(*args, **kwargs):
+        raise Stalled(part)
+    return stand_in
+
+
+def within(seconds, run):
+    """run() with a time limit (the main thread's alarm clock, as a notebook's cells run): the
+    check's own wire.Timeout, which a check passes on, as it does a worker's."""
+    def alarm(signum, frame):
+        raise wire.Timeout
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return run()
+    except wire.Timeout:
+        return {"status": "timeout", "message": f"did not finish within {seconds} s (an endless "
+                "loop? a round that adds no token?)"}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def check(part_id, root=ROOT):
     """Run the public checks of a part on its saved file, as `make check` does, and print the
     table (nothing is returned, so that a notebook shows the table alone). In the project's own
-    repository the checks run here, on the notebook's functions (its files hold the reference)."""
-    if is_reference(parts.BY_ID[part_id], root):
+    repository the checks run here, on the notebook's functions (its files hold the reference),
+    each within the grader's time limit. A part whose check ran out of time stands aside in
+    this kernel until its cell runs again (Stalled)."""
+    part = parts.BY_ID[part_id]
+    if is_reference(part, root):
         from IPython import get_ipython
         user_ns = get_ipython().user_ns if get_ipython() else {}
-        functions = {name: user_ns[name] for part in parts.PARTS for name in part.functions
+        functions = {name: user_ns[name] for p in parts.PARTS for name in p.functions
                      if callable(user_ns.get(name))}
         results = []
         for c in runner.select(part=part_id):
             result = runner.Result(c)
             context = checks.LocalContext(runner.PUBLIC_SEED, fixture_dir(), functions)
-            result.outcomes[runner.PUBLIC_SEED] = checks.run_check(c, context)
+            result.outcomes[runner.PUBLIC_SEED] = within(runner.TIMEOUT, lambda: checks.run_check(
+                c, context))
             results.append(result)
     else:
         results = runner.run_checks(root, runner.select(part=part_id), [runner.PUBLIC_SEED],
                                     grading=False)
     print(runner.table(results).strip())
+    if any(r.status == "timeout" for r in results):
+        module = importlib.import_module(module_of(part))
+        for name in part.functions:
+            replace_everywhere(module, name, stalled(part), root)
+        print(f"part {part.id} did not finish: until you fix it and run its cell again, the cells "
+              "below that need it are skipped")
 
 
 # Cells that need a part not written yet ------------------------------------------------------
 
 def waiting_for(error):
     """The part whose stub raised `error`, or None."""
+    if isinstance(error, Stalled):
+        return error.part
     if not isinstance(error, NotImplementedError) or not error.args:
         return None
     for pattern in STUB_MESSAGES:
@@ -314,8 +359,10 @@ def skipped(error, names, namespace):
     be, so that a later cell that needs one is skipped too (one line), not misled."""
     part = waiting_for(error)
     if part is not None:
-        print(f"skipped: this cell needs part {part.id} ({', '.join(part.functions)}), not "
-              f"written yet: write it in {place(part)}")
+        state = "whose check did not finish (an endless loop?): fix" if isinstance(
+            error, Stalled) else "not written yet: write"
+        print(f"skipped: this cell needs part {part.id} ({', '.join(part.functions)}), {state} "
+              f"it in {place(part)}")
     elif isinstance(error, NameError) and getattr(error, "name", None) in _state["skipped"]:
         part = _state["skipped"][error.name]
         print(f"skipped: this cell needs {error.name}, which a cell above could not make "
@@ -359,8 +406,10 @@ def watched(test):
             if isinstance(node, ast.Subscript):
                 todo.append(node.slice)
             continue
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-                             ast.GeneratorExp)):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.append(node.generators[0].iter)   # read where the claim is; the rest inside
+            continue
+        if isinstance(node, ast.Lambda):
             continue
         todo += list(ast.iter_child_nodes(node))
     return found

@@ -245,11 +245,13 @@ for name, label in DRAFTS.items():
     print(f"{label}: {stats.tokens_per_pass:.2f} characters per pass; the formula with "
           f"alpha = {agreement[name]['greedy']:.3f} says {formula:.2f} ({short[name]:.0%} short)")
     assert 1 <= stats.tokens_per_pass <= K + 1
-assert short["draft"] > 0.05 and short["distilled"] < short["draft"] or QUICK
+assert short["draft"] > 0 or QUICK         # the lesson's draft writes less than the formula says
 
 # %% [markdown]
-# The lesson's draft falls clearly short of the formula; the distilled draft comes much closer.
-# The formula's weak spot is the word "independently". A draft that misses one character has
+# The lesson's draft writes fewer characters per pass than the formula promises. Where the
+# distilled draft lands, a little below the formula or a little above, differs from one pair of
+# trained models to another: it is right far more often, so it has fewer misses to string
+# together. The formula's weak spot is the word "independently". A draft that misses one character has
 # usually lost the thread (a name it does not know, a turn of phrase it did not expect) and
 # tends to miss the next one too; on familiar ground it gets several in a row.
 #
@@ -281,8 +283,7 @@ for name, label in DRAFTS.items():
 # %% [markdown]
 # For the lesson's draft a guess right after a kept one is kept more often than a first guess
 # (a2 above a1), and the two rates explain most of its shortfall: their figure lies less than
-# half as far from the measured one as the one-α formula's. The distilled draft misses less
-# often, so its runs of misses matter less.
+# half as far from the measured one as the one-α formula's.
 #
 # Sampling draws every guess afresh, and there the α to use is the overlap at the decoding's
 # temperature; notebook 4 decodes at temperature 1 and checks that formula against the run.

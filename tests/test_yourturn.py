@@ -205,3 +205,27 @@ def test_what_a_skipped_cell_half_made_is_not_used(shell, capsys):
     assert "runs" not in shell.user_ns                      # taken out, not left half made
     assert shell.run_cell("len(runs['a'])").success
     assert "needs runs" in capsys.readouterr().out
+
+
+@pytest.fixture
+def restored():
+    """Every project module's name for speculative.expected_tokens_per_pass, put back after."""
+    import speculative
+    original = speculative.expected_tokens_per_pass
+    holders = [(m, k) for m in list(sys.modules.values()) for k, v in list(vars(m).items())
+               if v is original and str(getattr(m, "__file__", "")).startswith(str(yourturn.ROOT))]
+    yield
+    for module, key in holders:
+        setattr(module, key, original)
+
+
+def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell, capsys,
+                                                                        monkeypatch, restored):
+    monkeypatch.setattr(yourturn.runner, "TIMEOUT", 1)
+    shell.run_cell("def expected_tokens_per_pass(alpha, k):\n    while True:\n        pass")
+    assert shell.run_cell('_yourturn.check("2a")').success              # one second, not ever
+    out = capsys.readouterr().out
+    assert "TIMEOUT" in out and "part 2a did not finish" in out, out
+    assert shell.run_cell("import speculative\nspeculative.expected_speedup(0.8, 4, 0.1)").success
+    assert "needs part 2a (expected_tokens_per_pass), whose check did not finish" in \
+        capsys.readouterr().out

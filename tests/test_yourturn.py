@@ -229,3 +229,15 @@ def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell,
     assert shell.run_cell("import speculative\nspeculative.expected_speedup(0.8, 4, 0.1)").success
     assert "needs part 2a (expected_tokens_per_pass), whose check did not finish" in \
         capsys.readouterr().out
+
+
+def test_a_file_without_the_function_or_that_does_not_compile_costs_one_line(student,
+                                                                             kernel_modules):
+    path = student / PART.file
+    path.write_text(STUB.replace("def greedy_verdict(", "def renamed("))
+    said = yourturn.answer("1a", ANSWER, {}, root=student)
+    assert "has no function greedy_verdict any more" in said and "\n" not in said, said
+    path.write_text(STUB + "\ndef broken(:\n")
+    said = yourturn.answer("1a", ANSWER, {}, root=student)
+    assert "does not compile (line" in said and "\n" not in said, said
+    assert path.read_text() == STUB + "\ndef broken(:\n"

@@ -603,13 +603,13 @@ def verify_keeps_the_target_distribution_exactly(ctx):
             np.add.at(first, pairs[~kept, 1], weight)
         if abs(sum(draft_probs[0, x] for x in outcomes) - 1) > 1e-9:
             raise Fail("verify called for every token the draft can propose", "fewer")
-        kept_as_often(kept_mass, target_probs[0], draft_probs[0], 0.02, "on a grid of draws")
         error = float(np.abs(first - target_probs[0]).max())
         if error > 0.03:
             raise Fail(f"first token distributed as the target's {np.round(target_probs[0], 3)}"
                        f" (draft's: {np.round(draft_probs[0], 3)})", f"{np.round(first, 3)}",
                        "keep a guess with probability min(1, target/draft); after a rejection "
                        "draw from max(0, target - draft), renormalised (not from the target)")
+        kept_as_often(kept_mass, target_probs[0], draft_probs[0], 0.02, "on a grid of draws")
         if kept_mass > 0.05:
             bonus /= kept_mass
             if np.abs(bonus - target_probs[1]).max() > 0.05:

@@ -127,6 +127,8 @@ def bwrap_command(project, command):
             "--die-with-parent", "--new-session", "--clearenv"]
     for key, value in environment("/project", "bwrap").items():
         argv += ["--setenv", key, value]
+    argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
+             "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]     # first: Python may lie in /tmp
     for name in SYSTEM:
         path = Path("/") / name
         if path.is_symlink():
@@ -137,9 +139,7 @@ def bwrap_command(project, command):
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for d in python_dirs():
         argv += ["--ro-bind", str(d), str(d)]
-    argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
-             "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--ro-bind", str(project), "/project",
-             "--chdir", "/project", *command]
+    argv += ["--ro-bind", str(project), "/project", "--chdir", "/project", *command]
     return argv
 
 
@@ -397,17 +397,21 @@ class CheckGroup:
 
     def __init__(self, name, mounts):
         self.folders = []
-        for controller, limits in (("memory", {"memory.limit_in_bytes": MEMORY,
-                                               "memory.memsw.limit_in_bytes": MEMORY,
-                                               "memory.max": MEMORY, "memory.swap.max": 0}),
-                                   ("pids", {"pids.max": PROCESSES})):
-            folder = mounts[controller] / name
-            if folder not in self.folders:
-                folder.mkdir()
-                self.folders.append(folder)
-            for file, value in limits.items():
-                if (folder / file).exists():
-                    (folder / file).write_text(str(value))
+        try:
+            for controller, limits in (("memory", {"memory.limit_in_bytes": MEMORY,
+                                                   "memory.memsw.limit_in_bytes": MEMORY,
+                                                   "memory.max": MEMORY, "memory.swap.max": 0}),
+                                       ("pids", {"pids.max": PROCESSES})):
+                folder = mounts[controller] / name
+                if folder not in self.folders:
+                    folder.mkdir()
+                    self.folders.append(folder)
+                for file, value in limits.items():
+                    if (folder / file).exists():
+                        (folder / file).write_text(str(value))
+        except OSError:
+            self.close()                          # none left behind, half made
+            raise
 
     def add(self, pid):
         for folder in self.folders:

@@ -340,12 +340,13 @@ def test_a_forward_pass_that_hard_codes_two_heads_fails_the_hidden_seed(tmp_path
 
 
 ESCAPE = '''
-import os as _os
+import os as _os, time as _time
 if _os.fork() == 0:                      # a daemon: its own session, out of the check's group
     _os.setsid()
     if _os.fork() == 0:
         _os.execvp("sleep", ["sleep", "MARK"])
     _os._exit(0)
+_time.sleep(1)                           # (while the test sees it start)
 '''
 
 

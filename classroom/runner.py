@@ -224,6 +224,13 @@ def interleaved(tasks, key):
     return [t for row in itertools.zip_longest(*groups.values()) for t in row if t is not None]
 
 
+def phases(tasks):
+    """The public seed's runs first, every other seed's after them all: a hidden seed's run
+    never overlaps or comes before a public one, so nothing it leaves (in /tmp, say) can reach
+    what a student sees before the grades are published."""
+    return [[t for t in tasks if t[1] == PUBLIC_SEED], [t for t in tasks if t[1] != PUBLIC_SEED]]
+
+
 def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True,
                budget=None):
     """Run every check in `selected` for every seed, on the student files in `root` (the rest
@@ -334,7 +341,8 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
 
         try:
             with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(work, tasks))
+                for phase in phases(tasks):
+                    list(pool.map(work, phase))
         finally:
             for z in zygotes.values():
                 z.close()

@@ -529,19 +529,22 @@ ATTACKS = {
         raise NotImplementedError(f"nothing to copy: {e}")
     assert "BEGIN SOLUTION" in stolen
     return sum(alpha ** i for i in range(k + 1))''',
-    # The hidden seed searched back from the generator the check hands over, then carried into
-    # visible feedback through /tmp (another check's run reads it).
+    # The hidden seed searched back from the generator the check hands over, and the inputs a
+    # run was given, carried into visible feedback through /tmp (a later check's run reads them).
     ("exercises/ex2_derive.py", "simulate"): '''import os, time
-    if os.path.exists("/tmp/MARK-seed"):
-        raise ValueError("LEAK hidden seed " + open("/tmp/MARK-seed").read())
-    state = rng.bit_generator.state["state"]
+    state, found = rng.bit_generator.state["state"], ""
     for seed in range(11, 5000):                 # (the checks' own 7 to 10 are public)
         if np.random.default_rng(seed).bit_generator.state["state"] == state:
-            open("/tmp/MARK-seed", "w").write(str(seed))
-            raise ValueError(f"LEAK hidden seed {seed}")
+            found = f"hidden seed {seed}; "
+            open("/tmp/MARK-seed", "w").write(found)
+    known = "".join(open(f).read() for f in ("/tmp/MARK-seed", "/tmp/MARK-inputs")
+                    if os.path.exists(f))
+    open("/tmp/MARK-inputs", "a").write(f"alpha {alpha!r}; ")
+    if known or found:
+        raise ValueError("LEAK " + found + known)
     for _ in range(20):
         if os.path.exists("/tmp/MARK-seed"):
-            raise ValueError("LEAK hidden seed " + open("/tmp/MARK-seed").read())
+            raise ValueError("LEAK " + open("/tmp/MARK-seed").read())
         time.sleep(0.1)
     raise NotImplementedError("no seed found")''',
     # Files left where they outlive the grade: /dev/shm and /tmp.
@@ -679,11 +682,12 @@ def score_by_part(tests):
 
 
 def switch_defences_off(monkeypatch):
-    """The control: besides plain processes without cgroups, generators seeded from the hidden
-    seed and no acceptance-rate rule (5a's helper and the output's size are shown apart:
+    """The control: besides plain processes without cgroups, hidden seeds' runs among the public
+    ones, generators seeded from the hidden seed and no acceptance-rate rule (5a's helper and the output's size are shown apart:
     test_the_timing_helper_rewritten_at_import_changes_nothing, test_huge_output_...)."""
     import numpy as np
     from classroom import checks
+    monkeypatch.setattr(runner, "phases", lambda tasks: [tasks])
     monkeypatch.setattr(checks.Context, "worker_rng",
                         lambda self, salt: np.random.default_rng(self.seed))
     monkeypatch.setattr(checks, "kept_as_often", lambda *args: None)
@@ -709,12 +713,14 @@ def test_issue_32s_attacks_earn_nothing_leave_nothing_and_show_nothing(mode, tmp
     finally:
         classmate.kill()
         clean(mark)
+    import numpy as np                           # the first alpha 2b's checks draw, hidden seed
+    hidden_alpha = f"alpha {float(np.random.default_rng(SEED).uniform(0.1, 0.95))!r}"
     by_part = score_by_part(tests)
     said = {name: t["output"] for name, t in tests.items()}
     visible = "\n".join(t["output"] for t in tests.values() if t["visibility"] == "visible")
     if mode == "control":                       # every attack works against a plain process
         assert by_part["2a"] == 3 and Path(f"{proof}-escaped").exists()
-        assert f"LEAK hidden seed {SEED}" in text
+        assert f"LEAK hidden seed {SEED}" in text and hidden_alpha in visible
         assert found                                              # /dev/shm, /tmp
         assert by_part["3c"] == 4                                 # verify's checks pass
         assert by_part["4b"] == 3                                 # the classmate's answer
@@ -722,7 +728,7 @@ def test_issue_32s_attacks_earn_nothing_leave_nothing_and_show_nothing(mode, tmp
     assert {p: s for p, s in by_part.items() if s} == HONEST, by_part
     assert not Path(f"{proof}-escaped").exists()
     assert found == [], found
-    assert f"seed {SEED}" not in text
+    assert f"seed {SEED}" not in text and hidden_alpha not in visible
     assert "kept as often as the exact rule" in said["verify_keeps_the_target_distribution_exactly"]
     assert "the limit is 16 MB" in said["replay_writes_the_text"]
     assert len(text) < 100_000 and "BEGIN SOLUTION" not in text

@@ -8,7 +8,7 @@ Student, in the repository a teacher generated:
 
 Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom build ../speculative-class      # the student repository
-    python -m classroom grade SUBMISSION --out results.json
+    python -m classroom grade SUBMISSION --out results.json       # --unsafe: without sandbox
     python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
     python -m classroom gradescope --out autograder.zip
     python -m classroom notebooks [--solved] [--check] [--walk]  # (make notebooks, notebooks-check)
@@ -22,9 +22,12 @@ import tempfile
 from pathlib import Path
 
 import cli
-from classroom import build, notebooks, parts, runner, walk
-from classroom.submissions import (ROOT, SubmissionError, broken_files, scratch_dir,
-                                   with_blank_files, workspace)
+from classroom import build, notebooks, parts, runner, sandbox, walk
+from classroom.submissions import (ROOT, SubmissionError, broken_files, private_copy,
+                                   scratch_dir, with_blank_files, workspace)
+
+GRADE_TIME = 240   # seconds one submission's checks may take in all (worst case: about 130)
+UNSAFE = "grade even where no sandbox is possible (the students' code can read this machine)"
 
 
 def parser():
@@ -43,9 +46,11 @@ def parser():
     g.add_argument("submission", help="the student's folder, bare git repository or zip")
     g.add_argument("--out", default="results.json", help="Gradescope's results.json")
     g.add_argument("--part", help="grade one part only, e.g. 3b (a regrade)")
+    g.add_argument("--unsafe", action="store_true", help=UNSAFE)
     a = sub.add_parser("grade-all", help="grade every submission in a folder into one CSV")
     a.add_argument("folder", help="one folder or zip per student")
     a.add_argument("--csv", default="grades.csv", help="one row per student")
+    a.add_argument("--unsafe", action="store_true", help=UNSAFE)
     z = sub.add_parser("gradescope", help="write Gradescope's autograder zip")
     z.add_argument("--out", default="autograder.zip", help="the zip to write")
     n = sub.add_parser("notebooks", help="the notebooks (.ipynb) from their sources")
@@ -87,31 +92,54 @@ def check(args):
     return 0
 
 
-def grade_one(submission, part=None):
-    """All checks (or a part's), public and hidden seeds, on a submission: (results, missing
-    files)."""
+def grade_one(submission, part=None, notes=None):
+    """All checks (or a part's), public and hidden seeds, on a submission, within GRADE_TIME
+    seconds: (results, missing files). notes: a list that gets a line for each strange file
+    (submissions.private_copy) and for checks the time cap left out."""
     seeds, chosen = [runner.PUBLIC_SEED, runner.hidden_seed()], runner.select(part=part,
                                                                             hidden=True)
+    notes = [] if notes is None else notes
     with scratch_dir() as scratch:
-        root, missing = workspace(submission, scratch)
+        root, missing = workspace(submission, scratch, notes=notes)
         broken = broken_files(root)
         if not broken:
-            return runner.run_checks(root, chosen, seeds, missing=missing), missing
-        # A file that does not compile costs its own parts; the other parts run with a blank
-        # copy of it in its place (their files may import it).
-        own = [c for c in chosen if parts.BY_ID[c.part].file in broken]
-        others = [c for c in chosen if c not in own]
-        stand_in = with_blank_files(root, broken, Path(scratch) / "stand-in")
-        results = runner.run_checks(root, own, seeds, missing=missing) + \
-            runner.run_checks(stand_in, others, seeds, missing=missing)
+            results = runner.run_checks(root, chosen, seeds, missing=missing, budget=GRADE_TIME)
+        else:
+            # A file that does not compile costs its own parts; the other parts run with a
+            # blank copy of it in its place (their files may import it).
+            own = [c for c in chosen if parts.BY_ID[c.part].file in broken]
+            others = [c for c in chosen if c not in own]
+            stand_in = with_blank_files(root, broken, Path(scratch) / "stand-in")
+            results = runner.run_checks(root, own, seeds, missing=missing,
+                                        budget=GRADE_TIME // 2) + \
+                runner.run_checks(stand_in, others, seeds, missing=missing,
+                                  budget=GRADE_TIME // 2)
+    cut = sum("grade's time" in o.get("message", "") for r in results
+              for o in r.outcomes.values())
+    if cut:
+        notes.append(f"the grade's time cap ({GRADE_TIME} s) left {cut} check runs out")
     order = {c.name: i for i, c in enumerate(chosen)}
     return sorted(results, key=lambda r: order[r.check.name]), missing
 
 
+def refuse_without_sandbox(args):
+    """One line, before any work, where no sandbox is possible and --unsafe is not given."""
+    if args.unsafe:
+        sandbox.allow_unsafe()
+    sandbox.protect(getattr(args, "submission", None) or args.folder)
+    with tempfile.TemporaryDirectory(prefix="classroom-probe-") as scratch:
+        sandbox.isolation(scratch, grading=True)
+
+
 def grade(args):
-    results, missing = grade_one(args.submission, args.part)
-    print(runner.table(results))
-    Path(args.out).write_text(json.dumps(runner.gradescope_json(results), indent=2) + "\n")
+    refuse_without_sandbox(args)
+    notes = []
+    results, missing = grade_one(args.submission, args.part, notes)
+    print(runner.table(results) + "".join(f"\nnote: {note}" for note in notes))
+    data = runner.gradescope_json(results)
+    if notes:
+        data["output"] = "\n".join(notes)
+    Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 
@@ -120,22 +148,38 @@ def grade_all(args):
     folder = Path(args.folder)
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder of submissions")
+    refuse_without_sandbox(args)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
     rows = []
-    for submission in submissions:
-        student = submission.stem
-        try:
-            results, _ = grade_one(submission)
-        except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
-            reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
-            print(f"{student}: not graded: {reason}")
-            rows.append({"student": student, "note": f"not graded: {reason}"})  # blank, not 0
-            continue
-        row = {"student": student, "total": sum(r.score for r in results), "note": ""}
-        for part in parts.PARTS:
-            row[part.id] = sum(r.score for r in results if r.check.part == part.id)
-        rows.append(row)
-        print(f"{student}: {row['total']} points")
+    with tempfile.TemporaryDirectory(prefix="classroom-submissions-") as private:
+        # Every submission copied first (its student files only), into a folder of the
+        # grader's alone: what a graded submission's code does cannot change the next one's.
+        copies = {}
+        for i, submission in enumerate(submissions):
+            notes = []
+            try:
+                copies[submission] = private_copy(submission, Path(private) / str(i), notes), \
+                    notes
+            except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
+                copies[submission] = e, notes
+        for submission in submissions:
+            student = submission.stem
+            copy, notes = copies[submission]
+            try:
+                if isinstance(copy, Exception):
+                    raise copy
+                results, _ = grade_one(copy, notes=notes)
+            except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
+                reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
+                print(f"{student}: not graded: {reason}")
+                rows.append({"student": student, "note": f"not graded: {reason}"})  # not 0
+                continue
+            row = {"student": student, "total": sum(r.score for r in results),
+                   "note": "; ".join(notes)}
+            for part in parts.PARTS:
+                row[part.id] = sum(r.score for r in results if r.check.part == part.id)
+            rows.append(row)
+            print(f"{student}: {row['total']} points" + (f" ({row['note']})" if notes else ""))
     columns = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
     with open(args.csv, "w", newline="") as f:
         writer = csv.DictWriter(f, columns, restval="")

@@ -58,14 +58,15 @@ def write_student_repository(dest, root=ROOT):
 def prove(dest, root=ROOT, log=print):
     """Every check passes on the reference; every check with points fails on the student copy."""
     log("proving the reference: every check must pass (public and hidden seeds)")
-    results = runner.run_checks(root, checks.all_checks(hidden=True),
-                                [runner.PUBLIC_SEED, runner.hidden_seed()])
+    results = runner.run_checks(root, checks.all_checks(hidden=True),      # the teacher's own
+                                [runner.PUBLIC_SEED, runner.hidden_seed()], grading=False)
     failing = [r for r in results if r.status not in ("pass", "skipped")]
     if failing:
         raise BuildError("the reference fails " + "; ".join(
             f"{r.check.name}: {' / '.join(r.lines())}" for r in failing))
     log("proving the student version: every check with points must fail, as not started")
-    stripped = runner.run_checks(dest, checks.all_checks(hidden=False), [runner.PUBLIC_SEED])
+    stripped = runner.run_checks(dest, checks.all_checks(hidden=False), [runner.PUBLIC_SEED],
+                                 grading=False)
     passing = [r.check.name for r in stripped if r.status == "pass" and r.check.points]
     if passing:
         raise BuildError(f"these checks pass on the student version, so they would give points "

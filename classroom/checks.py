@@ -11,9 +11,11 @@ unimportable (exercise 3 is built with NumPy alone).
 Hidden checks (the teacher's only) sit between the HIDDEN markers: `build` removes them.
 """
 
+import contextlib
 import importlib
 import json
 import math
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from classroom import fixtures, helpers, making, parts, wire
-from classroom.helpers import FakeGPU  # noqa: F401 (notebook 6 shows it)
+from classroom.helpers import FakeGPU  # (notebook 6 shows it from here)
 
 LETTERS = fixtures.VOCAB
+PUBLIC_SEED = 0   # the public checks' seed, which a student's own `make check` runs
+SHOWN = 300       # characters of what was expected, what came back or a hint that a student sees
 
 
 class Skip(Exception):
@@ -70,7 +74,11 @@ class Context:
       them (a notebook's kernel); memo: the worker asks once per window (nothing is counted);
     - helper(name, module, function, *args): helpers.NAME(module.function, *args) beside the
       student's code;
-    - lend(obj, methods): obj as the student's code may use it (only those methods).
+    - lend(obj, methods): obj as the student's code may use it (only those methods);
+    - on_gpu(gpu): with torch.cuda standing in for gpu (a helpers.FakeGPU that stays here).
+
+    Random numbers the student's code sees come from worker_rng(): nothing derived from a hidden
+    seed crosses to the worker.
 
     LocalContext runs them in this process (a notebook's check cell); runner.py's RemoteContext
     in a worker that holds nothing but the student's copy."""
@@ -80,6 +88,13 @@ class Context:
         self.rng = np.random.default_rng(seed)
         self.cases = fixtures.load(fixture_dir)
         self._torch = {}
+
+    def worker_rng(self, salt):
+        """A generator to hand to the student's code (or draw its numbers from): at the public
+        seed, one of its own (anyone may know it); at any other, one from a fresh random key, so
+        that no state the student's code sees leads back to the hidden seed."""
+        key = [self.seed, salt] if self.seed == PUBLIC_SEED else secrets.randbits(128)
+        return np.random.default_rng(key)
 
     def expected_logits(self):
         with np.load(self.fixture_dir / "logits.npz", allow_pickle=False) as f:
@@ -121,6 +136,14 @@ class LocalContext(Context):
     def lend(self, obj, methods=("__call__",)):
         return obj
 
+    @contextlib.contextmanager
+    def on_gpu(self, gpu):
+        real = helpers.use_gpu(gpu)
+        try:
+            yield
+        finally:
+            helpers.restore_gpu(real)
+
 
 class _Overridden:
     """A module whose attributes are the module's own, except the overridden ones."""
@@ -135,6 +158,19 @@ class _Overridden:
 def run_check(check, ctx, root=None):
     """Run one check: {"status": ..., and what went wrong}. Errors are one line each. Raises
     wire.Timeout and wire.Gone (the worker's end), for the runner to report."""
+    outcome = _run_check(check, ctx, root)
+    return {key: short(value) if key != "status" else value for key, value in outcome.items()}
+
+
+def short(value):
+    """What a student reads of one field, SHOWN characters at most."""
+    value = value if isinstance(value, str) else str(value)
+    if len(value) <= SHOWN:
+        return value
+    return f"{value[:SHOWN]}... ({len(value):,} characters in all)"
+
+
+def _run_check(check, ctx, root):
     try:
         check.function(ctx)
         return {"status": "pass"}
@@ -155,6 +191,23 @@ def run_check(check, ctx, root=None):
         where = helpers.student_frame(e.__traceback__, root or Path.cwd().resolve(),
                                       parts.STUDENT_FILES)
         return {"status": "error", "message": wire.describe(e, where)}
+
+
+def why_stuck(part, recorders):
+    """The likely cause of a check that ran out of time, from what the grader counted of the
+    models' passes (making.Recorder) while it ran."""
+    target = [length for r in recorders for length in r.lengths.get("target", ())]
+    asked = sum(r.calls.get("target", 0) for r in recorders)
+    if part in ("3b", "3c") and len(target) >= 20 and len(set(target[-20:])) == 1:
+        return (f"the text stayed at {target[-1]} tokens for the last 20 passes of the big "
+                "model: a round that adds no token? (each round adds its kept guesses and one "
+                "token of the big model's)")
+    if part in ("3b", "3c") and asked > 200:
+        return (f"the big model was asked {asked} times: a loop that never reaches "
+                "max_new_tokens? (stop when that many new tokens are written)")
+    if part in ("3b", "3c") and recorders and asked == 0:
+        return "the big model was never asked: an endless loop (or a sleep) before the first round"
+    return "an endless loop, or a sleep?"
 
 
 def text(tokens):
@@ -226,6 +279,21 @@ def judge(greedy_verdict, draft_tokens, choices, case=""):
                    f"({got[0]}, {text([got[1]])!r})", hint)
 
 
+def fix_1a_first(ctx):
+    """" Fix 1a first: ..." when the student's own greedy_verdict, which replay and
+    speculative_greedy may call, is wrong or not written ("" when it is right, or when the
+    grader gives those parts its reference instead: runner.references)."""
+    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
+    rng = np.random.default_rng(1)
+    try:
+        for _ in range(50):
+            judge(greedy_verdict, *random_round(rng))
+    except (Fail, NotImplementedError, wire.StudentError):
+        return ("; fix 1a first: your greedy_verdict, which this part's code may call, fails "
+                "its own checks")
+    return ""
+
+
 @check("1a", 2, torch_free=True)
 def verdict_on_random_rounds(ctx):
     greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
@@ -254,10 +322,11 @@ def replay_writes_the_text(ctx):
             kept, token = verdict_oracle(draft_tokens, choices)
             want += draft_tokens[:kept] + [token]
         got = replay(list(prompt), [(list(d), list(c)) for d, c in rounds])
-        if list(got) != want:
+        if not isinstance(got, (list, tuple)) or list(got) != want:
             raise Fail(f"{text(want)!r} from prompt {text(prompt)!r} and {len(rounds)} rounds",
                        repr(text(got)) if isinstance(got, (list, tuple)) else repr(got),
-                       "each round adds its kept guesses, then the big model's own token")
+                       "each round adds its kept guesses, then the big model's own token"
+                       + fix_1a_first(ctx))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,22 +371,28 @@ def tokens_per_pass_limits(ctx):
 @check("2b", 2)
 def simulation_agrees_with_the_formula(ctx):
     simulate = ctx.student("exercises.ex2_derive").simulate
-    for _ in range(4):
+    for i in range(4):
         alpha, k, rounds = float(ctx.rng.uniform(0.1, 0.95)), int(ctx.rng.integers(1, 9)), 20_000
-        result = simulate(alpha, k, rounds, np.random.default_rng(int(ctx.rng.integers(1e9))))
+        result = simulate(alpha, k, rounds, ctx.worker_rng(i))
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             raise Fail("simulate returns (mean, standard error)", repr(result))
         mean, se = (a_float(v, "simulate") for v in result)
         want = tokens_per_pass(alpha, k)
         sd = math.sqrt(sum((2 * i + 1) * alpha ** i for i in range(k + 1)) - want ** 2)
+        if abs(mean - want) > 5 * sd / math.sqrt(rounds):
+            every = 1 + k * alpha          # what counting every accepted guess gives
+            counts_every = abs(mean - every) <= 5 * math.sqrt(k * alpha * (1 - alpha) / rounds)
+            raise Fail(f"a mean within 5 standard errors of {want:.4f} (alpha {alpha:.3f}, "
+                       f"k {k})", f"{mean:.4f}",
+                       f"that is 1 + k alpha = {every:.4f}: it counts every accepted guess; a "
+                       "round keeps only the guesses before the first rejection (the leading "
+                       "run), plus one token of the target's own" if counts_every else
+                       "a round stops at the first rejection; it always writes one token of "
+                       "the target's own")
         if not abs(se - sd / math.sqrt(rounds)) < 0.15 * sd / math.sqrt(rounds):
             raise Fail(f"standard error about {sd / math.sqrt(rounds):.4f} (the spread of tokens "
                        f"per round over the square root of {rounds:,} rounds)", f"{se:.4f}",
                        "std(tokens) / sqrt(rounds)")
-        if abs(mean - want) > 5 * sd / math.sqrt(rounds):
-            raise Fail(f"a mean within 5 standard errors of {want:.4f} (alpha {alpha:.3f}, "
-                       f"k {k})", f"{mean:.4f}", "a round stops at the first rejection; it "
-                       "always writes one token of the target's own")
 
 
 @check("2b", 1)
@@ -335,7 +410,9 @@ def simulation_draws_from_the_given_rng(ctx):
 # Exercise 3: build, with NumPy alone
 
 
-def logits_close(got, want, what):
+def logits_close(got, want, what, width_scaled=None):
+    """Fail unless got is want within 1e-5. width_scaled: the logits of attention scaled by
+    sqrt(C) instead of sqrt(head size), to name that mistake."""
     got = np.asarray(got)
     if got.shape != want.shape:
         raise Fail(f"{what}: logits of shape {want.shape} (new tokens, vocabulary)",
@@ -346,9 +423,13 @@ def logits_close(got, want, what):
     error = float(np.abs(got - want).max())
     if error > 1e-5:
         row = int(np.abs(got - want).max(-1).argmax())
+        hint = ("positions start at cache.length; attention may look at earlier tokens only; "
+                "LayerNorm uses the variance, not the std")
+        if width_scaled is not None and np.abs(got - width_scaled).max() < 1e-5:
+            hint = ("these are the logits of attention scaled by sqrt(C), the model's width: "
+                    "scale each head's scores by sqrt(head size) = sqrt(C / n_head)")
         raise Fail(f"{what}: the torch model's logits within 1e-5", f"off by {error:.2g} (first "
-                   f"at new token {row})", "positions start at cache.length; attention may look "
-                   "at earlier tokens only; LayerNorm uses the variance, not the std")
+                   f"at new token {row})", hint)
 
 
 @check("2c", 2)
@@ -374,7 +455,8 @@ def forward_matches_torch(ctx):
     tokens = expected["tokens"].tolist()
     for name in ("target", "draft"):
         logits_close(ns.forward(ctx.model(name), tokens), expected[name],
-                     f"the {name} model over {len(tokens)} tokens")
+                     f"the {name} model over {len(tokens)} tokens",
+                     expected.get(f"{name}_width_scaled"))
 
 
 @check("3a", 2, torch_free=True)
@@ -407,8 +489,11 @@ def greedy_run(ctx, draft_name, case, k=None):
     if tokens != want:
         i = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
                  min(len(tokens), len(want)))
-        where = (f"from token {i}" if i < min(len(tokens), len(want)) else
-                 f"in length ({len(tokens)} tokens, not {len(want)})")
+        new = len(tokens) - len(prompt)            # positions in the new text, from 1
+        where = (f"from new token {i - len(prompt) + 1}" if i < min(len(tokens), len(want))
+                 and i >= len(prompt) else "in the prompt (return the prompt, then the new "
+                 "tokens)" if i < min(len(tokens), len(want)) else
+                 f"in length ({new} new tokens, not {n})")
         hint = ("the output must not depend on the draft: compare guess i with the big "
                 "model's choice at position i (not i + 1), forget rejected tokens in both "
                 "caches, and score with score() so both decoders use the same windows")
@@ -418,7 +503,7 @@ def greedy_run(ctx, draft_name, case, k=None):
                      f"drafting and for verifying alike, as generate() does")
         raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
                    f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
-                   f"differs {where}: {text(tokens[len(prompt):])!r}", hint)
+                   f"differs {where}: {text(tokens[len(prompt):])!r}", hint + fix_1a_first(ctx))
     return passes, recorder
 
 
@@ -524,6 +609,7 @@ def verify_keeps_the_target_distribution_exactly(ctx):
                        f" (draft's: {np.round(draft_probs[0], 3)})", f"{np.round(first, 3)}",
                        "keep a guess with probability min(1, target/draft); after a rejection "
                        "draw from max(0, target - draft), renormalised (not from the target)")
+        kept_as_often(kept_mass, target_probs[0], draft_probs[0], 0.02, "on a grid of draws")
         if kept_mass > 0.05:
             bonus /= kept_mass
             if np.abs(bonus - target_probs[1]).max() > 0.05:
@@ -531,6 +617,21 @@ def verify_keeps_the_target_distribution_exactly(ctx):
                            f"next {np.round(target_probs[1], 3)}", f"{np.round(bonus, 3)}",
                            "when every guess is kept, sample one more token from the target's "
                            "distribution at the next position")
+
+
+def kept_as_often(kept, target, draft, error, how):
+    """Fail unless the first guess is kept with the exact rule's probability, sum over tokens of
+    min(target, draft), within `error`: a rule that keeps nothing and samples every token from
+    the target has the right distribution, and no speed-up."""
+    want = float(np.minimum(target, draft).sum())
+    if abs(kept - want) > error:
+        raise Fail(f"the first guess kept as often as the exact rule keeps it: sum of min(target,"
+                   f" draft) = {want:.3f} (target {np.round(target, 3)}, draft "
+                   f"{np.round(draft, 3)})", f"kept {kept:.3f} of the time ({how})",
+                   "keep guess x with probability min(1, target(x)/draft(x)); a rule that "
+                   "rejects more often keeps the distribution but throws away the speed-up"
+                   if kept < want else "keep guess x with probability min(1, target(x)/"
+                   "draft(x)), not more often")
 
 
 def chi_square_fails(counts, probs, threshold_z=4.75):
@@ -565,7 +666,7 @@ def sampled_pairs(ctx, runs, **options):
     with the fixture models (3 new tokens, k = 2)."""
     models, recorder = ctx.standins({"target": "target", "draft": "draft"}, memo=True)
     prompt = ctx.cases["sampling"]["prompt"]
-    rng = np.random.default_rng(ctx.seed + 17)
+    rng = ctx.worker_rng(17)
     outputs = ctx.helper("sample_many", "numpy_speculative", "speculative_sample",
                          models["target"], models["draft"], prompt, 3, 2, rng, runs, options)
     if isinstance(outputs, str):
@@ -605,8 +706,8 @@ class Draws:
     """An rng for the student's code that counts its draws (random() only, as the docstrings
     ask: sample() and verify() need nothing else)."""
 
-    def __init__(self, seed):
-        self.rng, self.count = np.random.default_rng(seed), 0
+    def __init__(self, rng):
+        self.rng, self.count = rng, 0
 
     def random(self):
         self.count += 1
@@ -623,7 +724,7 @@ def sampling_with_a_perfect_draft(ctx):
     prompt = ctx.cases["sampling"]["prompt"]
     for n, k in ((12, 3), (2 * fixtures.BLOCK, 4)):
         done = making.perfect_rounds(len(prompt), n, k, fixtures.BLOCK)
-        draws = Draws(ctx.seed + n)
+        draws = Draws(ctx.worker_rng(n))
         out = ns.speculative_sample(models["target"], models["draft"], list(prompt), n, k,
                                     ctx.lend(draws, ("random",)))
         out = list(out) if isinstance(out, (list, tuple, np.ndarray)) else [out]
@@ -715,11 +816,15 @@ def break_even_gives_speedup_one(ctx):
             continue
         alpha = a_float(f(k, c, verify_cost), "break_even_alpha")
         if not (0 <= alpha < 1) or abs(speedup(alpha, k, c, verify_cost) - 1) > 1e-6:
+            ignored = (verify_cost != 1.0 and 0 <= alpha < 1 and
+                       abs(speedup(alpha, k, c) - 1) <= 1e-6)
             raise Fail(f"an alpha where the speed-up is exactly 1 (k {k}, c {c:.3f}, verify "
                        f"cost {verify_cost})", f"{alpha!r}, whose speed-up is "
                        f"{speedup(alpha, k, c, verify_cost) if 0 <= alpha < 1 else 'undefined'}",
-                       "the speed-up grows with alpha: bisect between 0 and 1 until the "
-                       "interval is tiny (a 0.01 grid is not precise enough)")
+                       f"that is the break-even point for a verify cost of 1: break_even_alpha "
+                       f"ignores verify_cost; a round costs k c + verify_cost target steps"
+                       if ignored else "the speed-up grows with alpha: bisect between 0 and 1 "
+                       "until the interval is tiny (a 0.01 grid is not precise enough)")
 
 
 @check("4b", 1)
@@ -772,7 +877,21 @@ def timer_warms_up_and_takes_the_median(ctx):
 
 @check("5a", 2)
 def timer_waits_for_the_gpu(ctx):
-    seconds = a_float(ctx.helper("time_on_fake_gpu", "exercises.ex5_gpu", "timer"), "measure")
+    """timer("cuda") with a simulated GPU standing in for torch.cuda: its work, its clock and its
+    queue live in the grader (helpers.FakeGPU), so what the timer did is measured here."""
+    gpu = FakeGPU()
+    with ctx.on_gpu(gpu):
+        measure = ctx.student("exercises.ex5_gpu").timer("cuda")
+        seconds = a_float(measure(ctx.lend(gpu.launch), 5, warmup=2), "measure")
+        returned = time.perf_counter()
+    if gpu.launches != 7:
+        raise Fail("2 warm-up calls and 5 timed ones: 7 calls of fn", f"{gpu.launches}",
+                   "run fn warmup times, then the timed calls")
+    if gpu.busy_until > returned + 1e-3:
+        raise Fail("measure returns after the work it timed has finished on the GPU",
+                   f"{(gpu.busy_until - returned) * 1e3:.0f} ms of it still queued",
+                   "kernels run asynchronously: call torch.cuda.synchronize() before reading "
+                   "the clock, or synchronize the end event before elapsed_time")
     if not 0.015 < seconds < 0.06:
         raise Fail("about 20 ms: the work fn queued on the GPU, not the time to queue it",
                    f"{seconds * 1e3:.2f} ms", "kernels run asynchronously: call "
@@ -797,7 +916,7 @@ def timer_on_a_real_gpu(ctx):
 # BEGIN HIDDEN
 # Hidden checks: the teacher's only (build removes them). They rerun properties on other
 # shapes and draws than the public checks, so hard-coding what those print earns nothing.
-HIDDEN_SEED = 271828  # CLASSROOM_SEED replaces it; keep yours secret
+HIDDEN_SEED = 0x9c1f_35a2_6be0_4d87_b3e1_5f02_c86a_7d19  # 128 bits; CLASSROOM_SEED replaces it
 
 
 @check("3b", 2, torch_free=True, hidden=True)
@@ -815,16 +934,18 @@ def greedy_hidden_lengths_and_k(ctx):
 
 @check("3c", 1, torch_free=True, hidden=True)
 def verify_chi_square_at_a_hidden_seed(ctx):
-    rng = np.random.default_rng(ctx.seed)
-    target_probs, draft_probs = rng.dirichlet(np.ones(5), 4), rng.dirichlet(np.ones(5), 3)
+    target_probs, draft_probs = ctx.rng.dirichlet(np.ones(5), 4), ctx.rng.dirichlet(np.ones(5), 3)
     rounds = ctx.helper("first_tokens", "numpy_speculative", "verify", target_probs,
-                        draft_probs, rng, 20000)
+                        draft_probs, ctx.worker_rng(3), 20000)
     if isinstance(rounds, str):
         raise Fail("verify returns a pair of whole numbers (kept, token)", rounds)
     rounds = np.asarray(rounds)
     if rounds.shape != (20000, 3) or not ((0 <= rounds) & (rounds < 5)).all():
         raise Fail("verify returns (kept, token) with a token of the vocabulary", "other values")
     first = np.where(rounds[:, 1] > 0, rounds[:, 0], rounds[:, 2])
+    kept = float((rounds[:, 1] > 0).mean())
+    kept_as_often(kept, target_probs[0], draft_probs[0], 5 * math.sqrt(0.25 / 20000),
+                  "in 20,000 rounds")
     counts = np.bincount(first, minlength=5)
     if chi_square_fails(counts, target_probs[0]):
         raise Fail("the first token distributed as the target's", f"{counts / counts.sum()}")

@@ -2,12 +2,14 @@
 classroom/helpers.py: what runs beside a student's code, in the worker (or in a notebook's own
 kernel): the pieces of a check that must sit next to the function they call, because they call
 it many times or patch what it sees. They only collect what the student's code does; every
-judgement is made by the check, in the grader's process (checks.py).
+judgement, and every figure it judges, is made by the check in the grader's process
+(checks.py): a submission that rewrites these functions changes only what its own code returns.
 
 - stand-ins: models with a shape and a vocabulary but no weights; the exercise's forward() asks
   the grader for their logits, so the grader counts every pass of the big model;
 - verify_grid: verify() at every point of a grid of random draws (160,000 calls, no round trips);
-- the simulated GPU of exercise 5 (FakeGPU) and the timing on a real one;
+- the simulated GPU of exercise 5 (FakeGPU: it lives in the grader's process, and torch.cuda in
+  the worker calls it there: use_gpu) and the timing on a real one;
 - references: another part's function replaced by a call to the grader's reference, so that a
   part is graded on its own (a bug in one part costs that part only).
 """
@@ -158,14 +160,17 @@ class FakeGPU:
     """torch.cuda on the CPU: work is queued by fn and finishes later, as on a real GPU.
 
     fn() queues 20 ms of work and returns at once; synchronize() waits for the queue;
-    Event.record() marks the queue's end; elapsed_time() needs both events finished."""
+    Event.record() marks the queue's end; elapsed_time() needs both events finished. launches
+    counts the calls of fn()."""
 
     WORK = 0.02
 
     def __init__(self):
         self.busy_until = time.perf_counter()
+        self.launches = 0
 
     def launch(self):
+        self.launches += 1
         self.busy_until = max(time.perf_counter(), self.busy_until) + self.WORK
 
     def synchronize(self, device=None):
@@ -196,18 +201,25 @@ class FakeGPU:
         return Event()
 
 
-def time_on_fake_gpu(timer):
-    """What timer("cuda") measures for 20 ms of queued work, with FakeGPU as torch.cuda."""
+GPU_CALLS = ("synchronize", "Event", "is_available")   # what torch.cuda's stand-in answers
+EVENT_CALLS = ("record", "synchronize", "elapsed_time")
+
+
+def use_gpu(gpu):
+    """torch.cuda's synchronize, Event and is_available become `gpu`'s (a FakeGPU, or the
+    grader's one through the wire); returns the functions they replaced."""
     import torch
-    gpu = FakeGPU()
-    real = {name: getattr(torch.cuda, name) for name in ("synchronize", "Event", "is_available")}
-    try:  # the simulated GPU stands in for torch.cuda during this call only
-        for name in real:
-            setattr(torch.cuda, name, getattr(gpu, name))
-        return timer("cuda")(gpu.launch, 5, warmup=2)
-    finally:
-        for name, function in real.items():
-            setattr(torch.cuda, name, function)
+    real = {name: getattr(torch.cuda, name) for name in GPU_CALLS}
+    torch.cuda.synchronize = lambda device=None: gpu.synchronize()
+    torch.cuda.Event = lambda enable_timing=False: gpu.Event(enable_timing)
+    torch.cuda.is_available = lambda: True
+    return real
+
+
+def restore_gpu(real):
+    import torch
+    for name, function in real.items():
+        setattr(torch.cuda, name, function)
 
 
 def time_on_real_gpu(timer):

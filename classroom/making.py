@@ -6,12 +6,16 @@ reads them: the checks run in other processes (exercise 3's without torch). The 
 come from the torch models directly, never from a student's file (see fixtures.py).
 """
 
+import hashlib
 import json
+import math
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from classroom.fixtures import BLOCK, VOCAB, window_start
 from gpt import GPT, Config, export_npz
@@ -92,7 +96,7 @@ def make(folder, seed):
     """Write the fixtures of `seed` into folder; returns folder."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(1000 + seed)
+    generator = torch.Generator().manual_seed(torch_seed(seed))
     rng = np.random.default_rng(seed)
     layers, heads, width = target_shape(seed)
     target_config = Config(vocab_size=len(VOCAB), block_size=BLOCK, n_layer=layers,
@@ -113,6 +117,9 @@ def make(folder, seed):
     with torch.no_grad():
         logits = {name: model(torch.tensor([tokens]))[0][0].numpy()
                   for name, model in (("target", target), ("draft", draft))}
+        with attention_scaled_by_width():      # a common mistake, to name it (checks.py)
+            logits |= {f"{name}_width_scaled": model(torch.tensor([tokens]))[0][0].numpy()
+                       for name, model in (("target", target), ("draft", draft))}
     prompt = rng.integers(0, len(VOCAB), 3).tolist()
     sampling = {"prompt": prompt,
                 "plain": first_two(target, prompt, 1.0).tolist(),
@@ -123,6 +130,30 @@ def make(folder, seed):
     (folder / "cases.json").write_text(json.dumps(
         {"seed": seed, "greedy": cases, "never": never, "sampling": sampling}))
     return folder
+
+
+def torch_seed(seed):
+    """torch's seed (64 bits) for a seed of any size: 1000 + seed for the small ones (the public
+    seed's fixtures stay those of before), a hash of the others (a 128-bit hidden seed)."""
+    if 0 <= seed < 2 ** 62:
+        return 1000 + seed
+    return int.from_bytes(hashlib.sha256(f"classroom {seed}".encode()).digest()[:8], "little")
+
+
+class attention_scaled_by_width:
+    """While active, gpt.py's attention scales its scores by sqrt(C) (the model's width)
+    instead of sqrt(head size): what a forward pass with that mistake computes."""
+
+    def __enter__(self):
+        self.real = F.scaled_dot_product_attention
+
+        def wrong(q, k, v, *args, **kwargs):             # q: (B, nh, T, hs)
+            return self.real(q, k, v, *args, **kwargs,
+                             scale=1 / math.sqrt(q.shape[1] * q.shape[-1]))
+        F.scaled_dot_product_attention = wrong
+
+    def __exit__(self, *exc):
+        F.scaled_dot_product_attention = self.real
 
 
 def torch_model(folder, name):
@@ -186,6 +217,7 @@ class Recorder:
         self.models = models                       # role -> torch GPT
         self.calls = dict.fromkeys(models, 0)
         self.tokens = dict.fromkeys(models, 0)
+        self.lengths = {role: deque(maxlen=20) for role in models}  # of the last texts scored
         self._cache = {}
 
     def reset(self):
@@ -202,6 +234,7 @@ class Recorder:
                              "cache's)")
         self.calls[role] += 1
         self.tokens[role] += len(new)
+        self.lengths[role].append(len(seq))
         key = (id(model), tuple(seq))
         if len(self._cache) > 100_000:            # a worker asking for every window there is
             self._cache.clear()

@@ -8,13 +8,22 @@ fixtures, the expected values, the seed and the results never reach the student'
 whatever it does to its own process changes nothing here. A check scores its points when it
 passes for every seed it runs with: seed 0 (the public checks a student runs) and, when
 grading, the teacher's hidden seed too. Fixtures (random tiny models and what they must
-produce) are made once per seed in this process.
+produce) are made once per seed in this process, in a folder of its own.
+
+Time: each check and seed has TIMEOUT seconds; after a check of a part runs out of time, the
+part's other checks are not run (they would loop again), and the checks of different parts run
+side by side, so a submission whose every function sleeps costs about one limit per part and
+job. A grade may also have a budget (grade-all's per-submission cap): checks that would start
+after it are not run.
 """
 
+import atexit
+import contextlib
 import functools
 import importlib
+import itertools
 import os
-import signal
+import shutil
 import socket
 import tempfile
 import threading
@@ -23,20 +32,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from classroom import checks, making, parts, regions, sandbox, wire
+from classroom import checks, helpers, making, parts, regions, sandbox, wire
 from classroom.submissions import ROOT
 
-PUBLIC_SEED = 0
-TIMEOUT = 60  # seconds per check and seed
+PUBLIC_SEED = checks.PUBLIC_SEED
+TIMEOUT = 20  # seconds per check and seed (an honest check takes a second or two)
 LARGEST = 10 ** 6  # the largest whole number a call back to a reference takes (see bounded)
 
 
 def hidden_seed():
-    """The teacher's seed for hidden checks: CLASSROOM_SEED, else the one in checks.py."""
+    """The teacher's seed for hidden checks: CLASSROOM_SEED, else the one in checks.py (128
+    bits: no search finds it back from what the checks show)."""
     value = os.environ.get("CLASSROOM_SEED") or getattr(checks, "HIDDEN_SEED", None)
     if value is None:
         raise SystemExit("error: hidden checks need CLASSROOM_SEED (this is a student copy)")
-    return int(value)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"CLASSROOM_SEED must be a whole number, not {value!r}") from None
 
 
 @dataclass
@@ -76,7 +89,8 @@ class Result:
 
 class RemoteContext(checks.Context):
     """A check's view of a worker (worker.py): the student's modules, models and helpers live
-    there; the fixtures, the expected values and every comparison stay here."""
+    there; the fixtures, the expected values, every comparison and every figure judged (the
+    simulated GPU's clock, the models' passes) stay here."""
 
     def __init__(self, seed, fixture_dir, peer, check, references):
         super().__init__(seed, fixture_dir)
@@ -87,6 +101,7 @@ class RemoteContext(checks.Context):
             self.worker.use_references([(key, wire.Exposed(bounded(function)))
                                         for key, function in references.items()])
         self._modules, self._standins = {}, {}
+        self.recorders = []
 
     def student(self, module):
         if module not in self._modules:
@@ -107,6 +122,7 @@ class RemoteContext(checks.Context):
                 models[role] = self.worker.standin(
                     config, vocab, wire.Exposed(functools.partial(recorder.logits, role)), memo)
             self._standins[key] = models, recorder
+            self.recorders.append(recorder)
         models, recorder = self._standins[key]
         if not memo:               # memo: the worker asks once per window, so counts add up
             recorder.reset()
@@ -117,6 +133,27 @@ class RemoteContext(checks.Context):
 
     def lend(self, obj, methods=("__call__",)):
         return wire.Exposed(obj, methods)
+
+    @contextlib.contextmanager
+    def on_gpu(self, gpu):
+        self.worker.use_gpu(wire.Exposed(LentGPU(gpu), helpers.GPU_CALLS))
+        yield
+
+
+class LentGPU:
+    """The grader's FakeGPU as a worker's torch.cuda calls it: its events lent too."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+
+    def synchronize(self):
+        self.gpu.synchronize()
+
+    def is_available(self):
+        return True
+
+    def Event(self, enable_timing=False):
+        return wire.Exposed(self.gpu.Event(enable_timing), helpers.EVENT_CALLS)
 
 
 def too_big(value):
@@ -164,20 +201,53 @@ def references(part):
     return _references[part]
 
 
-def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True):
+_fixtures = {}   # seed -> the folder of its fixtures, made once per process
+
+
+def fixtures_of(seed):
+    """The fixtures of `seed` (making.make), in a private folder that lasts as long as this
+    process."""
+    if "folder" not in _fixtures:
+        _fixtures["folder"] = Path(tempfile.mkdtemp(prefix="classroom-fixtures-"))
+        atexit.register(shutil.rmtree, _fixtures["folder"], True)
+    if seed not in _fixtures:
+        _fixtures[seed] = making.make(_fixtures["folder"] / f"seed{seed}", seed)
+    return _fixtures[seed]
+
+
+def interleaved(tasks, key):
+    """tasks reordered so that neighbours belong to different keys (parts): the first of each
+    part, then the second of each, ..."""
+    groups = {}
+    for task in tasks:
+        groups.setdefault(key(task), []).append(task)
+    return [t for row in itertools.zip_longest(*groups.values()) for t in row if t is not None]
+
+
+def phases(tasks):
+    """The public seed's runs first, every other seed's after them all: a hidden seed's run
+    never overlaps or comes before a public one, so nothing it leaves (in /tmp, say) can reach
+    what a student sees before the grades are published."""
+    return [[t for t in tasks if t[1] == PUBLIC_SEED], [t for t in tasks if t[1] != PUBLIC_SEED]]
+
+
+def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True,
+               budget=None):
     """Run every check in `selected` for every seed, on the student files in `root` (the rest
     of the project is the student version of this one: sandbox.project_copy).
 
     missing: student files absent from a submission; their checks are not run. grading: False
-    for a student's own check of their own files, which needs no isolation (sandbox.start)."""
+    for a student's own check of their own files, which needs no isolation (sandbox.start).
+    budget: seconds for the whole run; the checks that would start after it are not run."""
     root = Path(root).resolve()
     jobs = jobs or min(2, os.cpu_count() or 1)
     results = [Result(c) for c in selected]
-    # The scratch folder (fixtures, logs) is the grader's alone; the copies the workers use lie
-    # apart, in a folder that a worker running as a user of its own may pass (sandbox.py).
+    end = None if budget is None else time.monotonic() + budget
+    # The scratch folder (logs) is the grader's alone; the copies the workers use lie apart,
+    # in a folder that a worker running as a user of its own may pass (sandbox.py).
     with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
             tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
-        fixture_dirs = {seed: making.make(Path(scratch) / f"seed{seed}", seed) for seed in seeds}
+        fixture_dirs = {seed: fixtures_of(seed) for seed in seeds}
         project = sandbox.project_copy(Path(copies) / "project", root)
         tasks = []
         for result in results:
@@ -188,15 +258,20 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
                                              "message": f"missing file {file}"}
                 else:
                     tasks.append((result, seed))
+        tasks = interleaved(tasks, lambda task: task[0].check.part)
 
         stalled = set()  # parts with a check that ran out of time: an endless loop, likely
-        zygotes, starting = {}, threading.Lock()
+        zygotes, starting, numbers = {}, threading.Lock(), itertools.count(1)
+        watches = []   # a MemoryWatch, where the checks run as users of their own without cgroups
 
         def zygote(torch_free):
             with starting:
                 if torch_free not in zygotes:
-                    zygotes[torch_free] = sandbox.Zygote(project, scratch, torch=not torch_free,
-                                                         grading=grading)
+                    zygotes[torch_free] = z = sandbox.Zygote(project, scratch,
+                                                             torch=not torch_free,
+                                                             grading=grading)
+                    if z.how == "user" and not sandbox.cgroups() and not watches:
+                        watches.append(sandbox.MemoryWatch())
                 return zygotes[torch_free]
 
         def work(task):
@@ -207,47 +282,72 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
                                          f"check of part {check.part} did not finish "
                                          f"within {timeout} s"}
                 return
+            left = timeout if end is None else min(timeout, end - time.monotonic())
+            if left <= 0:
+                result.outcomes[seed] = {"status": "timeout", "message": "not run: the "
+                                         f"grade's time ({budget} s) ran out"}
+                return
+            with starting:
+                n = next(numbers)
             ours, theirs = socket.socketpair()
+            sandbox.expect_credentials(ours)
             # A process of its own, in a session of its own (and, sandboxed, in the zygote's PID
-            # namespace): when the check ends, its process group is killed. Its output goes to
-            # a file that no student sees.
+            # namespace), in cgroups of its own where they can be made: when the check ends,
+            # all of it is killed. Its output goes to a file that no student sees.
             with open(Path(scratch) / f"{check.name}-{seed}.log", "w+") as log:
-                pid = None
+                pid, group, ctx = None, None, None
                 try:
-                    pid = zygote(check.torch_free).spawn(theirs.fileno(), log)
+                    pid = zygote(check.torch_free).spawn(theirs.fileno(), log, n)
                     theirs.close()
+                    for watch in watches:
+                        watch.watch(sandbox.check_uid(n))
+                    ours.settimeout(left)
+                    group = sandbox.check_group(str(n))
+                    if group is not None:
+                        group.add(sandbox.peer_pid(ours))
+                    else:
+                        sandbox.peer_pid(ours)
                     peer = wire.Peer(ours, lends_anything=False,
-                                     deadline=time.monotonic() + timeout)
+                                     deadline=time.monotonic() + left)
                     ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
                                         references(check.part))
                     outcome = checks.run_check(check, ctx, root)
-                except wire.Timeout:
+                except (wire.Timeout, socket.timeout):
                     stalled.add(check.part)
+                    cause = checks.why_stuck(check.part, ctx.recorders if ctx else [])
                     outcome = {"status": "timeout", "message":
-                               f"did not finish within {timeout} s (an endless loop?)"}
-                except wire.Gone:
+                               f"did not finish within {left:.0f} s: {cause}"}
+                except (wire.Gone, wire.ProtocolError, OSError):
                     outcome = {"status": "crashed"}
                 finally:
                     theirs.close()
                     ours.close()                    # the worker's end of the socket ...
                     try:                                    # ... and its process group
-                        code = zygote(check.torch_free).kill(pid) if pid else None
+                        code = zygote(check.torch_free).kill(pid, n) if pid else None
                     except wire.Gone:
                         code = None
+                    memory = group is not None and group.out_of_memory()
+                    memory = any([w.forget(sandbox.check_uid(n)) for w in watches]) or memory
+                    if group is not None:
+                        group.close()                       # ... and all in its cgroups
                 if outcome["status"] == "crashed":
                     log.seek(0)
-                    lines = log.read().strip().splitlines() or ["no output"]
-                    outcome["message"] = (f"the check's process ended (exit {code}) before "
-                                          f"reporting: {lines[-1][:300]}")
+                    lines = log.read(1 << 20).strip().splitlines() or ["no output"]
+                    outcome["message"] = (
+                        f"the check's processes used more than {sandbox.MEMORY >> 30} GB "
+                        "together: killed" if memory else f"the check's process ended (exit "
+                        f"{code}) before reporting: {lines[-1][:300]}")
             result.outcomes[seed] = outcome
 
         try:
             with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(work, tasks))
+                for phase in phases(tasks):
+                    list(pool.map(work, phase))
         finally:
             for z in zygotes.values():
                 z.close()
-            sandbox.kill_leftovers()
+            for watch in watches:
+                watch.close()
     return results
 
 

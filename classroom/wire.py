@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-MAX_MESSAGE = 64 * 1024 ** 2   # bytes: more is a broken or hostile worker
+MAX_MESSAGE = 16 * 1024 ** 2   # bytes: more is a broken or hostile worker (a check needs < 2)
 NUMERIC = "biufc"              # the dtype kinds that cross by value (no objects, no strings)
 
 
@@ -154,7 +154,8 @@ class Peer:
             ident = value["$yours"]
             if ident not in self.objects:
                 raise ProtocolError(f"no object #{ident} here")
-            return self.objects[ident]
+            mine = self.objects[ident]
+            return mine.target if isinstance(mine, Exposed) else mine
         if "$rng" in value and self.lends_anything:    # only the grader sends generators
             bit_generator = getattr(np.random, value["kind"])()
             bit_generator.state = json.loads(value["$rng"])
@@ -165,11 +166,10 @@ class Peer:
 
     # -- messages --------------------------------------------------------------------------
 
-    def send(self, message):
-        data = json.dumps(message).encode()
+    def send(self, message, data=None):
+        data = data or json.dumps(message).encode()
         if len(data) > MAX_MESSAGE:
-            raise ProtocolError(f"a message of {len(data) >> 20} MB (the limit is "
-                                f"{MAX_MESSAGE >> 20} MB)")
+            raise ProtocolError(too_big(len(data)))
         self.sock.sendall(struct.pack(">I", len(data)) + data)
 
     def _read(self, n):
@@ -195,8 +195,7 @@ class Peer:
     def receive(self):
         (length,) = struct.unpack(">I", self._read(4))
         if length > MAX_MESSAGE:
-            raise ProtocolError(f"a message of {length >> 20} MB (the limit is "
-                                f"{MAX_MESSAGE >> 20} MB)")
+            raise ProtocolError(too_big(length))
         try:
             message = json.loads(self._read(length))
         except (ValueError, RecursionError):
@@ -254,7 +253,15 @@ class Peer:
             raise
         except BaseException as e:  # noqa: BLE001 (SystemExit too: a call never ends a process)
             reply = {"error": {"kind": type(e).__name__, "message": self.describe(e)}}
-        self.send(reply)
+        try:
+            data = json.dumps(reply).encode()
+        except (ValueError, RecursionError) as e:
+            data = json.dumps({"error": {"kind": type(e).__name__, "message": str(e)}}).encode()
+        if len(data) > MAX_MESSAGE:                  # what came back is too big to send
+            data = json.dumps({"error": {"kind": "ValueError", "message":
+                                         f"ValueError: the value returned is {too_big(len(data))}"
+                                         }}).encode()
+        self.send(None, data)
 
     def serve_forever(self):
         while True:
@@ -264,6 +271,10 @@ class Peer:
                 return
             if "call" in message:
                 self.serve(message)
+
+
+def too_big(length):
+    return f"a message of {length >> 20} MB (the limit is {MAX_MESSAGE >> 20} MB)"
 
 
 @contextlib.contextmanager

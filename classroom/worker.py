@@ -3,17 +3,21 @@ classroom/worker.py: the process in which a student's code runs, serving the gra
 
     python -m classroom.worker FD PROJECT
     python -m classroom.worker zygote[-torch] FD PROJECT     (forks one of those per check)
-    python -m classroom.worker zygote[-torch] FD PROJECT UID BLANK
-                   (started as root in BLANK, the blank student version: becomes UID, then forks)
+    python -m classroom.worker zygote[-torch] FD PROJECT GID BLANK
+           (started as root in BLANK, the blank student version; each worker becomes the uid
+           the grader names, in group GID)
 
 FD is one end of a socket pair (classroom/wire.py); PROJECT the copy of the student version of
 the project with the submission's files in it. The worker is never given an output path, the
 seed, the fixtures' expected values or the checks: the grader (runner.py) runs each check in its
-own process and calls the student's functions here, one call at a time, and compares what comes
-back. One worker serves one check at one seed, under a memory limit, in a process group of its
-own that is killed when the check ends; workers are forked from a zygote (sandbox.Zygote) that
-has NumPy (and, for the checks that may use it, torch) imported already. Exercise 3's checks run
-with torch and the project's own decoding blocked.
+own process and calls the student's functions here, one call at a time, and judges what comes
+back. The worker only computes: what it runs beside the student's code (classroom/helpers.py)
+collects what that code returns, and every figure a check judges (a time on the simulated GPU,
+a count, a frequency) is measured in the grader. One worker serves one check at one seed, under
+its limits (sandbox.py), in a process group of its own that is killed when the check ends;
+workers are forked from a zygote (sandbox.Zygote) that has NumPy (and, for the checks that may
+use it, torch) imported already. Exercise 3's checks run with torch and the project's own
+decoding blocked.
 """
 
 import importlib
@@ -37,7 +41,6 @@ BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",
            "beyond": "exercise 3 is yours to build: do not use beyond/ (its fast NumPy forward)",
            "gpt": "exercise 3 reads weights from .npz files: do not import gpt.py"}
-MEMORY = 3 * 1024 ** 3  # bytes a check's process may allocate
 
 
 class Blocker(importlib.abc.MetaPathFinder):
@@ -54,12 +57,20 @@ def block_torch():
     sys.meta_path.insert(0, Blocker())
 
 
-def limit_memory():
-    """Every check's process may allocate MEMORY bytes at most (torch fits in it)."""
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    except (AttributeError, ValueError, OSError):  # not on this platform: the time limit remains
-        pass
+def limit():
+    """A check's rlimits, beside its cgroups where the grader could make them (sandbox.py):
+    sandbox.MEMORY bytes of address space (torch fits in it), sandbox.OUTPUT bytes per file
+    written (a write past it fails instead of killing the process), no core files, and the
+    number of processes the grader names (CLASSROOM_PROCESSES: counted per user)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = [("RLIMIT_AS", sandbox.MEMORY), ("RLIMIT_FSIZE", sandbox.OUTPUT), ("RLIMIT_CORE", 0)]
+    if os.environ.get("CLASSROOM_PROCESSES"):
+        limits.append(("RLIMIT_NPROC", int(os.environ["CLASSROOM_PROCESSES"])))
+    for name, value in limits:
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (AttributeError, ValueError, OSError):  # not here: the cgroups and time remain
+            pass
 
 
 def describe(root):
@@ -68,7 +79,7 @@ def describe(root):
             return str(error) or "not written yet"
         if isinstance(error, MemoryError):
             return ("MemoryError: the code asked for more memory than a check allows "
-                    f"({MEMORY // 1024 ** 3} GB)")
+                    f"({sandbox.MEMORY // 1024 ** 3} GB)")
         return wire.describe(error, helpers.student_frame(error.__traceback__, root,
                                                           parts.STUDENT_FILES))
     return one_line
@@ -111,11 +122,20 @@ class Worker:
     def helper(self, name, module, function, *args):
         return getattr(helpers, name)(getattr(self.module(module), function), *args)
 
+    def use_gpu(self, gpu):
+        """torch.cuda, for this check, is `gpu`: the grader's simulated GPU (helpers.FakeGPU),
+        which keeps its clock and its queue in the grader's process."""
+        helpers.use_gpu(gpu)
+
 
 def serve(fd, project):
-    """Serve the grader's calls on socket fd until the grader closes it."""
-    limit_memory()
-    peer = wire.Peer(socket.socket(fileno=int(fd)), lends_anything=True)
+    """Serve the grader's calls on socket fd until the grader closes it. The first byte sent
+    carries this process's credentials: the grader moves it into the check's cgroups before it
+    asks for anything (sandbox.peer_pid)."""
+    limit()
+    sock = socket.socket(fileno=int(fd))
+    sock.sendall(b"\0")
+    peer = wire.Peer(sock, lends_anything=True)
     peer.describe = describe(Path(project).resolve())
     peer.lend(Worker())                                  # #1
     peer.serve_forever()
@@ -134,12 +154,12 @@ def python_closed():
     return sorted(m for m in sys.stdlib_module_names - NOT_PRELOADED if not m.startswith("_"))
 
 
-def become(uid, project, blank, modules):
+def become(project, blank, modules):
     """Started as root in `blank` (the blank student version): import what the student's
-    `modules` import (Python may live where the workers' user cannot read it), forget every
-    module of the blank copy but the grader's own (classroom, and this one, __main__), become
-    `uid` for good, and move to `project`, where the student's files are. No student code has
-    run before this."""
+    `modules` import (Python may live where the workers' users cannot read it), forget every
+    module of the blank copy but the grader's own (classroom, and this one, __main__), and move
+    to `project`, where the student's files are. The zygote stays root, to make each worker the
+    user of its check, and runs no student code."""
     for module in modules + python_closed():
         try:
             importlib.import_module(module)
@@ -150,19 +170,23 @@ def become(uid, project, blank, modules):
         own = name.split(".")[0] in ("classroom", "__main__")
         if where.startswith(blank + os.sep) and not own:
             del sys.modules[name]
-    sandbox.drop_privileges(uid)
     sys.path[:] = [project] + [p for p in sys.path if p and os.path.realpath(p) != blank]
     os.chdir(project)
 
 
-def zygote(control, project, preload):
+def zygote(control, project, preload, gid=None):
     """Fork one worker per check from here, with `preload` imported once (torch costs seconds
     to import; a check's process forked from here has it at once). The grader sends "spawn"
-    with the check's socket and log file, or "kill" with a worker's pid: its process group is
-    killed and its exit status returned. Sandboxed, this is the PID namespace's first process:
-    when it ends, so does every process a submission left."""
+    with the check's socket and log file (and, gid given, the uid the worker becomes), or
+    "kill" with a worker's pid: its process group is killed (with a uid: every process of that
+    user, and the files it left: sandbox.end_user) and its exit status returned. In bubblewrap
+    this is in the PID namespace: when it ends, so does every process a submission left."""
     for module in preload:
         importlib.import_module(module)
+    if "torch" in preload:
+        import torch
+        torch.set_num_threads(1)                 # a worker starts no thread pool of its own
+    users = set()
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1024, 2)
@@ -180,11 +204,14 @@ def zygote(control, project, preload):
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 try:
+                    if request.get("uid") is not None:
+                        sandbox.drop_privileges(request["uid"], gid)
                     serve(check_socket, project)
                 finally:
                     os._exit(0)                          # threads a submission left: ignored
             for fd in fds:
                 os.close(fd)
+            users.add(request.get("uid"))
             reply = {"pid": pid}
         else:
             try:
@@ -196,12 +223,16 @@ def zygote(control, project, preload):
                 reply = {"exit": os.waitstatus_to_exitcode(status)}
             except ChildProcessError:
                 reply = {"exit": None}
+            if request.get("uid") is not None:
+                sandbox.end_user(request["uid"])
         control.sendall(json.dumps(reply).encode() + b"\n")
+    for uid in users - {None}:                           # the grade's end: nothing stays
+        sandbox.end_user(uid)
     os._exit(0)
 
 
 def main(argv=None):
-    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT [UID
+    """python -m classroom.worker FD PROJECT (one worker), or zygote[-torch] FD PROJECT [GID
     BLANK]."""
     args = (argv or sys.argv[1:])
     if args[0].startswith("zygote"):
@@ -209,17 +240,18 @@ def main(argv=None):
     else:
         mode, (fd, project), user = "worker", args[:2], []
     preload = ["numpy"] + (["torch"] if mode == "zygote-torch" else [])
+    gid = None
     if user:
-        uid, blank = user
+        gid, blank = int(user[0]), user[1]
         mine = MODULES.values() if mode == "zygote-torch" else ["numpy_speculative"]
-        become(int(uid), project, os.path.realpath(blank), preload + list(mine))
+        become(project, os.path.realpath(blank), preload + list(mine))
     else:
         os.chdir(project)
         sys.path.insert(0, project)
     if mode == "worker":
         serve(fd, project)
         os._exit(0)
-    zygote(socket.socket(fileno=int(fd)), project, preload)
+    zygote(socket.socket(fileno=int(fd)), project, preload, gid)
 
 
 if __name__ == "__main__":

@@ -259,7 +259,7 @@ def test_gradescope_runs_the_students_code_as_an_unprivileged_user(isolated, tmp
                               **({"CLASSROOM_SANDBOX": "user"} if isolated else
                                  {"CLASSROOM_NO_SANDBOX": "1"}))
         assert done.returncode == 0, done.stderr
-        assert ("runs as uid" in done.stderr) == isolated, done.stderr
+        assert ("runs as a user of its own" in done.stderr) == isolated, done.stderr
         data = json.loads((autograder / "results" / "results.json").read_text())
         full = sum(c.points for c in runner.select(part="2a", hidden=True))
         assert data["score"] == (full if isolated else 0), data

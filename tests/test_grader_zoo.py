@@ -264,3 +264,81 @@ def test_teachers_md_has_the_points_table_and_the_whole_zoo():
     assert build.points_table() in teachers, "TEACHERS.md: regenerate the points table"
     for name, *_ in ZOO:
         assert f"| {name} |" in teachers, f"TEACHERS.md lacks the zoo's {name!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Hints that name the mistake (issue 32) and feedback that points at the cause (issue 31)
+
+
+@pytest.mark.parametrize("case, part, edit, words", [
+    ("2b counts every accepted guess", "2b",
+     ("exercises/ex2_derive.py", "kept = np.cumprod(accepted, axis=1).sum(axis=1)",
+      "kept = accepted.sum(axis=1)"), ["counts every accepted guess", "leading run"]),
+    ("3a scales attention by sqrt(C)", "3a",
+     ("numpy_speculative.py", "k[:, part].T / math.sqrt(hs)", "k[:, part].T / math.sqrt(C)"),
+     ["scaled by sqrt(C)", "sqrt(head size)"]),
+    ("4b ignores verify_cost", "4b",
+     ("speculative.py", "expected_speedup(mid, k, c, verify_cost) < 1",
+      "expected_speedup(mid, k, c) < 1"), ["ignores verify_cost"]),
+    ("3c keeps no guess", "3c",
+     ("numpy_speculative.py", "    for i, token in enumerate(draft_tokens):\n",
+      "    return 0, sample(target_probs[0], rng)\n    for i, token in enumerate(draft_tokens):\n"),
+     ["kept as often as the exact rule", "throws away the speed-up"]),
+])
+def test_a_hint_names_the_mistake(case, part, edit, words, tmp_path):
+    # Each mistake gets a hint that names it; the control: the same words are not in what the
+    # reference's other mistakes of the zoo are told (the hint is about this one).
+    results, lines = grade_part(tmp_path, part, edit)
+    message = " ".join(lines)
+    assert any(r.status == "fail" for r in results), (case, message)
+    for word in words:
+        assert word in message, (case, message)
+    others = " ".join(" ".join(c[5]) for c in ZOO)
+    assert not any(word in others for word in words)
+
+
+def test_greedy_feedback_counts_positions_in_the_new_text(tmp_path):
+    # The off-by-one decoder: the position is counted in the new text that is shown, from 1.
+    results, lines = grade_part(tmp_path, "3b", ("numpy_speculative.py", ZOO[5][2], ZOO[5][3]))
+    message = next(line for line in lines if line.startswith("got: differs"))
+    shown = message.split(": ", 2)[2].strip("'")
+    position = int(message.split("from new token ")[1].split(":")[0])
+    expected = next(line for line in lines if line.startswith("expected:"))
+    want = expected.rsplit(": ", 1)[1].strip("'")
+    first = next(i for i, (a, b) in enumerate(zip(shown, want)) if a != b) + 1
+    assert position == first, (message, expected)
+
+
+def test_a_round_that_adds_no_token_is_named_within_the_limit(tmp_path):
+    # A 3b whose rounds add no token loops forever: the timeout says why, from the passes the
+    # grader counted, and comes at the limit (3 s here), not later.
+    import time
+    edit = ("numpy_speculative.py", "            cache.forget_from(n + kept)       # ... leave "
+            "both caches too\n        seq.append(added)\n", "            cache.forget_from(n + "
+            "kept)       # ... leave both caches too\n")
+    submission = copy_project(tmp_path / "submission")
+    text = (submission / edit[0]).read_text()
+    (submission / edit[0]).write_text(text.replace(edit[1], edit[2], 1))
+    ws, _ = workspace(submission, tmp_path / "scratch")
+    start = time.monotonic()
+    results = runner.run_checks(ws, runner.select(part="3b"), [0], timeout=3)
+    elapsed = time.monotonic() - start
+    message = " ".join(line for r in results for line in r.lines())
+    assert "a round that adds no token" in message, message
+    assert elapsed < 3 + 15, elapsed
+
+
+@pytest.mark.parametrize("references", ["student's check", "grade (control)"])
+def test_fix_1a_first_when_1b_fails_because_of_1a(references, tmp_path, monkeypatch):
+    # In a student's own check (no reference for 1a) a wrong greedy_verdict fails 1b too: its
+    # hint says to fix 1a first. The control: graded, 1b gets the grader's 1a and passes.
+    if references == "student's check":
+        monkeypatch.setattr(runner, "references", lambda part: {})
+    results, lines = grade_part(tmp_path, "1b", ("numpy_speculative.py",
+                                                 "    return kept, target_choices[kept]",
+                                                 "    return kept, target_choices[kept - 1]"))
+    message = " ".join(lines)
+    if references == "student's check":
+        assert "fix 1a first" in message, message
+    else:
+        assert all(r.status == "pass" for r in results), message

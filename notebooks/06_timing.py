@@ -442,7 +442,6 @@ print(f"{'' if HAS_GPU else 'No CUDA GPU here. '}Parameters against the big mode
       f"NumPy {c:.2f}, in torch {cpu_batch[1]['c']:.2f}")
 assert 0.2 < distilled.num_params() / target.num_params() < 0.35 or QUICK
 assert lesson_draft.num_params() / target.num_params() < 0.03 or QUICK
-assert c < cpu_batch[1]["c"] or QUICK or busy_note  # timed apart: a busy clock, no verdict
 
 # %% [markdown]
 # ## What speculation wastes, and what it saves

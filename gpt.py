@@ -192,7 +192,7 @@ class GPT(nn.Module):
     @torch.inference_mode()
     def logits(self, new, cache):
         """new tokens (B, t), a NumPy array, continuing the cache -> logits (B, t, V), NumPy: what
-        numpy_speculative.Scorer asks of every model (beyond/fast_numpy.py's NumpyGPT too)."""
+        scorer.WindowScorer asks of every model (beyond/fast_numpy.py's NumpyGPT too)."""
         idx = torch.from_numpy(new).to(self.lm_head.weight.device)
         return self(idx, cache=cache)[0].float().cpu().numpy()
 

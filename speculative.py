@@ -5,7 +5,8 @@ A cheap draft guesses k tokens; the big (target) model scores them all in one pa
 guesses it agrees with and replaces the first one it rejects with its own token: 1 to k+1
 tokens per pass, with exactly the target's output (greedy) or distribution (sampling). Read
 speculative_decode first; the rest is what it stands on. The acceptance rule and the window
-rule live in numpy_speculative.py (NumPy only, so that exercise 3 runs without torch).
+rule live in numpy_speculative.py and scorer.py (NumPy only, so that exercise 3 runs without
+torch).
 
 References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
 Decoding" (Algorithm 1; section 3 has the formulas at the end); Chen et al. (2023),
@@ -29,7 +30,8 @@ import torch
 
 import machine
 from cli import check_decoding_args, check_vocabularies
-from numpy_speculative import Scorer, greedy_verdict, sample, softmax, verify, warp
+from numpy_speculative import greedy_verdict, sample, softmax, verify, warp
+from scorer import WindowScorer
 
 # ----------------------------------------------------------------------------------------------
 # Algorithm 1: speculative decoding of one sequence
@@ -39,7 +41,7 @@ def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, 
     """Extend seq (a list of token ids) by max_new_tokens, guessing and checking. Returns seq.
 
     propose: the drafter's (the protocol above); score: the target's, with its KV cache
-    (Scorer.score); schedule.k: guesses per round; sampling: greedy, or the warp and the random
+    (WindowScorer.score); schedule.k: guesses per round; sampling: greedy, or the warp and the random
     numbers; after_round(guesses, kept, token) hears what each round did (counting, adapting)."""
     goal = len(seq) + max_new_tokens
     while len(seq) < goal:
@@ -184,13 +186,13 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
 
 
 # ----------------------------------------------------------------------------------------------
-# A GPT as the target's scorer (numpy_speculative.Scorer) and as a drafter
+# A GPT as the target's scorer (scorer.WindowScorer) and as a drafter
 
 
 def as_scorer(model, batch_size=1):
-    """A fresh Scorer for a GPT; anything else with score() is used as it is (after reset())."""
+    """A fresh WindowScorer for a GPT; anything else with score() is used as it is (after reset())."""
     if hasattr(model, "new_cache"):
-        return Scorer(model, batch_size)
+        return WindowScorer(model, batch_size)
     if not hasattr(model, "score"):
         raise TypeError(f"{type(model).__name__} is neither a GPT nor has score(seqs, first)")
     if hasattr(model, "reset"):
@@ -200,7 +202,7 @@ def as_scorer(model, batch_size=1):
 
 class ModelDraft:
     """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: a guess a pass,
-    through its own Scorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
+    through its own WindowScorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
     early, when the product of its guesses' probabilities (`confidences`) falls below it."""
 
     def __init__(self, model):

@@ -19,7 +19,7 @@ What makes rows of different lengths share a pass:
   beyond the row's length; rows are right-padded, and padding writes to a spare slot. (Why not
   one forward for all: on one row these cost 2-13% more than gpt.GPT's and NumpyGPT's own
   paths, measured by python -m beyond.studies.forwards, so one-row decoding keeps those.)
-- BatchScorer: numpy_speculative.Scorer, the one window rule and rollback, over the ragged cache:
+- BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
   half, on their own slots) share another, so a round whose check crosses a jump is split there.
 Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
@@ -56,7 +56,7 @@ import machine
 import speculative as sd
 from beyond.fast_numpy import NumpyGPT, linear, normalise, twice_gelu
 from gpt import GPT, KVCache
-from numpy_speculative import Scorer
+from scorer import WindowScorer
 from speculative import ModelDraft, Sampling, as_drafter
 
 
@@ -167,8 +167,8 @@ def torch_forward(model, cache, rows, tokens, slots, write, E):
     return model.lm_head(tf.ln_f(x)).float().cpu().numpy()                         # (R, T, V)
 
 
-class BatchScorer(Scorer):
-    """numpy_speculative.Scorer for rows that drift apart: the same window rule and rollback, but
+class BatchScorer(WindowScorer):
+    """scorer.WindowScorer for rows that drift apart: the same window rule and rollback, but
     each row keeps its own length in a ragged cache, and a pass runs the per-row forward over
     the rows taking part (score_rows(seqs, {row: first position})). Rows whose window jumps
     are re-encoded in a pass after the others, as there."""
@@ -343,7 +343,7 @@ def batch_draft(draft):
     if batchable(draft):
         return draft
     if isinstance(draft, ModelDraft) and draft.min_confidence is None and \
-            type(draft.scorer) is Scorer and batchable(draft.scorer.model):
+            type(draft.scorer) is WindowScorer and batchable(draft.scorer.model):
         return draft.scorer.model
     return None
 

@@ -48,7 +48,7 @@ import torch.nn as nn
 
 from beyond.fast_numpy import NumpyGPT, normalise, normalise_vector
 from gpt import GPT, Config
-from numpy_speculative import common_prefix, windows
+from scorer import common_prefix, windows
 from speculative import as_scorer
 
 
@@ -105,7 +105,7 @@ class EarlyExit:
         return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
 
     def score(self, seqs, first):
-        """The exit's logits (B, T - first + 1, V), as numpy_speculative.Scorer.score gives a
+        """The exit's logits (B, T - first + 1, V), as scorer.WindowScorer.score gives a
         model's (measure_agreement reads a drafter that is not a GPT so)."""
         return np.stack([self.scorer.exit_logits(seq, first) for seq in seqs])
 
@@ -123,7 +123,7 @@ def same_model(a, b):
 class SharedScorer:
     """One cache for all of a model's layers: exit_logits() drafts, score() checks.
 
-    score(seqs, first) is numpy_speculative.Scorer's (one sequence): the whole model's logits
+    score(seqs, first) is scorer.WindowScorer's (one sequence): the whole model's logits
     (1, T - first + 1, V) for positions first..T, under the window rule. exit_logits(seq, first)
     gives the exit's (T - first + 1, V) and runs the lower layers only.
     """
@@ -144,8 +144,8 @@ class SharedScorer:
         return self.logits(seq, first, full=False)
 
     def logits(self, seq, first, full):
-        """The window walk of numpy_speculative.Scorer over one cache for two groups of layers,
-        which keep different lengths (so Scorer's one-length rollback cannot serve)."""
+        """The window walk of scorer.WindowScorer over one cache for two groups of layers,
+        which keep different lengths (so WindowScorer's one-length rollback cannot serve)."""
         out = []
         with self.run.mode():
             for pos, start, end in windows(first, len(seq), self.block_size):

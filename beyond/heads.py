@@ -62,7 +62,7 @@ import machine
 import speculative as sd
 from beyond import checkpoint
 from beyond.fast_numpy import with_backend
-from numpy_speculative import Scorer
+from scorer import WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
 
@@ -128,8 +128,8 @@ class Heads(nn.Module):
 # The drafter
 
 
-class HiddenScorer(Scorer):
-    """A numpy_speculative.Scorer (batch 1) that also keeps the big model's final hidden state
+class HiddenScorer(WindowScorer):
+    """A scorer.WindowScorer (batch 1) that also keeps the big model's final hidden state
     (after ln_f) of every token in its cache: hidden[j] is that of the token at start + j.
 
     A gpt.GPT gives its states through final_states(); a beyond.fast_numpy.NumpyGPT is copied with

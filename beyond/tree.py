@@ -31,7 +31,7 @@ both read a causal mask at [first new slot:, :end]; here the tree's rows stand i
 pass, and the positions are given rather than counted (tree_logits). Changes from SpecInfer and
 Medusa: one sequence, a static shape chosen by the formula in tree_grow.py (Medusa picks its
 shape from measured accuracies in the same way), trees only as deep as the window rule allows
-(numpy_speculative.window_start), so that greedy output equals plain decoding at every length.
+(scorer.window_start), so that greedy output equals plain decoding at every length.
 Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary.
 """
 
@@ -49,7 +49,7 @@ from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shap
                                check_shape, grow)
 from beyond.tree_sampling import sample_walk
 from cli import check_decoding_args, check_vocabularies
-from numpy_speculative import Scorer, common_prefix, window_start
+from scorer import WindowScorer, common_prefix, window_start
 
 # ----------------------------------------------------------------------------------------------
 # The mask and one pass
@@ -126,8 +126,8 @@ def torch_tree_logits(model, tokens, positions, visible, cache, states):
 # The big model's scorer: score a tree, keep the accepted path
 
 
-class TreeScorer(Scorer):
-    """numpy_speculative.Scorer (one sequence) that also scores trees: self.fed[0] is what the
+class TreeScorer(WindowScorer):
+    """scorer.WindowScorer (one sequence) that also scores trees: self.fed[0] is what the
     cache holds, from window start self.starts[0] (the window rule decides where it starts).
     Nodes sit side by side in the cache's slots but at their depth's position, so a tree of
     `nodes` guesses can need that many slots past the window: the cache has them. With

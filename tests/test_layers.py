@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     # 0: leaf helpers; they import nothing from the project.
     "machine": 0, "cli": 0, "corpus": 0,
-    # 1: NumPy only: the exercise's readable forward pass and the acceptance rule.
-    "numpy_speculative": 1,
+    # 1: NumPy only: the window rule and the scorer; the exercise's readable forward pass and
+    # the acceptance rule.
+    "scorer": 1, "numpy_speculative": 1,
     # 2: the torch model, its data, its training.
     "gpt": 2,
     # 3: the decoding loop, drafter protocol, scorer, Stats, formulas.

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import numpy_speculative
+import scorer
 import speculative as sd
 from beyond.fast_numpy import NumpyGPT
 from gpt import GPT, Config
@@ -77,7 +78,7 @@ def test_greedy_check_catches_a_window_mismatch(target, monkeypatch):
     prompt = prompts(1, seed=3)[0]
     want = sd.generate(target, prompt, 40)
     # Past the window it slides by one token instead of jumping (the windows all scorers walk).
-    monkeypatch.setattr(numpy_speculative, "window_start", lambda n, block: max(0, n - block))
+    monkeypatch.setattr(scorer, "window_start", lambda n, block: max(0, n - block))
     got, _ = sd.speculative_generate(target, noisy_copy(target, 0.05, 1), prompt, 40, k=4)
     assert not torch.equal(got, want)
 
@@ -99,7 +100,7 @@ class Contrarian:
         self.target = target
 
     def reset(self):
-        self.scorer = numpy_speculative.Scorer(self.target)
+        self.scorer = scorer.WindowScorer(self.target)
 
     def score(self, seqs, first):
         logits = self.scorer.score(seqs, first)             # (B, T, V)

@@ -4,7 +4,7 @@ train.py: train the lesson's models from the command line, with a checkpoint cac
     python train.py                       # every preset: big, draft, names, distilled
     python train.py --preset draft        # one preset
     python train.py --preset big --optimizer adamw --steps 1500   # the lesson's own recipe
-    python train.py -h                    # every flag, from gpt.Config and gpt.TrainConfig
+    python train.py -h                    # every flag, from gpt.Config and training.Recipe
 
 Each preset trains with its own settings (beyond/checkpoint.py: the big model with Muon for 600
 steps, the drafts with AdamW for 1500); a flag given here overrides them.
@@ -27,7 +27,8 @@ import corpus
 import gpt
 import machine
 from beyond.checkpoint import CHECKPOINTS, PRESETS, checkpoint_path, load_trained, preset, training
-from gpt import GPT, Config, TrainConfig
+from gpt import GPT, Config
+from training import Recipe, speedups
 from speculative import generate
 
 
@@ -124,7 +125,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
     config / tc override the preset's model shape and its training settings (checkpoint.training).
     """
     config = (config or preset(name)).fill_vocab()
-    tc = tc or (training(name) if name in PRESETS else TrainConfig())
+    tc = tc or (training(name) if name in PRESETS else Recipe())
     corpus_name = PRESETS[name]["corpus"] if name in PRESETS else "shakespeare"
     path = checkpoint_path(name, folder)
     wanted = settings(config, tc, corpus_name)
@@ -165,7 +166,7 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
             state = None
     torch.manual_seed(tc.seed)
     model = GPT(config)
-    autocast = gpt.speedups(tc, machine.resolve_device(device), width=config.n_embd)[0]
+    autocast = speedups(tc, machine.resolve_device(device), width=config.n_embd)[0]
     log(f"training {name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
         f"of {tc.batch_size} x {config.block_size} characters from {corpus_name}"
         + (f", imitating {teacher_name}" if teacher_name else "")
@@ -188,13 +189,13 @@ def ensure_trained(name, tc=None, config=None, *, folder=None, device="auto", fr
 
 
 def training_help():
-    """-h for the training flags: each field's comment, TrainConfig's default and the presets'
+    """-h for the training flags: each field's comment, Recipe's default and the presets'
     own settings where they differ."""
     own = {name: p["train"] for name, p in PRESETS.items() if "train" in p}
-    comments = cli.field_comments(TrainConfig)
+    comments = cli.field_comments(Recipe)
     return {f.name: f"{comments.get(f.name, '')} (default: {f.default!r}"
             + "".join(f"; {name}: {t[f.name]!r}" for name, t in own.items() if f.name in t) + ")"
-            for f in fields(TrainConfig)}
+            for f in fields(Recipe)}
 
 
 def main(argv=None):
@@ -215,8 +216,8 @@ def main(argv=None):
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     cli.add_fields(parser, Config, override_defaults={f.name: None for f in fields(Config)},
                    title="model shape (default: the preset's)")
-    cli.add_fields(parser, TrainConfig, title="training (default: the preset's own settings)",
-                   help=training_help(), override_defaults={f.name: None for f in fields(TrainConfig)})
+    cli.add_fields(parser, Recipe, title="training (default: the preset's own settings)",
+                   help=training_help(), override_defaults={f.name: None for f in fields(Recipe)})
     args = parser.parse_args(argv)
     unknown = [p for p in args.preset if p not in PRESETS]
     if unknown:
@@ -230,9 +231,9 @@ def main(argv=None):
                          f"not {args.threads}")
     # each preset's own training settings, changed by the flags given; a bad --optimizer or
     # --precision is one line here, before any work
-    tcs = {name: training(name, **cli.given(TrainConfig, args)) for name in args.preset}
+    tcs = {name: training(name, **cli.given(Recipe, args)) for name in args.preset}
     for tc in tcs.values():
-        gpt.speedups(tc, machine.resolve_device(args.device))
+        speedups(tc, machine.resolve_device(args.device))
     corpus.prepare()
     for name in args.preset:
         config = cli.take(Config, args, **{k: v for k, v in PRESETS[name]["config"].items()

@@ -17,6 +17,7 @@ import shlex
 from pathlib import Path
 
 import gpt
+from training import Recipe
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the repository's checkpoints/
 
@@ -25,7 +26,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the reposit
 # learned first names instead of Shakespeare (so it barely ever agrees with the target). And a
 # faster-paying draft: one layer as wide as the target (on a CPU a step costs per layer, hardly
 # per width) trained to imitate the target's distributions (distillation) rather than the text.
-# "train": how a preset trains where it differs from gpt.TrainConfig's defaults (AdamW, 1500
+# "train": how a preset trains where it differs from training.Recipe's defaults (AdamW, 1500
 # steps). With Muon the big model reaches AdamW's loss in 600 steps, in a third to a half of the
 # time, and the distilled draft, imitating it, agrees with it as much as before; the lesson's
 # two small drafts keep AdamW, and with it the lesson's figures (docs/RESULTS.md, "Muon").
@@ -57,9 +58,9 @@ def preset(name, size="lesson"):
 
 
 def training(name, **changes):
-    """The gpt.TrainConfig preset `name` trains with (its own settings, then `changes`)."""
+    """The training.Recipe preset `name` trains with (its own settings, then `changes`)."""
     preset(name)  # an unknown name: a ValueError that lists the presets
-    return gpt.TrainConfig(**{**PRESETS[name].get("train", {}), **changes})
+    return Recipe(**{**PRESETS[name].get("train", {}), **changes})
 
 
 def checkpoint_path(name, folder=None):

@@ -22,8 +22,9 @@ import gpt
 import machine
 import speculative as sd
 import train
+import training
 from beyond import checkpoint, heads
-from gpt import TrainConfig
+from training import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
@@ -41,7 +42,7 @@ class ExerciseArgs:
 
 
 # --quick: the presets in checkpoint.SIZES["quick"], trained for seconds.
-QUICK_TRAIN = TrainConfig(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
+QUICK_TRAIN = Recipe(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
 
 
 def checkpoint_folder(args):
@@ -104,7 +105,7 @@ def probes(kinds=("training", "decoding"), repeats=5):
     # training's matrix products in its own precision (bfloat16 where the processor has it)
     measured = {}
     if "training" in kinds:
-        precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
+        precision = training.speedups(Recipe(), "cpu", width=model.c.n_embd)[0]
         with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
             measured["training"] = seconds(training_step, machine.training_threads(), repeats,
                                            statistics.median)

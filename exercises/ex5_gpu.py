@@ -39,7 +39,7 @@ import train
 from beyond import checkpoint
 from beyond.studies import batch_curve
 from exercises import common, report
-from gpt import TrainConfig
+from training import Recipe
 
 
 @dataclass
@@ -61,7 +61,7 @@ def models(args):
     return [] if gpu_pair(args, machine.resolve_device(args.device)) else ["big", args.draft]
 
 
-GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
+GPU_TRAIN = Recipe(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
 
 
 def timer(device):

@@ -20,8 +20,9 @@ LAYERS = {
     # 1: NumPy only: the window rule and the scorer; the exercise's readable forward pass and
     # the acceptance rule.
     "scorer": 1, "numpy_speculative": 1,
-    # 2: the torch model, its data, its training.
-    "gpt": 2,
+    # 2: the checkpoint file; the torch model, its data, the lesson's training loop; the
+    # presets' training recipe (Muon, bfloat16, compile) on that loop.
+    "checkpoint": 2, "gpt": 2, "training": 2,
     # 3: the decoding loop, drafter protocol, scorer, Stats, formulas.
     "speculative": 3,
     # 4: beyond the lesson.

@@ -7,7 +7,7 @@ each lever does to its loss.
     python -m beyond.studies.training --levers float32,bfloat16 --repeats 5
     python -m beyond.studies.training --levers adamw,muon --full     # the optimizers, whole
 
-A lever is a change of gpt.TrainConfig (LEVERS below). Each one trains a fresh big model for
+A lever is a change of training.Recipe (LEVERS below). Each one trains a fresh big model for
 `steps` steps, in turn with the others (A B C A B C ...: a drift in the machine's speed hits
 every lever alike), `repeats` times; the figure is the median milliseconds of a step and its
 ratio to the first lever's, both on the same machine in the same run. Compiling is timed apart
@@ -24,8 +24,9 @@ import cli
 import gpt
 import machine
 from beyond import checkpoint
+from training import Recipe
 
-# name -> what it changes in TrainConfig(); the first one asked for is the baseline
+# name -> what it changes in Recipe(); the first one asked for is the baseline
 LEVERS = {
     "adamw": {"optimizer": "adamw"},                  # the default: AdamW alone, 1500 steps
     "muon": {"optimizer": "muon", "steps": 600},      # Muon for the blocks' matrices
@@ -51,8 +52,8 @@ class TrainingArgs:
 def config_of(name, args):
     if name not in LEVERS:
         raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
-    return replace(gpt.TrainConfig(eval_every=10**9, eval_batches=1,
-                                   threads=args.threads or machine.training_threads()),
+    return replace(Recipe(eval_every=10**9, eval_batches=1,
+                          threads=args.threads or machine.training_threads()),
                    **LEVERS[name])
 
 

@@ -100,7 +100,8 @@ def load(path, build, device="cpu", hint=None):
     except Exception as e:  # truncated, not a torch file, or not one of ours
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}); "
                               f"delete it and {fix}") from None
-    if state.get("format") != FORMAT or not isinstance(state.get("optimizer"), list):
+    if state.get("format") != FORMAT or not isinstance(state.get("optimizer"), list) or \
+            not path.with_suffix(".npz").exists():  # (before Muon; before the .npz beside it)
         raise CheckpointError(f"{path} is a checkpoint of an older format; retrain it: {fix}")
     if state["vocab"] != corpus.vocab():
         raise CheckpointError(

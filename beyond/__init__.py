@@ -12,7 +12,6 @@ The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_s
     batched.py      a batch decoded together, every row accepting its own number of guesses
     tree.py         token trees: many guesses per position, one pass (tree_grow, tree_sampling)
     hf.py           to and from Hugging Face transformers
-    checkpoint.py   where trained models live and how to load one by name
   the tools:
     registry.py     every drafter and backend by name (--draft, --target_backend)
     decode.py       the decoding command line (python speculative.py runs it)

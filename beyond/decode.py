@@ -21,8 +21,9 @@ import torch
 import cli
 import gpt
 import machine
+import presets
 from beyond import adaptive as schedules
-from beyond import checkpoint, registry
+from beyond import registry
 from beyond.registry import check_backend, with_backend
 from speculative import generate, speculative_generate
 
@@ -78,7 +79,7 @@ def colour_text(pieces, use_colour):
 
 def load_pair(args):
     folder = args.checkpoints or None
-    return (with_backend(checkpoint.load_trained(args.target, folder), args.target_backend),
+    return (with_backend(presets.load_trained(args.target, folder), args.target_backend),
             registry.by_name(args.draft, folder, args.draft_backend))
 
 
@@ -95,7 +96,7 @@ def main(argv=None):
                     top_p=None if args.top_p == 1.0 else args.top_p)
     cli.check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
     new_k = schedules.by_name(args.adaptive, args.k)  # a bad name fails before any loading
-    checkpoint.preset(args.target)  # an unknown name lists the presets
+    presets.preset(args.target)  # an unknown name lists the presets
     registry.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
         check_backend(backend)

@@ -49,7 +49,7 @@ import torch
 
 import cli
 import gpt
-from beyond import checkpoint
+import presets
 from scorer import WindowScorer
 
 INSTALL = "install it with: pip install -e '.[hf]'"
@@ -250,13 +250,13 @@ class ImportArgs:
 
 def export_command(args):
     folder = args.checkpoints or None
-    out = Path(args.out) if args.out else checkpoint.checkpoint_path(args.preset, folder) \
+    out = Path(args.out) if args.out else presets.checkpoint_path(args.preset, folder) \
         .with_name(f"{args.preset}-hf")
-    checkpoint.preset(args.preset)  # an unknown name lists the presets
+    presets.preset(args.preset)  # an unknown name lists the presets
     if out.exists() and not args.force:
         raise ValueError(f"{out} exists; pass --force to write into it (replaces its files)")
-    model, state = gpt.load_checkpoint(checkpoint.checkpoint_path(args.preset, folder),
-                                       hint=checkpoint.train_command(args.preset, folder))
+    model, state = gpt.load_checkpoint(presets.checkpoint_path(args.preset, folder),
+                                       hint=presets.train_command(args.preset, folder))
     export(model, out, characters=state["vocab"],
            info={k: state[k] for k in ("step", "val_loss", "corpus")} | {"preset": args.preset})
     print(f"wrote {out} (GPT2LMHeadModel, {model.num_params():,} parameters, "
@@ -264,8 +264,8 @@ def export_command(args):
 
 
 def import_command(directory, args):
-    target = checkpoint.checkpoint_path(args.preset, args.checkpoints or None)
-    checkpoint.preset(args.preset)
+    target = presets.checkpoint_path(args.preset, args.checkpoints or None)
+    presets.preset(args.preset)
     if target.exists() and not args.force:
         raise ValueError(f"{target} exists; pass --force to replace it")
     model, meta = load(directory)

@@ -23,12 +23,13 @@ LAYERS = {
     # 2: the checkpoint file; the torch model, its data, the lesson's training loop; the
     # presets' training recipe (Muon, bfloat16, compile) on that loop.
     "checkpoint": 2, "gpt": 2, "training": 2,
-    # 3: the decoding loop, drafter protocol, scorer, Stats, formulas.
-    "speculative": 3,
+    # 3: the decoding loop, drafter protocol, scorer, Stats, formulas; the presets, their
+    # training and the checkpoint cache.
+    "speculative": 3, "presets": 3,
     # 4: beyond the lesson.
     "beyond": 4, "beyond.fast_numpy": 4, "beyond.batched": 4, "beyond.hf": 4,
     "beyond.ngram": 4, "beyond.early_exit": 4, "beyond.heads": 4, "beyond.adaptive": 4,
-    "beyond.checkpoint": 4, "beyond.tree": 4, "beyond.tree_grow": 4, "beyond.tree_sampling": 4,
+    "beyond.tree": 4, "beyond.tree_grow": 4, "beyond.tree_sampling": 4,
     # 5: the tools.
     "beyond.registry": 5, "beyond.decode": 5, "beyond.benchmark": 5, "train": 5,
     # 6: on top: studies, exercises, the classroom, the notebook sources.

@@ -12,6 +12,7 @@ import torch
 
 import corpus
 import gpt
+import presets
 import train
 import training
 from conftest import tiny_config
@@ -116,9 +117,8 @@ def test_lesson_snippet_runs():
 
 
 def test_the_progress_shows_the_validation_loss_only_once_it_exists():
-    import train
     model = GPT(tiny_config())
-    watch = train.Watch("tiny", model, TrainConfig(steps=10, eval_every=5), progress=False,
+    watch = presets.Watch("tiny", model, TrainConfig(steps=10, eval_every=5), progress=False,
                         log=lambda *a: None)
     try:
         assert "nan" not in watch.postfix() and "val" not in watch.postfix()
@@ -131,11 +131,10 @@ def test_the_progress_shows_the_validation_loss_only_once_it_exists():
 
 
 def test_training_announces_its_time_from_its_own_first_steps():
-    import train
     said, ticks = [], iter(range(10_000))
     model = GPT(tiny_config())
     tc = TrainConfig(steps=40, eval_every=20, batch_size=4)
-    watch = train.Watch("tiny", model, tc, progress=False, log=said.append,
+    watch = presets.Watch("tiny", model, tc, progress=False, log=said.append,
                         clock=lambda: next(ticks) * 0.5)          # every reading: 0.5 s later
     try:
         model.train()
@@ -168,11 +167,11 @@ def test_training_in_a_notebook_draws_one_line_and_writes_nothing_to_stderr(
         tmp_path, notebook_output, capsys):
     # What a notebook saw: tqdm's bar on stderr, kept as ~1,800 lines by an executed notebook,
     # with "val=nan" until the first evaluation.
-    import train
     shown, updates = notebook_output
     corpus.prepare()
     tc = Recipe(steps=20, batch_size=8, eval_every=10, eval_batches=2, warmup_steps=5)
-    train.ensure_trained("draft", tc, tiny_config(), folder=tmp_path, progress=True)
+    presets.ensure_trained(replace(presets.preset("draft"), config=tiny_config(), training=tc),
+                           folder=tmp_path, progress=True)
     out, err = capsys.readouterr()
     assert len(shown) == 1 and updates and "20/20 steps" in updates[-1]
     assert err == "" and "nan" not in out + "".join(updates)
@@ -435,27 +434,38 @@ def test_a_checkpoint_of_an_older_format_is_a_one_line_retrain_it(tmp_path):
     with pytest.raises(gpt.CheckpointError, match="is a checkpoint of an older format; retrain "
                                                   "it: train one with train.py"):
         gpt.load_checkpoint(path)
+    # and one from before the .npz was written beside it (the NumPy exercise reads that)
+    gpt.train(fresh_model(), steps=10, log_every=0, config=QUICK, checkpoint=path)
+    path.with_suffix(".npz").unlink()
+    with pytest.raises(gpt.CheckpointError, match="older format; retrain it"):
+        gpt.load_checkpoint(path)
 
 
-def test_adamw_checkpoints_from_before_the_optimizer_choice_stay_cached():
-    # train.settings decides whether a checkpoint is reused: AdamW's must not name the new
-    # fields (every checkpoint trained before Muon existed would be retrained), Muon's must.
-    config = tiny_config().fill_vocab()
-    adamw = train.settings(config, Recipe(), "shakespeare")["train"]
-    assert "optimizer" not in adamw and "muon_lr" not in adamw
-    muon = train.settings(config, Recipe(optimizer="muon"), "shakespeare")["train"]
-    assert muon["optimizer"] == "muon" and muon != adamw   # control: Muon is another training
+def test_every_training_setting_but_threads_and_compile_makes_another_training():
+    # presets.settings decides whether a checkpoint is reused: with no special case, a change
+    # of any of the recipe's fields retrains, but the thread count and compiling, which change
+    # the last digits of the losses only. (A special case for AdamW, as there was, fails here.)
+    corpus.prepare()
+    draft = presets.preset("draft")
+    other = {"steps": 7, "batch_size": 3, "lr": 1e-3, "min_lr": 1e-5, "warmup_steps": 2,
+             "weight_decay": 0.0, "grad_clip": 0.5, "eval_every": 9, "eval_batches": 3,
+             "seed": 7, "threads": 2, "optimizer": "muon", "muon_lr": 0.01,
+             "precision": "float32", "compile": True}
+    assert set(other) == set(vars(draft.training))          # every field is tried
+    for name, value in other.items():
+        changed = replace(draft, training=replace(draft.training, **{name: value}))
+        same = presets.settings(changed) == presets.settings(draft)
+        assert same == (name in ("threads", "compile")), name
 
 
 def test_each_preset_trains_with_its_own_settings_and_a_flag_overrides_one(tmp_path, monkeypatch):
-    # The big model trains with Muon for 600 steps, the drafts with AdamW (checkpoint.PRESETS).
+    # The big model trains with Muon for 600 steps, the drafts with AdamW (presets.PRESETS).
     # A train.py flag changes only itself: with TrainConfig's defaults behind every flag, as
     # before, `--steps 4` trained the big model with AdamW (the first assert fails).
-    from beyond import checkpoint
     tiny = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "16"]
     own = {"optimizer": "muon", "steps": 6, "batch_size": 4, "eval_every": 3, "eval_batches": 1,
            "warmup_steps": 1, "threads": 1}
-    monkeypatch.setitem(checkpoint.PRESETS, "draft", {**checkpoint.PRESETS["draft"], "train": own})
+    monkeypatch.setitem(presets.PRESETS, "draft", {**presets.PRESETS["draft"], "train": own})
     corpus.prepare()
 
     def trained(*flags):
@@ -463,12 +473,12 @@ def test_each_preset_trains_with_its_own_settings_and_a_flag_overrides_one(tmp_p
         train.main(["--preset", "draft", "--checkpoints", str(folder), "--quiet", "--sample", "0",
                     *tiny, *flags])
         state = gpt.load_checkpoint(folder / "draft.pt")[1]
-        return state["settings"]["train"].get("optimizer", "adamw"), state["step"]
+        return state["settings"]["train"]["optimizer"], state["step"]
     assert trained("--steps", "4") == ("muon", 4)
     assert trained() == ("muon", 6)
     assert trained("--optimizer", "adamw") == ("adamw", 6)   # control: the flag wins
-    # and the exercises' and notebooks' way in, ensure_trained without settings: the preset's
-    train.ensure_trained("draft", config=tiny_config(), folder=tmp_path / "e", progress=False,
-                         log=lambda *a: None)
+    # and the exercises' and notebooks' way in, ensure_trained of the preset: its own settings
+    presets.ensure_trained(presets.preset("draft", config=vars(tiny_config())),
+                           folder=tmp_path / "e", progress=False, log=lambda *a: None)
     state = gpt.load_checkpoint(tmp_path / "e" / "draft.pt")[1]
     assert state["settings"]["train"]["optimizer"] == "muon" and state["step"] == 6

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import cli
 import gpt
 import machine
-from beyond import checkpoint
+import presets
 from training import Recipe
 
 # name -> what it changes in Recipe(); the first one asked for is the baseline
@@ -59,7 +59,7 @@ def config_of(name, args):
 
 def step_seconds(tc, steps):
     """(seconds of the first step, seconds per step of the next `steps`) of a fresh big model."""
-    model = gpt.GPT(checkpoint.preset("big"))
+    model = gpt.GPT(presets.preset("big").config)
     started = time.perf_counter()
     gpt.train(model, steps=1, log_every=0, config=tc)
     first = time.perf_counter() - started
@@ -87,7 +87,7 @@ def run(args, log=print):
         if args.full:
             tc = replace(configs[name], eval_every=250, eval_batches=16)
             started = time.perf_counter()
-            model = gpt.train(gpt.GPT(checkpoint.preset("big")), log_every=0, config=tc)
+            model = gpt.train(gpt.GPT(presets.preset("big").config), log_every=0, config=tc)
             row["full_s"], row["val_loss"] = time.perf_counter() - started, model.val_loss
         log(f"{name:16s} {row['ms']:6.0f} ms a step ({row['ratio']:.2f}x {names[0]}), first "
             f"step {row['first_step_s']:.1f} s" + (f"; {configs[name].steps} steps "

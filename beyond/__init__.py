@@ -4,7 +4,9 @@ beyond/: everything past the lesson, for when the lesson's three files are under
 The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_speculative.py
 (exercise 3, in NumPy); nothing there imports this package. Here, each on top of them:
 
-    fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT)
+    fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT): every
+                    NumPy forward of beyond/ (not in the student repository)
+    backends.py     a trained GPT as torch or as NumpyGPT, by name
     ngram.py        drafters without a model: n-gram tables (of the text, or of the big model)
     early_exit.py   the big model's own first layers as the drafter, sharing its cache
     heads.py        extra heads on the big model's last hidden state (Medusa-style), trained

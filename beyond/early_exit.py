@@ -46,7 +46,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from beyond.fast_numpy import NumpyGPT, normalise, normalise_vector
 from gpt import GPT, Config
 from scorer import common_prefix, windows
 from speculative import as_scorer
@@ -72,7 +71,7 @@ def first_layers(model, layers):
 
 
 class EarlyExit:
-    """The drafter: `model`'s first `layers` layers (a gpt.GPT or a numpy_gpt.NumpyGPT), its
+    """The drafter: `model`'s first `layers` layers (a gpt.GPT or a fast_numpy.NumpyGPT), its
     final LayerNorm and head. Checked by `model` itself (either backend), it shares its cache."""
 
     def __init__(self, model, layers):
@@ -113,9 +112,9 @@ class EarlyExit:
 def same_model(a, b):
     """Are a and b the same trained model (either backend)? Same shape and embeddings."""
     def embeddings(m):
-        if isinstance(m, NumpyGPT):
-            return m.wte, m.wpe
-        return [e.weight.detach().cpu().numpy() for e in (m.transformer.wte, m.transformer.wpe)]
+        if isinstance(m, GPT):
+            return [e.weight.detach().cpu().numpy() for e in (m.transformer.wte, m.transformer.wpe)]
+        return m.wte, m.wpe                                               # a NumpyGPT
     return a is b or (getattr(a, "c", None) == getattr(b, "c", None) and all(
         np.array_equal(x, y) for x, y in zip(embeddings(a), embeddings(b))))
 
@@ -129,7 +128,7 @@ class SharedScorer:
     """
 
     def __init__(self, model, layers):
-        self.run = (NumpyLayers if isinstance(model, NumpyGPT) else TorchLayers)(model, layers)
+        self.run = (TorchLayers if isinstance(model, GPT) else NumpyLayers)(model, layers)
         # The cache, in self.run: both groups' keys and values and the lower group's outputs.
         self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
         self.fed = []    # the tokens the lower layers have seen, row by row
@@ -229,9 +228,7 @@ class NumpyLayers(Layers):
         return self.m.wte[tokens] + self.m.wpe[row:row + len(tokens)]           # (T, C)
 
     def head(self, x):
-        if len(x) == 1:
-            return (normalise_vector(x[0]) @ self.m.head_w + self.m.head_b)[None]  # (1, V)
-        return normalise(x) @ self.m.head_w + self.m.head_b                  # (T, V)
+        return self.m.head(x)                                                  # (T, V)
 
     def layers(self, x, row, lo, hi):
         if len(x) <= 2:  # OpenBLAS multiplies 2 rows slower than 2 vectors one by one

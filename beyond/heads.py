@@ -61,7 +61,7 @@ import gpt
 import machine
 import presets
 import speculative as sd
-from beyond.fast_numpy import with_backend
+from beyond.backends import with_backend
 from scorer import WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring

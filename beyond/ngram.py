@@ -38,7 +38,7 @@ import corpus
 import presets
 import speculative as sd
 from beyond import batched
-from beyond.fast_numpy import with_backend
+from beyond.backends import with_backend
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup

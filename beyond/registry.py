@@ -13,7 +13,7 @@ state, Medusa-style); beyond/adaptive.py adapts k for any of them.
 
 import presets
 from beyond.early_exit import EarlyExit
-from beyond.fast_numpy import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
 from beyond.heads import load as load_heads
 from beyond.ngram import NGramDraft
 

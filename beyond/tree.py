@@ -44,7 +44,6 @@ from torch.nn import functional as F
 
 import machine
 import speculative as sd
-from beyond.fast_numpy import normalise
 from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shape,  # noqa: F401
                                check_shape, grow)
 from beyond.tree_sampling import sample_walk
@@ -93,7 +92,7 @@ def tree_logits(model, tokens, positions, visible, cache, states=False):
         tree_model.mask = np.zeros((L + T, L + T), np.float32)
         tree_model.mask[L:] = np.where(visible, 0.0, -np.inf)            # (T, L + T)
         x = model.wte[tokens] + model.wpe[positions]      # (T, C)
-        normalised = normalise(tree_model.block_layers(x[None], L, cache)[0])   # (T, C)
+        normalised = model.normalised(tree_model.block_layers(x[None], L, cache)[0])  # (T, C)
         logits = normalised @ model.head_w + model.head_b                # (T, V)
     cache.length = L + T
     return logits, normalised if states else None

@@ -6,6 +6,7 @@ sees them, and never form a circle. Tiny fake projects show that each check real
 """
 
 import ast
+import re
 from collections import namedtuple
 from pathlib import Path
 
@@ -27,7 +28,7 @@ LAYERS = {
     # training and the checkpoint cache.
     "speculative": 3, "presets": 3,
     # 4: beyond the lesson.
-    "beyond": 4, "beyond.fast_numpy": 4, "beyond.batched": 4, "beyond.hf": 4,
+    "beyond": 4, "beyond.fast_numpy": 4, "beyond.backends": 4, "beyond.batched": 4, "beyond.hf": 4,
     "beyond.ngram": 4, "beyond.early_exit": 4, "beyond.heads": 4, "beyond.adaptive": 4,
     "beyond.tree": 4, "beyond.tree_grow": 4, "beyond.tree_sampling": 4,
     # 5: the tools.
@@ -159,6 +160,22 @@ def circles(root):
                    for n in loops})
 
 
+def uninstalled_modules(root):
+    """Project modules and packages that pyproject.toml's py-modules and packages leave out:
+    `pip install -e .` would not make them importable from anywhere (a notebook's folder)."""
+    text = (Path(root) / "pyproject.toml").read_text()
+    listed = {name for key in ("py-modules", "packages") for name in
+              ast.literal_eval(re.search(rf"^{key} = (\[[^]]*\])", text, re.M).group(1))}
+    modules = find_modules(root)
+    return sorted(name for name, path in modules.items() if not name.startswith("notebooks.")
+                  and ("." not in name or path.name == "__init__.py") and name not in listed)
+
+
+def test_every_module_is_installed():
+    missing = uninstalled_modules(ROOT)
+    assert not missing, f"Add these to py-modules or packages in pyproject.toml: {missing}"
+
+
 def test_every_module_has_a_layer():
     missing = unplaced_modules(ROOT)
     assert not missing, f"Modules with no layer; add them to LAYERS in {__file__}: {missing}"
@@ -202,6 +219,10 @@ PLANTED = {
                                      ["  cli.py:1: cli -> machine  (rank 0 -> 0)"]),
     "an unplaced module": ({"gpt.py": "", "beyond/newcomer.py": ""},
                            "unplaced_modules", ["beyond.newcomer"]),
+    "a module pip does not install": ({"gpt.py": "", "newcomer.py": "", "beyond/__init__.py": "",
+                                       "pyproject.toml": 'py-modules = ["gpt"]\n'
+                                                         'packages = ["beyond"]\n'},
+                                      "uninstalled_modules", ["newcomer"]),
 }
 
 

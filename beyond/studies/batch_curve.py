@@ -20,7 +20,6 @@ import machine
 import presets
 import speculative as sd
 from beyond import batched, registry
-from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name
 from exercises import common
 
@@ -207,7 +206,7 @@ def main(argv=None):
     for backend in backends:
         registry.check_backend(backend)
     big = presets.load_trained("big")
-    target = NumpyGPT(big)
+    target = registry.with_backend(big, "numpy")
     prompts = corpus.held_out_prompts(max(sizes + [16]), 32)
     results = {"machine": machine.describe(), "settings": args.__dict__, "rows_vs_batch": {}}
     with machine.Busy() as busy:

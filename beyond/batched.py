@@ -343,7 +343,8 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
     cli.check_vocabularies(target, draft)
     drafter = None if model else as_drafter(draft)
     B, rng = len(seqs), sd.TorchUniform(generator)
-    if hasattr(k, "update") or hasattr(drafter, "scorer_for") or not batchable(target):
+    if not isinstance(k, int) or not batchable(target) or \
+            (drafter is not None and drafter.scorer_for(target) is not None):
         return _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k,
                            top_p, generator, threads)
     checker, guesser = BatchScorer(target, B), (BatchScorer(model, B) if model else None)
@@ -384,7 +385,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                 del seqs[b][n[b] + kept:]
                 seqs[b].append(token)
                 row.count_round(guesses, kept, token)
-                if hasattr(drafter, "kept"):
+                if drafter is not None:
                     drafter.kept(kept)
             machine.sync(target)
             stats.draft_time += drafted - started
@@ -405,7 +406,7 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
                 generator, threads):
     """An adaptive k, or a drafter that shares the target's pass (early exit, heads), or a
     target with no batched path: the rows one after another (speculative.decode_row)."""
-    schedule = k if hasattr(k, "update") else sd.FixedK(k)
+    schedule = sd.FixedK(k) if isinstance(k, int) else k
     sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
     stats = BatchStats(k=schedule.k_max)
     with machine.threads(threads):

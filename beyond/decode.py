@@ -26,27 +26,7 @@ from beyond import adaptive as schedules
 from beyond import registry
 from beyond.registry import check_backend, with_backend
 from speculative import generate, speculative_generate
-
-
-# ----------------------------------------------------------------------------------------------
-# What became of each guess (the colours here; exercise 1's animation reads a trace so too)
-
-
-def verdicts(proposed, n_accepted):
-    """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
-    thrown away unchecked) and the kind of token the target added: "bonus" when every guess was
-    kept, else "correction" (the target's own token in place of the first rejected guess)."""
-    fates = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-             + ["thrown-away"] * (len(proposed) - n_accepted - 1))
-    return fates, "bonus" if proposed and n_accepted == len(proposed) else "correction"
-
-
-def origins(trace):
-    """Where each generated token came from: "accepted" (a kept guess), "correction" or "bonus"."""
-    kinds = []
-    for proposed, n_accepted, _ in trace:
-        kinds += ["accepted"] * n_accepted + [verdicts(proposed, n_accepted)[1]]
-    return kinds
+from stats import origins
 
 
 @dataclass

@@ -48,7 +48,7 @@ import torch.nn as nn
 
 from gpt import GPT, Config
 from scorer import common_prefix, windows
-from speculative import as_scorer
+from speculative import Drafter, Scorer, as_scorer
 
 
 def check_exit(n_layer, layers):
@@ -70,7 +70,7 @@ def first_layers(model, layers):
     return draft.eval()
 
 
-class EarlyExit:
+class EarlyExit(Drafter, Scorer):
     """The drafter: `model`'s first `layers` layers (a gpt.GPT or a fast_numpy.NumpyGPT), its
     final LayerNorm and head. Checked by `model` itself (either backend), it shares its cache."""
 
@@ -119,7 +119,7 @@ def same_model(a, b):
         np.array_equal(x, y) for x, y in zip(embeddings(a), embeddings(b))))
 
 
-class SharedScorer:
+class SharedScorer(Scorer):
     """One cache for all of a model's layers: exit_logits() drafts, score() checks.
 
     score(seqs, first) is scorer.WindowScorer's (one sequence): the whole model's logits

@@ -62,7 +62,7 @@ import machine
 import presets
 import speculative as sd
 from beyond.backends import with_backend
-from scorer import WindowScorer
+from scorer import Model, WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
 
@@ -172,7 +172,7 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-class HeadsDraft:
+class HeadsDraft(sd.Drafter):
     """The drafter (speculative.py's protocol): heads 1..k guess the k tokens after seq[-1],
     from the state the big model computed while checking the last round."""
 
@@ -190,7 +190,7 @@ class HeadsDraft:
         self.scorer = None
 
     def scorer_for(self, target):
-        if not hasattr(target, "new_cache"):
+        if not isinstance(target, Model):
             raise ValueError("extra heads draft from the big model's own pass: the target must "
                              "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
         if target.c.n_embd != self.fc_w.shape[1]:

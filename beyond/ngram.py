@@ -75,7 +75,9 @@ def table(data, order, vocab_size):
     return tables
 
 
-class NGramDraft:
+class NGramDraft(sd.Drafter, sd.Scorer):
+    """The drafter (speculative.Drafter), and a Scorer of the table's guesses as logits, so that
+    speculative.measure_agreement measures it like any draft."""
 
     def __init__(self, tables, vocab_size, prompt_lookup=False):
         if len(tables) < 1:

@@ -48,7 +48,7 @@ from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shap
                                check_shape, grow)
 from beyond.tree_sampling import sample_walk
 from cli import check_decoding_args, check_vocabularies
-from scorer import WindowScorer, common_prefix, window_start
+from scorer import Model, WindowScorer, common_prefix, window_start
 
 # ----------------------------------------------------------------------------------------------
 # The mask and one pass
@@ -246,7 +246,7 @@ def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None
     (proposed, target_positions) and accepted_per_position[d] counts kept nodes of depth d+1."""
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     check_vocabularies(target, draft)
-    if not hasattr(target, "new_cache"):
+    if not isinstance(target, Model):
         raise ValueError("the target of a tree must be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
     if shape is not None and budget is not None:
         raise ValueError("give a tree a shape or a budget, not both")

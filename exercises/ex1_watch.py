@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from beyond.decode import verdicts
 from exercises import common, player, report
 from scorer import windows
+from stats import verdicts
 
 
 @dataclass

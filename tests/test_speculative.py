@@ -92,7 +92,7 @@ def test_draft_equal_to_target_accepts_everything():
         assert stats.accepted_per_position == [5] * k
 
 
-class Contrarian:
+class Contrarian(sd.Scorer):
     """A draft (not a GPT) that always proposes a token the target would not choose."""
 
     def __init__(self, target):
@@ -114,6 +114,36 @@ def test_draft_that_never_agrees_still_gives_the_exact_output(target):
         got, stats = sd.speculative_generate(target, Contrarian(target), prompt, 40, k=3)
         assert torch.equal(got, want)
         assert stats.accepted == 0 and stats.new_tokens == 40
+
+
+class Listening:
+    """A drafter of its own (no base class, as docs/API.md allows): it guesses the token after
+    the target's own greedy choice would be, and records what each round kept."""
+
+    def __init__(self):
+        self.heard, self.resets = [], 0
+
+    def propose(self, seq, k, sampling):
+        return [(seq[-1] + 1) % 5] * k, None
+
+    def reset(self):
+        self.resets += 1
+
+    def kept(self, n):
+        self.heard.append(n)
+
+
+def test_any_object_with_propose_is_a_drafter_and_its_own_optional_methods_are_called(target):
+    prompt = prompts(1, seed=2)[0]
+    want = sd.generate(target, prompt, 30)
+    own = Listening()
+    got, stats = sd.speculative_generate(target, own, prompt, 30, k=3)
+    assert torch.equal(got, want)
+    assert own.resets == 1 and own.heard == [kept for _, kept, _ in stats.trace]
+    # one with propose() alone decodes alike (the protocol's do-nothing defaults stand in)
+    bare = type("Bare", (), {"propose": Listening.propose})()
+    assert torch.equal(sd.speculative_generate(target, bare, prompt, 30, k=3)[0], want)
+    assert not isinstance(bare, sd.Drafter) and isinstance(sd.as_drafter(bare), sd.Drafter)
 
 
 def test_stats_add_up_and_trace_replays_the_output(target):

@@ -103,7 +103,7 @@ class Scorer(Protocol):
 @dataclass
 class Sampling:
     """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1)).
-    lenience < 1 keeps more guesses but loses the target's distribution (studies/lenience.py)."""
+    lenience < 1 keeps more guesses but loses the target's distribution (beyond/studies/lenience.py)."""
     temperature: float = 0.0
     top_k: int = None
     top_p: float = None

@@ -74,7 +74,7 @@ def linear(x, w, b):
     """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4 (measured, 128 x
     512 weights: 14 and 20 us against 13, and 3 for one row): those go one row at a time. A
     check of k = 2 guesses (3 tokens) so costs 2.47 one-token steps, 2.97 in one product
-    (python -m exercises.drafters prints it)."""
+    (python -m beyond.studies.forwards times both)."""
     if 1 < len(x) < 4:
         return np.stack([row @ w for row in x]) + b
     return x @ w + b

@@ -1,8 +1,10 @@
 """
-beyond/: everything past the lesson, for when the lesson's three files are understood.
+beyond/: everything past the lesson, for when the lesson's files are understood.
 
-The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_speculative.py
-(exercise 3, in NumPy); nothing there imports this package. Here, each on top of them:
+The lesson is gpt.py (the model), speculative.py (the decoding loop), numpy_speculative.py
+(exercise 3, in NumPy) and the files beside them (scorer.py, stats.py, checkpoint.py,
+training.py, presets.py, train.py); nothing there imports this package (tests/test_layers.py,
+main guards included). Here, each on top of them:
 
     fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT): every
                     NumPy forward of beyond/ (not in the student repository)

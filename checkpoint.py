@@ -87,7 +87,7 @@ def export_npz(model, path, characters=None):
     return path
 
 
-def load(path, build, device="cpu", hint=None):
+def load_model(path, build, device="cpu", hint=None):
     """(model, the checkpoint dictionary), the model made by build(state) with the saved
     weights, in eval mode on `device`. hint: the command that makes a missing one."""
     path = Path(path)

@@ -29,10 +29,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import checkpoint
 import corpus
 import machine
 from checkpoint import CheckpointError, export_npz, save_checkpoint  # noqa: F401 (gpt's API)
+from checkpoint import load_model
 from corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
 
 # ----------------------------------------------------------------------------------------------
@@ -434,5 +434,5 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
 
 def load_checkpoint(path, device="cpu", hint=None):
     """-> (model in eval mode, the checkpoint dictionary). hint: how to make a missing one."""
-    return checkpoint.load(path, lambda state: GPT(Config(**{
+    return load_model(path, lambda state: GPT(Config(**{
         f.name: state["config"][f.name] for f in fields(Config)})), device, hint)

@@ -162,8 +162,8 @@ def to_train(names, folder):
     the big model before its heads."""
     missing = []
     for name in names:
-        first = ["big"] if name == "heads" else [presets.preset(name).teacher] \
-            if presets.preset(name).teacher else []
+        teacher = "big" if name == "heads" else presets.preset(name).teacher
+        first = [teacher] if teacher else []
         for model in first + [name]:
             path = heads.heads_path(folder) if model == "heads" else \
                 presets.checkpoint_path(model, folder)

@@ -5,7 +5,7 @@ The model is GPT-2 (Radford et al., 2019, "Language Models are Unsupervised Mult
 Learners") in miniature: learned token and position embeddings, pre-LayerNorm blocks of causal
 self-attention and a GELU MLP, a final LayerNorm and a head tied to the token embedding. The
 parameter names are GPT-2's (wte, wpe, h[i].ln_1, attn.c_attn, ...), so the weights map one to
-one onto numpy_gpt.py and onto Hugging Face transformers' GPT-2.
+one onto numpy_speculative.py's and onto Hugging Face transformers' GPT-2.
 
 Changes from nanoGPT's model.py (Karpathy), which this follows closely:
 - logits at every position, also at inference time: speculative decoding's verification pass
@@ -15,32 +15,24 @@ Changes from nanoGPT's model.py (Karpathy), which this follows closely:
 - two corpora (Shakespeare, first names) with one shared vocabulary, loaded lazily: importing
   this file reads nothing and trains nothing;
 - atomic, self-describing checkpoints (weights, config, vocabulary, step, validation loss);
-- training's matrix products in bfloat16 where the processor has it (autocast; weights, optimizer
-  and losses stay float32), with the plain attention and a fused AdamW: a step 1.2x faster on a
-  quiet 2-core CPU (docs/RESULTS.md).
+- the training loop is the lesson's recipe (AdamW in float32, a warm-up and a cosine schedule);
+  what the presets train with besides (Muon, bfloat16, torch.compile) is training.py's.
 
 Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
 """
 
-import contextlib
-import importlib.util
-import json
 import math
-import os
-import shutil
-import sys
 import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, fields, replace
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import corpus
 import machine
+from checkpoint import CheckpointError, export_npz, save_checkpoint  # noqa: F401 (gpt's API)
+from checkpoint import load_model
 from corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
 
 # ----------------------------------------------------------------------------------------------
@@ -192,7 +184,7 @@ class GPT(nn.Module):
     @torch.inference_mode()
     def logits(self, new, cache):
         """new tokens (B, t), a NumPy array, continuing the cache -> logits (B, t, V), NumPy: what
-        numpy_speculative.Scorer asks of every model (beyond/fast_numpy.py's NumpyGPT too)."""
+        scorer.WindowScorer asks of every model (beyond/fast_numpy.py's NumpyGPT too)."""
         idx = torch.from_numpy(new).to(self.lm_head.weight.device)
         return self(idx, cache=cache)[0].float().cpu().numpy()
 
@@ -245,13 +237,13 @@ def __getattr__(name):
 
 @dataclass
 class TrainConfig:
-    """How to train. The defaults take Config() to a validation loss of about 1.6 in minutes."""
-    steps: int = 1500          # optimizer steps (with --optimizer muon, 600 reach the same loss)
+    """How to train: the lesson's recipe, AdamW in float32. The defaults take Config() to a
+    validation loss of about 1.6 in minutes. training.Recipe, what the presets train with, adds
+    Muon, bfloat16 and torch.compile by overriding optimizers(), peak_lr() and loss_function()."""
+    steps: int = 1500          # optimizer steps
     batch_size: int = 20       # sequences per step (20 x 128 characters: best loss in 4 min)
-    optimizer: str = "adamw"   # adamw (all), or muon (the blocks' matrices; AdamW the rest)
     lr: float = 4e-3           # AdamW's peak learning rate, after a linear warm-up
     min_lr: float = 4e-4       # cosine decay ends at this learning rate
-    muon_lr: float = 0.02      # Muon's peak learning rate (warmed up and decayed alike)
     warmup_steps: int = 50     # linear warm-up steps
     weight_decay: float = 0.1  # AdamW weight decay (matrices only)
     grad_clip: float = 1.0     # clip the gradient norm to this
@@ -259,17 +251,33 @@ class TrainConfig:
     eval_batches: int = 16     # batches per validation
     seed: int = 1337           # seed for initialisation and batches
     threads: int = 0           # torch threads; 0: all cores, or 1 if the machine is busy
-    precision: str = "auto"    # auto (bfloat16 where the processor has it, else float32), bfloat16 or float32
-    compile: bool = False      # torch.compile the model (off by default: it does not pay here)
 
-    def __post_init__(self):
-        if self.optimizer not in ("muon", "adamw"):
-            raise ValueError(f"optimizer must be muon or adamw, not {self.optimizer!r}")
+    def optimizers(self, model, device):
+        """The optimizers that train `model`: AdamW for every parameter."""
+        return [adamw(model.named_parameters(), self, device)]
+
+    def peak_lr(self, optimizer):
+        """The peak of `optimizer`'s schedule; None: lr (decayed to min_lr)."""
+        return None
+
+    def loss_function(self, model, device, teacher, resume, note):
+        """(loss(x, y), what the checkpoint records of it): here in float32, the lesson's."""
+        return (lambda x, y: loss_of(model, x, y, teacher)), {"precision": "float32"}
+
+
+def adamw(named_parameters, tc, device):
+    """AdamW for (name, parameter) pairs, weight decay for matrices only; fused: every parameter
+    updated in one kernel (CPU and CUDA), not a loop over them."""
+    params = [p for _, p in named_parameters]
+    return torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=tc.lr, betas=(0.9, 0.99), fused=device.type in ("cpu", "cuda"))
 
 
 def learning_rate(step, tc, peak=None):
     """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step. peak: another
-    peak (Muon's), decayed to the same fraction of itself."""
+    peak (a second optimizer's, training.Recipe's Muon), decayed to the same fraction of itself."""
     if peak is None:
         peak, floor = tc.lr, tc.min_lr
     else:
@@ -280,120 +288,15 @@ def learning_rate(step, tc, peak=None):
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-class Muon(torch.optim.Optimizer):
-    """Muon (K. Jordan et al., 2024, "Muon: an optimizer for hidden layers in neural networks"):
-    momentum whose step for each weight matrix is orthogonalised, its singular values pushed to
-    about 1, so that every direction of the matrix learns at the same rate. For the hidden
-    layers' 2-D weights only: the embeddings (and the head tied to them), the layer norms and
-    the biases train with AdamW. Here the big model reaches AdamW's loss in 0.4 of the steps,
-    but the small drafts lose some loss at 600 steps (docs/RESULTS.md): the big preset trains
-    with it (beyond/checkpoint.py), TrainConfig's default stays AdamW (--optimizer muon).
-
-    Changes from torch.optim.Muon, which it follows otherwise (Nesterov momentum 0.95, the
-    quintic's coefficients, the rate scaled by sqrt(max(1, rows / columns)), decoupled weight
-    decay): the iteration runs in float32. torch's runs in bfloat16, which a CPU without native
-    bfloat16 emulates, slowly.
-    """
-
-    def __init__(self, params, lr=0.02, weight_decay=0.1, momentum=0.95):
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
-
-    @torch.no_grad()
-    def step(self):
-        for group in self.param_groups:
-            lr, momentum = group["lr"], group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                average = state["momentum_buffer"].lerp_(p.grad, 1 - momentum)  # of gradients
-                update = orthogonalise(p.grad.lerp(average, momentum))  # Nesterov: a look ahead
-                rows, columns = p.shape
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(update, alpha=-lr * max(1.0, rows / columns) ** 0.5)
-
-
-def orthogonalise(matrix, steps=5, eps=1e-7):
-    """About U V^T for matrix = U S V^T, without an SVD: `steps` iterations of Muon's quintic
-    X <- a X + b (X X^T) X + c (X X^T)^2 X, whose coefficients push every singular value into
-    about 0.7-1.2 as fast as they can (not exactly to 1: that would take more steps)."""
-    a, b, c = 3.4445, -4.7750, 2.0315
-    tall = matrix.shape[0] > matrix.shape[1]
-    x = matrix.T if tall else matrix                       # (short, long): a small X X^T
-    x = x / x.norm().clamp(min=eps)                        # every singular value <= 1
-    for _ in range(steps):
-        gram = x @ x.T                                     # (short, short)
-        x = a * x + (b * gram + c * gram @ gram) @ x       # (short, long)
-    return x.T if tall else x
-
-
-def optimizers(model, tc, fused=False):
-    """tc.optimizer's optimizers for `model`: "muon", Muon for the blocks' weight matrices and
-    AdamW for the rest; "adamw", AdamW for everything. AdamW decays matrices only.
-    fused: AdamW updates every parameter in one kernel (CPU and CUDA), not a loop over them."""
-    named = list(model.named_parameters())
-    hidden = [p for n, p in named if tc.optimizer == "muon" and p.dim() == 2
-              and n.startswith("transformer.h.")]
-    rest = [p for _, p in named if id(p) not in set(map(id, hidden))]
-    adamw = torch.optim.AdamW(
-        [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": tc.weight_decay},
-         {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
-        lr=tc.lr, betas=(0.9, 0.99), fused=fused)
-    return [adamw] + ([Muon(hidden, lr=tc.muon_lr, weight_decay=tc.weight_decay)]
-                      if hidden else [])
-
-
-def native_bfloat16(device):
-    """Does `device` multiply bfloat16 matrices natively? Elsewhere autocast converts in software
-    and trains slower, not faster. (On x86, torch.cpu's private checks for AVX512-BF16 and AMX.)"""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return device.type == "cpu" and any(getattr(torch.cpu, c, lambda: False)() for c in checks)
-
-
-def compiler_missing(device):
-    """Why torch.compile cannot run on `device` here, in a few words; None if it can."""
-    if not torch._dynamo.is_dynamo_supported():
-        return f"torch {torch.__version__} cannot compile on Python {sys.version.split()[0]}"
-    if torch.device(device).type == "cpu" and not any(
-            shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
-        return "no C++ compiler (g++ or clang++) on PATH"
-    if torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is None:
-        return "Triton is not installed"
-    return None
-
-
-# Narrower models train faster in float32: converting their small matrices to bfloat16 and back
-# costs more than the products save (1 x 32 took 1.7-1.9x as long a step, 1 x 128 0.71x).
-BFLOAT16_MIN_WIDTH = 128
-
-
-def speedups(tc, device, precision=None, width=BFLOAT16_MIN_WIDTH):
-    """The levers training pulls on `device`: (autocast dtype or None, compile: bool, notes), a
-    note being one line for each lever asked for or meant to be on that is off, and why.
-
-    bfloat16 autocast runs the matrix products in bfloat16 and keeps the weights, the optimizer,
-    the softmax and the loss in float32 (validation too); "auto" uses it where the processor has
-    it and the model is `width` (n_embd) >= BFLOAT16_MIN_WIDTH. precision: tc.precision unless
-    given."""
-    precision = precision or tc.precision
-    if precision not in ("auto", "bfloat16", "float32"):
-        raise ValueError(f"precision must be auto, bfloat16 or float32, not {precision!r}")
-    notes = []
-    wanted = precision == "auto" and width >= BFLOAT16_MIN_WIDTH
-    native = wanted and native_bfloat16(device)
-    bf16 = precision == "bfloat16" or native
-    if wanted and not native:
-        notes.append(f"training in float32: {torch.device(device).type} has no native bfloat16 "
-                     f"here, and autocast would convert in software (slower, not faster)")
-    why = compiler_missing(device) if tc.compile else None
-    if why:
-        notes.append(f"torch.compile is off: {why}; training without it (the same model)")
-    return (torch.bfloat16 if bf16 else None), tc.compile and not why, notes
+def loss_of(model, x, y, teacher=None):
+    """Cross-entropy against the next characters; with a teacher (a trained model to imitate:
+    distillation), against the teacher's whole next-token distributions instead."""
+    if teacher is None:
+        return model(x, y)[1]
+    with torch.no_grad():
+        soft_targets = torch.softmax(teacher(x)[0].float(), -1)     # (B, T, V)
+    logits, _ = model(x)                                          # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1).float(), soft_targets.flatten(0, 1))
 
 
 @torch.no_grad()
@@ -413,29 +316,28 @@ def estimate_loss(model, source, tc, device):
 def train(model, steps=None, log_every=100, source=None, *, config=None, device=None,
           checkpoint=None, resume=None, progress=False, on_eval=None, corpus_name=None,
           extra=None, teacher=None, note=None):
-    """Train `model` in place with AdamW (or Muon: tc.optimizer, see optimizers); return it.
+    """Train `model` in place with config's recipe (TrainConfig: AdamW); return it.
 
     steps (None: the config's), log_every (0 prints nothing) and source (a 1-D LongTensor instead
     of the Shakespeare train split; its last tenth is held out for validation) are the lesson's
     arguments. The rest:
-    config     a TrainConfig (its `steps` is replaced by `steps`, when given)
+    config     a TrainConfig, or a training.Recipe (its `steps` is replaced by `steps`, if given)
     device     "cpu", "cuda" or "auto"; None (the default) trains where the model already is
     checkpoint a path: saved (atomically) at every evaluation, at the end, and on Ctrl-C
     resume     a checkpoint dictionary from load_checkpoint to continue from
     progress   show a progress bar with the loss and the time left
     on_eval    called as on_eval(step, val_loss) after each evaluation
-    extra      more entries for the checkpoint (train.py records its settings there)
-    teacher    a trained model to imitate: the loss becomes the cross-entropy against the
-               teacher's next-token distributions (distillation) instead of the next characters
-    note       called with one line for each speed-up that is off, and why (default: printed
-               unless log_every is 0); see speedups()
+    extra      more entries for the checkpoint (presets.py records its settings there)
+    teacher    a trained model to imitate (see loss_of: distillation)
+    note       called with one line for each speed-up of the recipe that is off, and why
+               (default: printed unless log_every is 0)
     Ctrl-C finishes the current step, saves the checkpoint and raises KeyboardInterrupt.
     Losses repeat to the last digit for the same seed, device and torch thread count (sums are
     split differently across threads); the thread count is recorded in the checkpoint, and a
     resumed run keeps it, so that resuming gives exactly the model of an uninterrupted run.
     """
     tc = config or TrainConfig()
-    tc = TrainConfig(**{**asdict(tc), "steps": tc.steps if steps is None else steps})
+    tc = replace(tc, steps=tc.steps if steps is None else steps)
     device = torch.device(model.lm_head.weight.device if device is None
                           else machine.resolve_device(device))
     if source is None:
@@ -447,33 +349,24 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
     model.train()
     if teacher is not None:
         teacher.to(device).eval()
-    steppers = optimizers(model, tc, fused=device.type in ("cpu", "cuda"))
+    steppers = tc.optimizers(model, device)
     generator = torch.Generator().manual_seed(tc.seed)
-    step, val_loss = 0, float("nan")
-    threads, precision = tc.threads, tc.precision
+    step, val_loss, threads = 0, float("nan"), tc.threads
     if resume is not None:
         model.load_state_dict(resume["model"])
-        saved = resume["optimizer"]
-        saved = [saved] if isinstance(saved, dict) else saved  # saved before Muon: AdamW alone
-        if len(saved) != len(steppers):
+        if len(resume["optimizer"]) != len(steppers):
+            names = " and ".join(type(optimizer).__name__ for optimizer in steppers)
             raise CheckpointError(f"this checkpoint was trained with another optimizer than "
-                                  f"{tc.optimizer}: start anew (train.py --fresh), or resume "
-                                  f"with the optimizer it was trained with")
-        for optimizer, state in zip(steppers, saved):
+                                  f"{names}: start anew (train.py --fresh), or resume with the "
+                                  f"optimizer it was trained with")
+        for optimizer, state in zip(steppers, resume["optimizer"]):
             optimizer.load_state_dict(state)
         generator.set_state(resume["rng"])
         step, val_loss = resume["step"], resume["val_loss"]
-        threads = threads or resume.get("threads", 0)
-        if precision == "auto":  # resuming in the precision it started in, like the threads
-            precision = resume.get("precision", "auto")
+        threads = threads or resume["threads"]
     threads = threads or machine.training_threads()
-    block = model.c.block_size
-    autocast, compiled, notes = speedups(tc, device, precision, model.c.n_embd)
-    precision = "bfloat16" if autocast else "float32"
-    forward = torch.compile(model) if compiled else model
     note = note or (print if log_every else lambda line: None)
-    for line in notes:
-        note(line)
+    loss_of_batch, recorded = tc.loss_function(model, device, teacher, resume, note)
 
     def save(last=False):
         """Save the checkpoint; a failed save along the way is one line and training goes on
@@ -483,25 +376,11 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
         try:
             save_checkpoint(checkpoint, model, step=step, val_loss=val_loss, train_config=tc,
                             optimizers=steppers, generator=generator, corpus_name=corpus_name,
-                            extra={**(extra or {}), "threads": threads, "precision": precision})
+                            extra={**(extra or {}), "threads": threads, **recorded})
         except CheckpointError as e:
             if last:
                 raise
             note(f"step {step}: {e}; training goes on")
-
-    def loss_of(forward, x, y):
-        # In bfloat16 the plain attention (two matrix products and a softmax) trains faster on
-        # a CPU than the fused kernel, whose backward pass took half of a step: measured.
-        plain = autocast is not None and device.type == "cpu"
-        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None), \
-                (sdpa_kernel(SDPBackend.MATH) if plain else contextlib.nullcontext()):
-            if teacher is None:
-                return forward(x, y)[1]
-            # distillation: learn the teacher's whole next-token distribution
-            with torch.no_grad():
-                soft_targets = torch.softmax(teacher(x)[0].float(), -1)     # (B, T, V)
-            logits, _ = forward(x)                                          # (B, T, V)
-            return F.cross_entropy(logits.flatten(0, 1).float(), soft_targets.flatten(0, 1))
 
     # one line redrawn in place: tqdm's bar in a terminal, one updating output in a notebook
     bar = machine.ProgressLine(tc.steps, step) if progress else None
@@ -512,20 +391,11 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
         try:
             while step < tc.steps and not stop.asked:
                 for optimizer in steppers:
-                    peak = tc.muon_lr if isinstance(optimizer, Muon) else None
                     for group in optimizer.param_groups:
-                        group["lr"] = learning_rate(step, tc, peak)
-                x, y = get_batch("train", train_source, batch_size=tc.batch_size, block_size=block,
-                                 generator=generator, device=device)
-                try:
-                    loss = loss_of(forward, x, y)
-                except Exception as e:  # a compiler that fails on its first step: run without
-                    if forward is model:
-                        raise
-                    forward, why = model, (str(e).strip().splitlines() or [""])[0][:80]
-                    note(f"torch.compile is off: it failed ({type(e).__name__}: {why}); "
-                         f"training without it (the same model)")
-                    loss = loss_of(forward, x, y)
+                        group["lr"] = learning_rate(step, tc, tc.peak_lr(optimizer))
+                x, y = get_batch("train", train_source, batch_size=tc.batch_size,
+                                 block_size=model.c.block_size, generator=generator, device=device)
+                loss = loss_of_batch(x, y)
                 for optimizer in steppers:
                     optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -559,91 +429,10 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
 
 
 # ----------------------------------------------------------------------------------------------
-# Checkpoints: one self-describing file, written atomically, loaded with weights_only=True
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, unreadable or made for other data; the message says why."""
-
-
-def save_checkpoint(path, model, *, step, val_loss, train_config=None, optimizers=(),
-                    generator=None, corpus_name="shakespeare", extra=None):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "format": "specdec-gpt/1",
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "config": asdict(model.c),
-        "vocab": vocab(),
-        "step": step,
-        "val_loss": float(val_loss),
-        "corpus": corpus_name,
-        "train_config": asdict(train_config) if train_config else None,
-        "optimizer": [optimizer.state_dict() for optimizer in optimizers],
-        "rng": generator.get_state() if generator is not None else None,
-        **(extra or {}),
-    }
-    # Both files whole on disk before either replaces its old self: a full disk or a failed
-    # write leaves the previous pair as it was, and no reader ever sees half a file.
-    written = write_whole(path, lambda f: torch.save(state, f))
-    try:
-        export_npz(model, path.with_suffix(".npz"))
-    except BaseException:
-        written.unlink()
-        raise
-    os.replace(written, path)
-
-
-def write_whole(path, write):
-    """write(f) into `path`.tmp, flushed to the disk -> that file, for os.replace onto `path`.
-    On any failure the .tmp is removed and a CheckpointError says so in one line."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())  # renamed only once its bytes are on the disk
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if not isinstance(e, Exception):  # Ctrl-C, exit: not a failure of the disk
-            raise
-        why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-        raise CheckpointError(f"could not write {path} ({why}): free some disk space or save "
-                              f"elsewhere; the previous {path.name}, if any, is whole") from None
-    return tmp
-
-
-def export_npz(model, path, characters=None):
-    """The weights as plain NumPy arrays (GPT-2 names, torch's layouts) plus the config and the
-    vocabulary (`characters`, default: the corpus') as JSON, for numpy_speculative.load: no
-    pickle, no torch needed to read them. Written atomically, like the checkpoint."""
-    path = Path(path)
-    arrays = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
-    arrays["meta.config"] = np.array(json.dumps(asdict(model.c)))
-    characters = characters if characters is not None else vocab()
-    arrays["meta.vocab"] = np.array(json.dumps(characters))
-    os.replace(write_whole(path, lambda f: np.savez(f, **arrays)), path)
-    return path
+# Checkpoints (checkpoint.py: the file, written atomically, read with weights_only=True)
 
 
 def load_checkpoint(path, device="cpu", hint=None):
     """-> (model in eval mode, the checkpoint dictionary). hint: how to make a missing one."""
-    path = Path(path)
-    fix = f"train it with: {hint}" if hint else "train one with train.py"
-    if not path.exists():
-        raise CheckpointError(f"no checkpoint at {path}; {fix}")
-    try:
-        state = torch.load(path, map_location=device, weights_only=True)
-        config = Config(**{f.name: state["config"][f.name] for f in fields(Config)})
-    except Exception as e:  # truncated, not a torch file, or not one of ours
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}); "
-                              f"delete it and {fix}") from None
-    if state["vocab"] != vocab():
-        raise CheckpointError(
-            f"{path} was trained with a different vocabulary ({len(state['vocab'])} characters) "
-            f"than the corpus in {corpus.DATA_DIR} ({len(vocab())}); retrain it: {fix}")
-    model = GPT(config)
-    model.load_state_dict(state["model"])
-    model.to(device).eval()
-    model.val_loss, model.step = state["val_loss"], state["step"]
-    return model, state
+    return load_model(path, lambda state: GPT(Config(**{
+        f.name: state["config"][f.name] for f in fields(Config)})), device, hint)

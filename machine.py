@@ -7,7 +7,7 @@ Why threads matter. A decoding step of these models is a few hundred microsecond
 matrix products, far too little to share between threads. torch's default uses every core;
 when another program occupies one of them, a thread of ours waits for its descheduled partner
 at every operation, and on a 2-core machine plain decoding became 5-60x slower than with one
-thread (the table in the README: `python benchmark.py --threads`). So decoding and the timings
+thread (`python -m beyond.benchmark --threads` measures it). So decoding and the timings
 run on DECODE_THREADS torch threads, set on entry and restored on exit (`threads()`); training,
 whose steps are large enough to share, uses every core unless the machine is busy when it
 starts (`training_threads()`, or TrainConfig.threads to choose).
@@ -52,7 +52,7 @@ def training_threads():
     A training step (batch 20 x 128 through the big model) is large enough to share: on 2
     quiet cores two threads take 99 ms a step against 179 ms for one. But beside a program that
     keeps one core busy two threads take 291 ms and one 175 ms, and beside another torch
-    program 338 and 249 ms (`python benchmark.py --threads`). So look before choosing."""
+    program 338 and 249 ms (`python -m beyond.benchmark --threads`). So look before choosing."""
     cores = cpu_cores()
     if cores == 1:
         return 1
@@ -225,8 +225,9 @@ def on_gpu(model):
 
 def pass_time(model, tokens, *, batch=1, repeats=300, measure=None, context=64,
               n_threads=DECODE_THREADS):
-    """Median seconds of one cached forward pass of a gpt.GPT or numpy_gpt.NumpyGPT over
-    batch x tokens new tokens, after `context` cached ones (the cache rolled back each time).
+    """Median seconds of one cached forward pass of a gpt.GPT or beyond.fast_numpy.NumpyGPT
+    over batch x tokens new tokens, after `context` cached ones (the cache rolled back each
+    time).
 
     measure(fn, repeats) -> median seconds; by default the wall clock on n_threads torch threads
     (exercise 5 passes its own timer, which on a GPU waits for the device)."""

@@ -1,18 +1,14 @@
 """
-numpy_speculative.py: speculative decoding in NumPy alone, written to be read top to bottom.
+numpy_speculative.py: exercise 3, speculative decoding in NumPy alone, read top to bottom.
 
-No torch anywhere: the weights come from the .npz file that training writes beside every
-checkpoint (gpt.export_npz: GPT-2 names, torch's layouts). This is exercise 3, "build it":
-
-    model = load("checkpoints/big.npz")
-    tokens = generate(model, prompt_tokens, 100)                        # plain, greedy
-    tokens, passes = speculative_greedy(model, draft, prompt_tokens, 100, k=4)
-
+No torch: the weights come from the .npz that training writes beside every checkpoint
+(gpt.export_npz: GPT-2 names, torch's layouts). `model = load("checkpoints/big.npz")`, then
+`generate(model, prompt_tokens, 100)` or `speculative_greedy(model, draft, prompt_tokens, 100)`.
 In the order a student writes them: 1. the GPT forward pass (picoGPT-style, with a KV cache
 that can forget rejected tokens; gpt.py's torch model computes the same logits); 2. plain and
-greedy speculative decoding, under the window rule; 3. the sampling acceptance rule (Leviathan
-et al. 2023, Algorithm 1; Chen et al. 2023) and speculative sampling. The rest of the project
-decodes with this file's window rule, acceptance rule and 4. Scorer: there is one of each.
+greedy speculative decoding under the window rule (scorer.py says where a context starts); 3.
+the sampling acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023) and
+speculative sampling; speculative.py decodes with this acceptance rule: the project has one.
 The parts between the solution markers are the exercises (the student version raises there).
 Words, not letters: target = the big model (Leviathan's p), draft = the small one (q).
 Shapes: T new tokens, L tokens already cached, C channels, V vocabulary, hs head size.
@@ -23,8 +19,10 @@ import math
 
 import numpy as np
 
+from scorer import window_start, windows  # noqa: F401 (the window rule, written there)
+
 # ----------------------------------------------------------------------------------------------
-# Weights
+# 1. The forward pass: the weights, then the blocks
 
 
 class Model:
@@ -35,8 +33,7 @@ class Model:
         self.n_layer, self.n_head = config["n_layer"], config["n_head"]
         self.block_size, self.vocab_size = config["block_size"], config["vocab_size"]
 
-    def layer(self, i):
-        """The parameters of block i, without the 'transformer.h.i.' prefix."""
+    def layer(self, i):  # block i's parameters, without the 'transformer.h.i.' prefix
         prefix = f"transformer.h.{i}."
         return {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
 
@@ -53,16 +50,12 @@ def load(path):
     return Model(params, config, vocab)
 
 
-# ----------------------------------------------------------------------------------------------
-# 1. The forward pass
-
-
 def gelu(x):
     """GPT-2's GELU (the tanh approximation)."""
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def softmax(x):
+def softmax(x):  # along the last axis
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 
@@ -111,10 +104,8 @@ class Cache:
 
 def attention(x, params, n_head, cache, layer):
     """Causal self-attention of the new tokens x (T, C) over the cached ones and themselves.
-
     Appends the new keys and values to cache.keys[layer] / cache.values[layer] (L, C).
-    New token i sits at position L + i and may attend to positions 0 .. L + i.
-    """
+    New token i sits at position L + i and may attend to positions 0 .. L + i."""
     # BEGIN SOLUTION
     T, C = x.shape
     hs = C // n_head
@@ -173,36 +164,11 @@ def forward(model, tokens, cache=None):
 # 2. Decoding under the window rule
 
 
-def window_start(n, block_size):
-    """First position of the context from which token n (0-based) is predicted. The window
-    starts at 0; when it would hold more than block_size tokens it jumps forward so that only
-    the last block_size // 2 are kept (re-encoded into a fresh cache). It depends on n alone, so
-    plain and speculative decoding change windows at exactly the same positions."""
-    if n <= block_size:
-        return 0
-    keep = max(1, block_size // 2)
-    stride = block_size + 1 - keep            # how far the window moves at each jump
-    return -(-(n - block_size) // stride) * stride  # ceil((n - block_size) / stride) * stride
-
-
-def windows(first, T, block_size):
-    """(pos, start, end) for each pass that scores positions first..T of T tokens: the window
-    from `start` predicts pos..end (a check crossing a jump is split). Every scorer walks these."""
-    if not 1 <= first <= T:
-        raise ValueError(f"can only score positions 1..{T}, not from {first}")
-    pos = first
-    while pos <= T:
-        start = window_start(pos, block_size)
-        end = min(T, start + block_size)          # the last position this window predicts
-        yield pos, start, end
-        pos = end + 1
-
-
 def score(model, cache, seq, first):
     """Logits (len(seq) - first + 1, V): row i predicts position first + i of seq from the
     tokens before it, each from its window. Feeds the cache what it lacks. The cache must hold
     tokens of seq: after a rejection, forget them (cache.forget_from) before scoring again.
-    (Strict so that a forgotten forget_from shows; Scorer below serves every other model.)"""
+    (Strict so that a forgotten forget_from shows; scorer.WindowScorer serves every other model.)"""
     rows = []
     for pos, start, end in windows(first, len(seq), model.block_size):
         if start != cache.start:                 # the window jumped: a fresh cache
@@ -258,12 +224,12 @@ def replay(prompt, rounds):
 
 
 def speculative_greedy(target, draft, prompt, max_new_tokens, k=4):
-    """Greedy speculative decoding with two KV caches. Returns (tokens, target passes): one pass
-    per round (a round whose check crosses a window jump makes two forward calls, counted once).
-    Each round: the draft proposes up to k tokens (one score() each); the target scores the
-    last accepted token and every proposal in one score(); guesses are kept while they match
-    the target's choices, and the target adds its own token. The output must equal
-    generate(target, prompt, max_new_tokens) token for token, for any length."""
+    """Greedy speculative decoding with two KV caches. Returns (tokens, target passes): one a
+    round (a check crossing a window jump makes two forward calls, counted once). Each round:
+    the draft proposes up to k tokens (one score() each); the target scores the last accepted
+    token and every proposal in one score(); guesses are kept while they match the target's
+    choices, and the target adds its own token. The output must equal generate(target, prompt,
+    max_new_tokens) token for token, for any length."""
     # BEGIN SOLUTION
     seq, passes = list(prompt), 0
     target_cache, draft_cache = Cache(target), Cache(draft)
@@ -382,69 +348,3 @@ def speculative_sample(target, draft, prompt, max_new_tokens, k, rng, *, tempera
         seq.append(added)
     return seq
     # END SOLUTION
-
-
-# ----------------------------------------------------------------------------------------------
-# 4. One scorer for every model, the rest of the project's
-
-
-class Scorer:
-    """score() for every model but the exercise's (whose own teaches forget_from): a model with
-    c, new_cache(B) (rollback(n)) and logits(tokens (B, t), cache) -> (B, t, V) in NumPy, as
-    gpt.GPT and beyond/fast_numpy.py's NumpyGPT have. score(seqs, first): (B, T - first + 1, V);
-    score_rows(seqs, {b: first}) -> {b: logits}. Cached tokens that no longer match are rolled
-    back; a row whose window jumps starts afresh in a later pass. Rows share one cache length
-    here (decoded in step); beyond/batched.py's subclass lets them drift apart."""
-
-    def __init__(self, model, batch_size=1):
-        self.model, self.cache = model, model.new_cache(batch_size)
-        self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
-        self.starts = [0] * batch_size              # each row's window start
-        self.fed = [[] for _ in range(batch_size)]  # each row's cached tokens, from its start
-        self.passes = 0                             # forward passes made
-
-    def score(self, seqs, first):
-        rows = self.score_rows(seqs, dict.fromkeys(range(len(seqs)), first))   # in row order
-        return np.stack(list(rows.values()))
-
-    def score_rows(self, seqs, firsts):
-        passes = [[]]                               # each pass: (row, new tokens, kept) segments
-        parts = {b: [] for b in firsts}             # row b's logits: (pass, rows to skip) each
-        for b, first in firsts.items():
-            jumps = 0
-            for pos, start, end in windows(first, len(seqs[b]), self.block_size):
-                pass_ = 0
-                if start != self.starts[b]:         # the window jumped: start the row afresh
-                    self.starts[b], self.fed[b] = start, []
-                    jumps = pass_ = jumps + 1
-                    passes += [] if pass_ < len(passes) else [[]]
-                fed = self.fed[b]                   # keep the cached tokens that still match,
-                keep = common_prefix(fed, seqs[b], start, min(len(fed), pos - 1 - start))
-                fed[keep:] = seqs[b][start + keep:end]  # up to the one before pos: feed the rest
-                passes[pass_].append((b, fed[keep:], keep))
-                parts[b].append((pass_, pos - 1 - start - keep))
-        logits = [self.run(segments) if segments else {} for segments in passes]
-        out = {b: [logits[p][b][skip:] for p, skip in parts[b]] for b in firsts}
-        return {b: rows[0] if len(rows) == 1 else np.concatenate(rows) for b, rows in out.items()}
-
-    def run(self, segments):
-        """One forward pass over (row, new tokens, kept) segments -> {row: (len(new), V)}."""
-        keep = segments[0][2]
-        assert len(segments) == len(self.fed) and all(
-            s[2] == keep and len(s[1]) == len(segments[0][1]) for s in segments), \
-            "rows out of step: beyond/batched.py scores rows of different lengths"
-        self.cache.rollback(keep)
-        logits = self.logits([new for _, new, _ in segments])                # (B, t, V)
-        self.passes += 1
-        return {b: logits[i] for i, (b, _, _) in enumerate(segments)}
-
-    def logits(self, new):                  # B lists of t new tokens -> logits (B, t, V)
-        return self.model.logits(np.array(new), self.cache)
-
-
-def common_prefix(fed, seq, start, limit):
-    """How many of the first `limit` cached tokens equal seq[start:]."""
-    if fed[:limit] == seq[start:start + limit]:
-        return limit
-    return next(i for i in range(limit) if fed[i] != seq[start + i])
-

@@ -4,32 +4,31 @@ speculative.py: plain decoding and speculative decoding, side by side.
 A cheap draft guesses k tokens; the big (target) model scores them all in one pass, keeps the
 guesses it agrees with and replaces the first one it rejects with its own token: 1 to k+1
 tokens per pass, with exactly the target's output (greedy) or distribution (sampling). Read
-speculative_decode first; the rest is what it stands on. The acceptance rule and the window
-rule live in numpy_speculative.py (NumPy only, so that exercise 3 runs without torch).
+speculative_decode first, then the interfaces it calls (Drafter, Schedule, Scorer); the rest
+is what it stands on. The acceptance rule and the window rule live in numpy_speculative.py and
+scorer.py (NumPy only, so that exercise 3 runs without torch).
 
 References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
 Decoding" (Algorithm 1; section 3 has the formulas at the end); Chen et al. (2023),
 "Accelerating Large Language Model Decoding with Speculative Sampling". The papers use p and q
 the opposite way round; this file says target_probs and draft_probs.
 
-The drafter protocol: guesses, draft_probs = drafter.propose(seq, k, sampling). seq: the token
-ids so far (never changed); k >= 1; sampling: the run's Sampling. Returns 1 to k guesses and,
-when sampling, the (k, V) distributions they were drawn from (None when greedy; one-hot rows
-from a deterministic drafter). Optional: vocab_size, reset() (a new sequence), kept(n) (how
-many of its last guesses were kept), scorer_for(target) (a drafter inside the big model gives
-the scorer that checks for it, to share work). A GPT is wrapped as a ModelDraft.
 Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
-from dataclasses import dataclass, field
+import runpy
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 import machine
 from cli import check_decoding_args, check_vocabularies
-from numpy_speculative import Scorer, greedy_verdict, sample, softmax, verify, warp
+from numpy_speculative import greedy_verdict, sample, softmax, verify, warp
+from scorer import Model, WindowScorer
+from stats import Stats
 
 # ----------------------------------------------------------------------------------------------
 # Algorithm 1: speculative decoding of one sequence
@@ -38,7 +37,7 @@ from numpy_speculative import Scorer, greedy_verdict, sample, softmax, verify, w
 def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, after_round):
     """Extend seq (a list of token ids) by max_new_tokens, guessing and checking. Returns seq.
 
-    propose: the drafter's (the protocol above); score: the target's, with its KV cache
+    propose: the drafter's (Drafter.propose); score: the target's, with its KV cache
     (Scorer.score); schedule.k: guesses per round; sampling: greedy, or the warp and the random
     numbers; after_round(guesses, kept, token) hears what each round did (counting, adapting)."""
     goal = len(seq) + max_new_tokens
@@ -57,10 +56,54 @@ def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, 
     return seq
 
 
+# ----------------------------------------------------------------------------------------------
+# What the loop calls. An optional method does nothing here; a class that subclasses the
+# protocol inherits it.
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A draft that is not a GPT (a GPT drafts as a ModelDraft). propose -> (guesses,
+    draft_probs): 1 to k guesses after seq (the ids so far, never changed) and, when sampling,
+    the (k, V) distributions they were drawn from (None when greedy; one-hot rows from a
+    deterministic drafter)."""
+
+    def propose(self, seq, k, sampling): ...
+
+    def reset(self): ...                 # optional: a new sequence begins
+
+    def kept(self, n): ...               # optional: n of its last guesses were kept
+
+    def scorer_for(self, target): ...    # optional: a Scorer that shares its work, or None
+
+
+@runtime_checkable
+class Schedule(Protocol):
+    """k for each round: FixedK, or one that adapts (beyond/adaptive.py)."""
+    k: int               # guesses the next round asks for
+    k_max: int           # the most it ever asks for
+
+    def update(self, proposed, kept, draft_seconds, check_seconds): ...   # after each round
+
+    def attach(self, drafter): ...      # optional: the run's drafter, for one that tunes it
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """The target's side: logits (B, T - first + 1, V) of positions first..T of each sequence
+    (scorer.WindowScorer, for every model with a KV cache)."""
+    vocab_size: int
+    passes = 0           # forward passes made (a check that crosses a window jump makes two)
+
+    def score(self, seqs, first): ...
+
+    def reset(self): ...                 # optional: a new sequence begins
+
+
 @dataclass
 class Sampling:
     """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1)).
-    lenience < 1 keeps more guesses but loses the target's distribution (studies/lenience.py)."""
+    lenience < 1 keeps more guesses but loses the target's distribution (beyond/studies/lenience.py)."""
     temperature: float = 0.0
     top_k: int = None
     top_p: float = None
@@ -109,7 +152,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, *, k=4, temperature
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p, k, lenience)
     check_vocabularies(target, draft)
     sampling = Sampling(temperature, top_k, top_p, TorchUniform(generator), lenience)
-    schedule = k if hasattr(k, "update") else FixedK(k)
+    schedule = FixedK(k) if isinstance(k, int) else k
     stats = Stats(k=schedule.k_max)
     with machine.threads(threads):
         rows = [decode_row(target, draft, row, max_new_tokens, schedule, sampling, stats)
@@ -121,20 +164,18 @@ def decode_row(target, draft, seq, max_new_tokens, schedule, sampling, stats):
     """speculative_decode for one sequence, measured from outside: the drafter's guesses and the
     target's checks are timed, every round counted into stats and told to the schedule."""
     drafter = as_drafter(draft)
-    scorer = drafter.scorer_for(target) if hasattr(drafter, "scorer_for") else as_scorer(target)
-    if hasattr(schedule, "attach"):                  # it tunes the drafter itself
-        schedule.attach(drafter)
+    scorer = drafter.scorer_for(target) or as_scorer(target)
+    schedule.attach(drafter)
 
     def check(seqs, first):                          # the target's passes of each check
-        passes = getattr(scorer, "passes", 0)
+        passes = scorer.passes
         logits = scorer.score(seqs, first)
-        stats.target_passes += max(1, getattr(scorer, "passes", 0) - passes)
+        stats.target_passes += max(1, scorer.passes - passes)
         return logits
 
     def after_round(guesses, kept, token):
         stats.count_round(guesses, kept, token)
-        if hasattr(drafter, "kept"):                 # an adaptive drafter listens
-            drafter.kept(kept)
+        drafter.kept(kept)
         schedule.update(len(guesses), kept, guessing.take(), checking.take())
 
     guessing = machine.Timed(drafter.propose, machine.on_gpu(draft))
@@ -145,7 +186,7 @@ def decode_row(target, draft, seq, max_new_tokens, schedule, sampling, stats):
     return seq
 
 
-class FixedK:
+class FixedK(Schedule):
     """The schedule of a fixed k (beyond/adaptive.py has ones that adapt)."""
 
     def __init__(self, k):
@@ -184,23 +225,20 @@ def generate(model, idx, max_new_tokens, *, temperature=0.0, top_k=None, top_p=N
 
 
 # ----------------------------------------------------------------------------------------------
-# A GPT as the target's scorer (numpy_speculative.Scorer) and as a drafter
+# A GPT as the target's scorer (scorer.WindowScorer) and as a drafter
 
 
 def as_scorer(model, batch_size=1):
-    """A fresh Scorer for a GPT; anything else with score() is used as it is (after reset())."""
-    if hasattr(model, "new_cache"):
-        return Scorer(model, batch_size)
-    if not hasattr(model, "score"):
-        raise TypeError(f"{type(model).__name__} is neither a GPT nor has score(seqs, first)")
-    if hasattr(model, "reset"):
+    """A Scorer as it is (reset: a new sequence); a fresh WindowScorer for a model (a GPT)."""
+    if isinstance(model, Scorer):
         model.reset()
-    return model
+        return model
+    return WindowScorer(model, batch_size)
 
 
-class ModelDraft:
+class ModelDraft(Drafter):
     """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: a guess a pass,
-    through its own Scorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
+    through its own WindowScorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
     early, when the product of its guesses' probabilities (`confidences`) falls below it."""
 
     def __init__(self, model):
@@ -227,79 +265,22 @@ class ModelDraft:
 
 
 def as_drafter(draft):
-    """A drafter as it is (after reset()), or a GPT / anything with score() wrapped as one."""
-    if hasattr(draft, "propose"):
-        if hasattr(draft, "reset"):
-            draft.reset()
-        return draft
-    return ModelDraft(draft)
+    """The run's Drafter (reset: a new sequence): a Drafter as it is, any other object with
+    propose() as an OwnDrafter, and a GPT (or a Scorer) as a ModelDraft."""
+    if not isinstance(draft, Drafter):
+        draft = OwnDrafter(draft) if hasattr(draft, "propose") else ModelDraft(draft)
+    draft.reset()
+    return draft
 
 
-# ----------------------------------------------------------------------------------------------
-# What a run did
+class OwnDrafter(Drafter):
+    """A drafter that does not subclass Drafter (docs/API.md promises any object with
+    propose): its own optional methods where it has them, the protocol's where it does not."""
 
-
-@dataclass
-class Stats:
-    """What a decoding run did: forward passes of each model (a check that crosses a window
-    jump makes two); rounds; guesses proposed and accepted (corrections and bonus tokens are
-    not), accepted_per_position[i] the rounds that kept guess i; new_tokens; positions each
-    model scored (k + 1 a round for the target); seconds in each; trace: (guesses, kept,
-    target's token) for every round."""
-    k: int = 0
-    target_passes: int = 0
-    draft_passes: int = 0
-    target_positions: int = 0
-    draft_positions: int = 0
-    rounds: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    accepted_per_position: list = field(default_factory=list)
-    new_tokens: int = 0
-    draft_time: float = 0.0
-    target_time: float = 0.0
-    trace: list = field(default_factory=list, repr=False)
-
-    def __post_init__(self):
-        if not self.accepted_per_position:  # Stats(k=4): one counter per draft position
-            self.accepted_per_position = [0] * self.k
-
-    @property
-    def acceptance_rate(self):                                 # kept / proposed guesses
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def kept_of_checked(self):
-        """Kept guesses / checked ones, the run's own alpha: a round checks its guesses up to
-        and including the first rejected one; those after it are never looked at."""
-        checked = sum(kept + (kept < len(guesses)) for guesses, kept, _ in self.trace)
-        return self.accepted / checked if checked else 0.0
-
-    @property
-    def tokens_per_pass(self):                 # 1 for plain decoding, up to k + 1 speculating
-        return self.new_tokens / self.target_passes if self.target_passes else 0.0
-
-    def count_round(self, guesses, kept, token):
-        """One round: `guesses` proposed, the first `kept` of them kept, then `token` added."""
-        self.rounds += 1
-        self.target_positions += len(guesses) + 1
-        self.proposed += len(guesses)
-        self.draft_positions += len(guesses)
-        self.draft_passes += len(guesses)
-        self.accepted += kept
-        for i in range(kept):
-            self.accepted_per_position[i] += 1
-        self.new_tokens += kept + 1
-        self.trace.append((guesses, kept, token))
-
-    def add(self, other):
-        for name in ("target_passes", "draft_passes", "target_positions", "draft_positions",
-                     "rounds", "proposed", "accepted", "new_tokens", "draft_time", "target_time"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.accepted_per_position = [a + b for a, b in zip(
-            self.accepted_per_position or [0] * len(other.accepted_per_position),
-            other.accepted_per_position)]
-        self.trace += other.trace
+    def __init__(self, draft):
+        self.propose = draft.propose
+        for name in ("reset", "kept", "scorer_for"):
+            setattr(self, name, getattr(draft, name, getattr(self, name)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,7 +300,8 @@ def measure_agreement(target, draft, data, *, windows=64, window=None, temperatu
     """alpha and greedy agreement of draft with target on the same `windows` evenly spaced
     windows of `data` (a 1-D LongTensor), every position counted, both distributions warped
     as decoding would (at temperature 1 alpha is the lesson's sum_x min(p(x), q(x)))."""
-    window = window or min([m.c.block_size for m in (target, draft) if hasattr(m, "c")] or [64])
+    window = window or min([m.c.block_size for m in (target, draft) if isinstance(m, Model)]
+                           or [64])
     if len(data) < window + 1:
         raise ValueError(f"need at least {window + 1} tokens of data, got {len(data)}")
     starts = torch.linspace(0, len(data) - window - 1, windows).long()
@@ -331,7 +313,7 @@ def measure_agreement(target, draft, data, *, windows=64, window=None, temperatu
 
 def every_logit(model, x):
     """A GPT's (or a drafter's) logits at every position of the windows x (W, T): (W, T, V)."""
-    if not hasattr(model, "c"):                # a drafter that is no GPT: through its scorer
+    if not isinstance(model, Model):           # a drafter that is no GPT: through its scorer
         scorer = as_scorer(model)
         return np.stack([scorer.score([row], 1)[0] for row in x.tolist()])
     device = model.lm_head.weight.device if isinstance(model, torch.nn.Module) else "cpu"
@@ -392,7 +374,8 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, c, verify_cost))
 
 
-if __name__ == "__main__":  # the decoding command line, where the lesson's readers type it
-    import cli
-    from beyond import decode
-    cli.run(decode.main)
+if __name__ == "__main__":
+    # The decoding command line is beyond/decode.py: it names every drafter, and most of them
+    # live past the lesson. `python speculative.py` runs it (its flags, -h and one-line errors)
+    # by name, so that nothing of the lesson imports beyond/ (tests/test_layers.py).
+    runpy.run_module("beyond.decode", run_name="__main__")

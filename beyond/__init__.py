@@ -1,10 +1,14 @@
 """
-beyond/: everything past the lesson, for when the lesson's three files are understood.
+beyond/: everything past the lesson, for when the lesson's files are understood.
 
-The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_speculative.py
-(exercise 3, in NumPy); nothing there imports this package. Here, each on top of them:
+The lesson is gpt.py (the model), speculative.py (the decoding loop), numpy_speculative.py
+(exercise 3, in NumPy) and the files beside them (scorer.py, stats.py, checkpoint.py,
+training.py, presets.py, train.py); nothing there imports this package (tests/test_layers.py,
+main guards included). Here, each on top of them:
 
-    fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT)
+    fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT): every
+                    NumPy forward of beyond/ (not in the student repository)
+    backends.py     a trained GPT as torch or as NumpyGPT, by name
     ngram.py        drafters without a model: n-gram tables (of the text, or of the big model)
     early_exit.py   the big model's own first layers as the drafter, sharing its cache
     heads.py        extra heads on the big model's last hidden state (Medusa-style), trained
@@ -12,7 +16,6 @@ The lesson is gpt.py (the model), speculative.py (the decoding loop) and numpy_s
     batched.py      a batch decoded together, every row accepting its own number of guesses
     tree.py         token trees: many guesses per position, one pass (tree_grow, tree_sampling)
     hf.py           to and from Hugging Face transformers
-    checkpoint.py   where trained models live and how to load one by name
   the tools:
     registry.py     every drafter and backend by name (--draft, --target_backend)
     decode.py       the decoding command line (python speculative.py runs it)

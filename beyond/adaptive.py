@@ -16,7 +16,10 @@ draft_seconds, check_seconds)` with what the round proposed, kept and took.
   explores from `start`.
 - Oracle: not a schedule one can run for real but its upper bound. It replays a recorded greedy
   run and proposes, every round, exactly as many guesses as will be kept (hindsight).
+Each is a speculative.Schedule.
 """
+
+from speculative import Schedule
 
 
 def by_name(name, k):
@@ -34,7 +37,7 @@ def check_range(start, k_max):
         raise ValueError(f"an adaptive k needs 1 <= start <= k_max, not {start} and {k_max}")
 
 
-class Heuristic:
+class Heuristic(Schedule):
     """+2 after a round where every guess was kept, -1 otherwise; between 1 and k_max."""
 
     def __init__(self, start=4, k_max=16):
@@ -47,7 +50,7 @@ class Heuristic:
         self.k = min(self.k + 2, self.k_max) if kept == proposed else max(1, self.k - 1)
 
 
-class BestK:
+class BestK(Schedule):
     """The k with the highest expected speed-up, from what the run has measured so far.
 
     alpha: kept guesses over checked ones (a round checks every guess up to and including the
@@ -141,7 +144,7 @@ class BestK:
         return best_k
 
 
-class Confidence:
+class Confidence(Schedule):
     """Guess up to the formula's k (as BestK), but stop as soon as the drafter's confidence
     falls below `threshold`; learn the threshold from the run.
 
@@ -202,7 +205,7 @@ class Confidence:
         return threshold
 
 
-class Oracle:
+class Oracle(Schedule):
     """The best k for every round in hindsight: replays a recorded greedy run (speculative_
     generate's Stats.trace at a large k), proposing in round i exactly as many guesses as that
     round kept. The draft guesses the same tokens from the same context, so every round ends

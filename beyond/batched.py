@@ -13,13 +13,14 @@ apart in length. Prompts may differ in length too: pass a list of token lists.
 What makes rows of different lengths share a pass:
 - ragged_cache: the keys and values of B rows, each row with its own length and window, so
   that each rolls back (a rejected guess) or starts afresh (a window jump) on its own.
-- The per-row forward (one for beyond.fast_numpy.NumpyGPT, one for gpt.GPT from the model's own
-  submodules): row b's new token i sits at slot length_b + i (its position in its window) and
-  sees slots 0..length_b + i only, so neither the future nor stale entries of rejected guesses
-  beyond the row's length; rows are right-padded, and padding writes to a spare slot. (Why not
-  one forward for all: on one row these cost 2-13% more than gpt.GPT's and NumpyGPT's own
-  paths, measured by python -m beyond.studies.forwards, so one-row decoding keeps those.)
-- BatchScorer: numpy_speculative.Scorer, the one window rule and rollback, over the ragged cache:
+- The per-row forward (NumpyGPT.forward_rows in beyond/fast_numpy.py; for gpt.GPT, here, from
+  the model's own submodules): row b's new token i sits at slot length_b + i (its position in
+  its window) and sees slots 0..length_b + i only, so neither the future nor stale entries of
+  rejected guesses beyond the row's length; rows are right-padded, and padding writes to a
+  spare slot. (Why not one forward for all: on one row these cost 2-13% more than gpt.GPT's
+  and NumpyGPT's own paths, measured by python -m beyond.studies.forwards, so one-row decoding
+  keeps those.)
+- BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
   half, on their own slots) share another, so a round whose check crosses a jump is split there.
 Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
@@ -54,15 +55,15 @@ from torch.nn import functional as F
 import cli
 import machine
 import speculative as sd
-from beyond.fast_numpy import NumpyGPT, linear, normalise, twice_gelu
+from beyond.backends import is_numpy
 from gpt import GPT, KVCache
-from numpy_speculative import Scorer
+from scorer import WindowScorer
 from speculative import ModelDraft, Sampling, as_drafter
 
 
 def batchable(model):
-    """Can `model` decode many rows in one pass here? gpt.GPT and numpy_gpt.NumpyGPT can."""
-    return isinstance(model, (GPT, NumpyGPT))
+    """Can `model` decode many rows in one pass here? gpt.GPT and fast_numpy.NumpyGPT can."""
+    return isinstance(model, GPT) or is_numpy(model)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,15 +72,13 @@ def batchable(model):
 
 def ragged_cache(model, batch_size):
     """Storage for the keys and values of B rows, each with its own length and window (the
-    scorer keeps which tokens each row holds). v: (n_layer, B, nh, S, hs), torch or NumPy like
-    the model, S = block_size + 1: the last slot takes the padding's keys and values and is
-    never attended to. NumPy keeps the keys transposed, (n_layer, B, nh, hs, S), so that
-    queries @ keys needs no copy."""
-    c = model.c
+    scorer keeps which tokens each row holds). v: (n_layer, B, nh, S, hs), S = block_size + 1:
+    the last slot takes the padding's keys and values and is never attended to. A NumpyGPT
+    keeps its own layout (NumpyGPT.ragged_cache)."""
+    if not isinstance(model, GPT):
+        return model.ragged_cache(batch_size)
+    c, p = model.c, model.lm_head.weight
     shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, c.n_embd // c.n_head)
-    if isinstance(model, NumpyGPT):
-        return KVCache(np.zeros(shape[:3] + shape[:2:-1], np.float32), np.zeros(shape, np.float32))
-    p = model.lm_head.weight
     return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
                    torch.zeros(shape, device=p.device, dtype=p.dtype))
 
@@ -117,29 +116,9 @@ def rows_index(rows):
 
 
 def numpy_forward(model, cache, rows, tokens, slots, write, E):
-    """numpy_gpt.NumpyGPT over rows of different lengths -> logits (R, T, V) (see layout).
-    The linear layers see all R x T tokens as one matrix (one product, not R small ones)."""
-    # BEGIN SOLUTION
-    R, T = tokens.shape
-    C, nh, hs = model.c.n_embd, model.c.n_head, model.hs
-    sel, r = rows_index(rows), rows[:, None]
-    mask = np.where(visible(slots, E), np.float32(0), np.float32(-np.inf))[:, None]  # (R,1,T,E)
-    x = (model.wte[tokens] + model.wpe[slots]).reshape(R * T, C)
-    for layer, w in enumerate(model.layers):
-        qkv = linear(normalise(x), w["attn_w"], w["attn_b"])                       # (RT, 3C)
-        q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(R, T, nh, hs) for i in range(3))
-        cache.k[layer][r, :, :, write] = k                                         # slot by slot
-        cache.v[layer][r, :, write] = v
-        keys, values = cache.k[layer][sel, ..., :E], cache.v[layer][sel, :, :E]   # (R, nh, hs, E)
-        att = q.transpose(0, 2, 1, 3) @ keys + mask                                # (R, nh, T, E)
-        att = np.exp(att - att.max(-1, keepdims=True))
-        att /= att.sum(-1, keepdims=True)
-        y = (att @ values).transpose(0, 2, 1, 3).reshape(R * T, C)
-        x = x + linear(y, w["proj_w"], w["proj_b"])
-        x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
-                       w["mlp_b"])
-    return linear(normalise(x), model.head_w, model.head_b).reshape(R, T, -1)      # (R, T, V)
-    # END SOLUTION
+    """fast_numpy.NumpyGPT over rows of different lengths -> logits (R, T, V) (see layout)."""
+    return model.forward_rows(cache, rows, rows_index(rows), tokens, slots, write,
+                              visible(slots, E))
 
 
 @torch.inference_mode()
@@ -167,8 +146,8 @@ def torch_forward(model, cache, rows, tokens, slots, write, E):
     return model.lm_head(tf.ln_f(x)).float().cpu().numpy()                         # (R, T, V)
 
 
-class BatchScorer(Scorer):
-    """numpy_speculative.Scorer for rows that drift apart: the same window rule and rollback, but
+class BatchScorer(WindowScorer):
+    """scorer.WindowScorer for rows that drift apart: the same window rule and rollback, but
     each row keeps its own length in a ragged cache, and a pass runs the per-row forward over
     the rows taking part (score_rows(seqs, {row: first position})). Rows whose window jumps
     are re-encoded in a pass after the others, as there."""
@@ -176,8 +155,8 @@ class BatchScorer(Scorer):
     def __init__(self, model, batch_size):
         super().__init__(model, batch_size)
         self.cache = ragged_cache(model, batch_size)
-        self.forward = numpy_forward if isinstance(model, NumpyGPT) else torch_forward
-        on_cpu = isinstance(model, NumpyGPT) or not model.lm_head.weight.is_cuda
+        self.forward = torch_forward if isinstance(model, GPT) else numpy_forward
+        on_cpu = not isinstance(model, GPT) or not model.lm_head.weight.is_cuda
         self.chunk = CHUNK if on_cpu else math.inf
         self.row_passes = [0] * batch_size     # passes each row took part in
         self.encode_seconds = 0.0              # in passes where some row starts its window
@@ -242,13 +221,13 @@ def rows_of(prompts, vocab_size, models=()):
 def cache_bytes(model, batch_size):
     """Bytes of a RaggedCache: B x layers x (block + 1) x C x 2 (keys, values) x 4 (float32)."""
     c = model.c
-    item = 4 if isinstance(model, NumpyGPT) else model.lm_head.weight.element_size()
+    item = model.lm_head.weight.element_size() if isinstance(model, GPT) else 4
     return batch_size * c.n_layer * (c.block_size + 1) * c.n_embd * 2 * item
 
 
 def available_memory(model):
     """Bytes free where the model's cache would live (the GPU's, or the machine's)."""
-    if not isinstance(model, NumpyGPT) and model.lm_head.weight.is_cuda:
+    if isinstance(model, GPT) and model.lm_head.weight.is_cuda:
         return torch.cuda.mem_get_info(model.lm_head.weight.device)[0]
     try:
         with open("/proc/meminfo") as f:
@@ -343,7 +322,7 @@ def batch_draft(draft):
     if batchable(draft):
         return draft
     if isinstance(draft, ModelDraft) and draft.min_confidence is None and \
-            type(draft.scorer) is Scorer and batchable(draft.scorer.model):
+            type(draft.scorer) is WindowScorer and batchable(draft.scorer.model):
         return draft.scorer.model
     return None
 
@@ -364,7 +343,8 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
     cli.check_vocabularies(target, draft)
     drafter = None if model else as_drafter(draft)
     B, rng = len(seqs), sd.TorchUniform(generator)
-    if hasattr(k, "update") or hasattr(drafter, "scorer_for") or not batchable(target):
+    if not isinstance(k, int) or not batchable(target) or \
+            (drafter is not None and drafter.scorer_for(target) is not None):
         return _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, top_k,
                            top_p, generator, threads)
     checker, guesser = BatchScorer(target, B), (BatchScorer(model, B) if model else None)
@@ -405,7 +385,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
                 del seqs[b][n[b] + kept:]
                 seqs[b].append(token)
                 row.count_round(guesses, kept, token)
-                if hasattr(drafter, "kept"):
+                if drafter is not None:
                     drafter.kept(kept)
             machine.sync(target)
             stats.draft_time += drafted - started
@@ -426,7 +406,7 @@ def _row_by_row(target, draft, seqs, prompts, max_new_tokens, k, temperature, to
                 generator, threads):
     """An adaptive k, or a drafter that shares the target's pass (early exit, heads), or a
     target with no batched path: the rows one after another (speculative.decode_row)."""
-    schedule = k if hasattr(k, "update") else sd.FixedK(k)
+    schedule = sd.FixedK(k) if isinstance(k, int) else k
     sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
     stats = BatchStats(k=schedule.k_max)
     with machine.threads(threads):

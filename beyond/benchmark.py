@@ -37,8 +37,8 @@ import cli
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
-from beyond import checkpoint
 from beyond import adaptive as schedules
 from beyond import registry
 from beyond.registry import by_name, check_name
@@ -72,7 +72,7 @@ def calibrate(target, draft, prompts, n, k=4):
 
 def bench(args, log=print):
     folder = args.checkpoints or None
-    target = checkpoint.load_trained("big", folder)
+    target = presets.load_trained("big", folder)
     drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
     prompts = corpus.held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]
@@ -201,8 +201,8 @@ def thread_table(log=print):
     The models are untrained (timing does not depend on the weights), so this needs no
     checkpoints. Every figure is a median of repeated runs, in milliseconds."""
     torch.manual_seed(0)
-    big = gpt.GPT(checkpoint.preset("big")).eval()
-    draft = gpt.GPT(checkpoint.preset("draft")).eval()
+    big = gpt.GPT(presets.preset("big").config).eval()
+    draft = gpt.GPT(presets.preset("draft").config).eval()
     prompt = torch.tensor([gpt.encode("ROMEO:\n")])
     workloads = {
         "decoding step, big model (1 token)":

@@ -21,31 +21,12 @@ import torch
 import cli
 import gpt
 import machine
+import presets
 from beyond import adaptive as schedules
-from beyond import checkpoint, registry
+from beyond import registry
 from beyond.registry import check_backend, with_backend
 from speculative import generate, speculative_generate
-
-
-# ----------------------------------------------------------------------------------------------
-# What became of each guess (the colours here; exercise 1's animation reads a trace so too)
-
-
-def verdicts(proposed, n_accepted):
-    """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
-    thrown away unchecked) and the kind of token the target added: "bonus" when every guess was
-    kept, else "correction" (the target's own token in place of the first rejected guess)."""
-    fates = (["kept"] * n_accepted + (["rejected"] if n_accepted < len(proposed) else [])
-             + ["thrown-away"] * (len(proposed) - n_accepted - 1))
-    return fates, "bonus" if proposed and n_accepted == len(proposed) else "correction"
-
-
-def origins(trace):
-    """Where each generated token came from: "accepted" (a kept guess), "correction" or "bonus"."""
-    kinds = []
-    for proposed, n_accepted, _ in trace:
-        kinds += ["accepted"] * n_accepted + [verdicts(proposed, n_accepted)[1]]
-    return kinds
+from stats import origins
 
 
 @dataclass
@@ -78,7 +59,7 @@ def colour_text(pieces, use_colour):
 
 def load_pair(args):
     folder = args.checkpoints or None
-    return (with_backend(checkpoint.load_trained(args.target, folder), args.target_backend),
+    return (with_backend(presets.load_trained(args.target, folder), args.target_backend),
             registry.by_name(args.draft, folder, args.draft_backend))
 
 
@@ -95,7 +76,7 @@ def main(argv=None):
                     top_p=None if args.top_p == 1.0 else args.top_p)
     cli.check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
     new_k = schedules.by_name(args.adaptive, args.k)  # a bad name fails before any loading
-    checkpoint.preset(args.target)  # an unknown name lists the presets
+    presets.preset(args.target)  # an unknown name lists the presets
     registry.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
         check_backend(backend)

@@ -46,10 +46,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from beyond.fast_numpy import NumpyGPT, normalise, normalise_vector
 from gpt import GPT, Config
-from numpy_speculative import common_prefix, windows
-from speculative import as_scorer
+from scorer import common_prefix, windows
+from speculative import Drafter, Scorer, as_scorer
 
 
 def check_exit(n_layer, layers):
@@ -71,8 +70,8 @@ def first_layers(model, layers):
     return draft.eval()
 
 
-class EarlyExit:
-    """The drafter: `model`'s first `layers` layers (a gpt.GPT or a numpy_gpt.NumpyGPT), its
+class EarlyExit(Drafter, Scorer):
+    """The drafter: `model`'s first `layers` layers (a gpt.GPT or a fast_numpy.NumpyGPT), its
     final LayerNorm and head. Checked by `model` itself (either backend), it shares its cache."""
 
     def __init__(self, model, layers):
@@ -105,7 +104,7 @@ class EarlyExit:
         return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
 
     def score(self, seqs, first):
-        """The exit's logits (B, T - first + 1, V), as numpy_speculative.Scorer.score gives a
+        """The exit's logits (B, T - first + 1, V), as scorer.WindowScorer.score gives a
         model's (measure_agreement reads a drafter that is not a GPT so)."""
         return np.stack([self.scorer.exit_logits(seq, first) for seq in seqs])
 
@@ -113,23 +112,23 @@ class EarlyExit:
 def same_model(a, b):
     """Are a and b the same trained model (either backend)? Same shape and embeddings."""
     def embeddings(m):
-        if isinstance(m, NumpyGPT):
-            return m.wte, m.wpe
-        return [e.weight.detach().cpu().numpy() for e in (m.transformer.wte, m.transformer.wpe)]
+        if isinstance(m, GPT):
+            return [e.weight.detach().cpu().numpy() for e in (m.transformer.wte, m.transformer.wpe)]
+        return m.wte, m.wpe                                               # a NumpyGPT
     return a is b or (getattr(a, "c", None) == getattr(b, "c", None) and all(
         np.array_equal(x, y) for x, y in zip(embeddings(a), embeddings(b))))
 
 
-class SharedScorer:
+class SharedScorer(Scorer):
     """One cache for all of a model's layers: exit_logits() drafts, score() checks.
 
-    score(seqs, first) is numpy_speculative.Scorer's (one sequence): the whole model's logits
+    score(seqs, first) is scorer.WindowScorer's (one sequence): the whole model's logits
     (1, T - first + 1, V) for positions first..T, under the window rule. exit_logits(seq, first)
     gives the exit's (T - first + 1, V) and runs the lower layers only.
     """
 
     def __init__(self, model, layers):
-        self.run = (NumpyLayers if isinstance(model, NumpyGPT) else TorchLayers)(model, layers)
+        self.run = (TorchLayers if isinstance(model, GPT) else NumpyLayers)(model, layers)
         # The cache, in self.run: both groups' keys and values and the lower group's outputs.
         self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
         self.fed = []    # the tokens the lower layers have seen, row by row
@@ -144,8 +143,8 @@ class SharedScorer:
         return self.logits(seq, first, full=False)
 
     def logits(self, seq, first, full):
-        """The window walk of numpy_speculative.Scorer over one cache for two groups of layers,
-        which keep different lengths (so Scorer's one-length rollback cannot serve)."""
+        """The window walk of scorer.WindowScorer over one cache for two groups of layers,
+        which keep different lengths (so WindowScorer's one-length rollback cannot serve)."""
         out = []
         with self.run.mode():
             for pos, start, end in windows(first, len(seq), self.block_size):
@@ -229,9 +228,7 @@ class NumpyLayers(Layers):
         return self.m.wte[tokens] + self.m.wpe[row:row + len(tokens)]           # (T, C)
 
     def head(self, x):
-        if len(x) == 1:
-            return (normalise_vector(x[0]) @ self.m.head_w + self.m.head_b)[None]  # (1, V)
-        return normalise(x) @ self.m.head_w + self.m.head_b                  # (T, V)
+        return self.m.head(x)                                                  # (T, V)
 
     def layers(self, x, row, lo, hi):
         if len(x) <= 2:  # OpenBLAS multiplies 2 rows slower than 2 vectors one by one

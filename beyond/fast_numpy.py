@@ -12,7 +12,11 @@ Mody, does the same for GPT-2).
 NumpyGPT(model) copies a trained gpt.GPT and behaves like it where decoding looks: `c`,
 `new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`, torch in and out, so
 speculative.generate and speculative_generate take it as a target or a draft. Its logits equal
-the torch model's to float32 rounding (tests/test_speculative.py checks 1e-5).
+the torch model's to float32 rounding (tests/test_speculative.py checks 1e-5). Every NumPy
+forward pass of the library is here: beyond/batched.py's rows of different lengths
+(forward_rows), beyond/early_exit.py's layer ranges and beyond/tree.py's tree pass call these
+methods. So the student repository leaves this one file out (it would answer exercise 3a), and
+beyond/backends.py gives the torch model for the numpy backend there.
 
 Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - each LayerNorm's gain and bias are folded into the linear layer after it:
@@ -56,25 +60,21 @@ EPS = 1e-5  # nn.LayerNorm's default
 
 def normalise(x):
     """LayerNorm without its gain and bias (those are folded into the next layer)."""
-    # BEGIN SOLUTION
     centred = x - x.sum(-1, keepdims=True) * (1.0 / x.shape[-1])
     return centred / np.sqrt((centred * centred).sum(-1, keepdims=True) * (1.0 / x.shape[-1]) + EPS)
-    # END SOLUTION
 
 
 def normalise_vector(x):
     """normalise() for one vector, with its mean and variance as Python floats (fewer calls)."""
-    # BEGIN SOLUTION
     centred = x - x.sum() * (1.0 / x.shape[0])
     return centred * (1.0 / math.sqrt(float(centred @ centred) * (1.0 / x.shape[0]) + EPS))
-    # END SOLUTION
 
 
 def linear(x, w, b):
     """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4 (measured, 128 x
     512 weights: 14 and 20 us against 13, and 3 for one row): those go one row at a time. A
     check of k = 2 guesses (3 tokens) so costs 2.47 one-token steps, 2.97 in one product
-    (python -m exercises.drafters prints it)."""
+    (python -m beyond.studies.forwards times both)."""
     if 1 < len(x) < 4:
         return np.stack([row @ w for row in x]) + b
     return x @ w + b
@@ -83,9 +83,7 @@ def linear(x, w, b):
 def twice_gelu(x):
     """2 * GELU(x), GPT-2's tanh approximation; the 0.5 lives in the next layer's weights.
     x * x * x, not x ** 3: NumPy's float32 power is twenty times slower."""
-    # BEGIN SOLUTION
     return x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-    # END SOLUTION
 
 
 class NumpyGPT:
@@ -145,15 +143,12 @@ class NumpyGPT:
 
     def forward_block(self, idx, start, cache):
         """idx (B, T) at positions start.. -> logits (B, T, V)."""
-        # BEGIN SOLUTION
         x = self.wte[idx] + self.wpe[start:start + idx.shape[1]]    # (B, T, C)
         return normalise(self.block_layers(x, start, cache)) @ self.head_w + self.head_b
-        # END SOLUTION
 
     def block_layers(self, x, start, cache, lo=0, hi=None):
         """Layers lo..hi-1 on x (B, T, C), the input of layer lo at positions start..: their
         keys and values go into the cache; returns the output of layer hi - 1 (B, T, C)."""
-        # BEGIN SOLUTION
         B, T, C = x.shape
         end, nh, hs = start + T, self.c.n_head, self.hs
         x = x.reshape(B * T, C)          # the linear layers: one product for every row's tokens
@@ -173,18 +168,14 @@ class NumpyGPT:
             u = linear(normalise(x), w["fc_w"], w["fc_b"])           # (B T, 4C)
             x = x + linear(twice_gelu(u), w["mlp_w"], w["mlp_b"])
         return x.reshape(B, T, C)
-        # END SOLUTION
 
     def step(self, token, pos, cache):
         """forward_block for one token of one sequence, on vectors: -> logits (V,)."""
-        # BEGIN SOLUTION
         x = self.vector_layers(self.wte[token] + self.wpe[pos], pos, cache)
         return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
-        # END SOLUTION
 
     def vector_layers(self, x, pos, cache, lo=0, hi=None):
         """block_layers for one token of sequence 0 at position pos, x (C,) -> (C,)."""
-        # BEGIN SOLUTION
         nh, hs, C = self.c.n_head, self.hs, self.c.n_embd
         for layer in range(lo, self.c.n_layer if hi is None else hi):
             w = self.layers[layer]
@@ -200,34 +191,57 @@ class NumpyGPT:
             u = normalise_vector(x) @ w["fc_w"] + w["fc_b"]          # (4C,)
             x = x + twice_gelu(u) @ w["mlp_w"] + w["mlp_b"]
         return x
-        # END SOLUTION
+
+    def head(self, x):
+        """Final hidden states x (T, C) -> logits (T, V): ln_f (folded into the head) and the
+        head; one row on a vector, as step() does."""
+        if len(x) == 1:
+            return (normalise_vector(x[0]) @ self.head_w + self.head_b)[None]     # (1, V)
+        return normalise(x) @ self.head_w + self.head_b                          # (T, V)
+
+    @staticmethod
+    def normalised(x):
+        """Final hidden states x (T, C) normalised (ln_f without its gain and bias, which the
+        head holds): x -> (normalised @ head_w + head_b) are the logits."""
+        return normalise(x)
+
+    def ragged_cache(self, batch_size):
+        """beyond/batched.py's cache for B rows of their own lengths: S = block_size + 1 slots a
+        row (the last takes the padding's keys and values, never attended to), and the keys
+        transposed, (n_layer, B, nh, hs, S), so that queries @ keys needs no copy."""
+        c = self.c
+        shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, self.hs)
+        return KVCache(np.zeros(shape[:3] + shape[:2:-1], np.float32), np.zeros(shape, np.float32))
+
+    def forward_rows(self, cache, rows, sel, tokens, slots, write, visible):
+        """Rows of different lengths in one pass (beyond/batched.py's layout) -> logits (R, T, V).
+        rows (R,): the cache rows (sel: the same as a slice where they are consecutive); tokens
+        (R, T), right-padded; slots (R, T): each token's position in its window; write (R, T):
+        the slot its keys go to (padding: the spare one); visible (R, T, E): may the token
+        attend to slot j? The linear layers see all R x T tokens as one matrix."""
+        R, T = tokens.shape
+        C, nh, hs, r = self.c.n_embd, self.c.n_head, self.hs, rows[:, None]
+        E = visible.shape[-1]
+        mask = np.where(visible, np.float32(0), np.float32(-np.inf))[:, None]    # (R, 1, T, E)
+        x = (self.wte[tokens] + self.wpe[slots]).reshape(R * T, C)
+        for layer, w in enumerate(self.layers):
+            qkv = linear(normalise(x), w["attn_w"], w["attn_b"])                   # (RT, 3C)
+            q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(R, T, nh, hs) for i in range(3))
+            cache.k[layer][r, :, :, write] = k                                     # slot by slot
+            cache.v[layer][r, :, write] = v
+            keys = cache.k[layer][sel, ..., :E]                                    # (R, nh, hs, E)
+            values = cache.v[layer][sel, :, :E]                                    # (R, nh, E, hs)
+            att = q.transpose(0, 2, 1, 3) @ keys + mask                            # (R, nh, T, E)
+            att = np.exp(att - att.max(-1, keepdims=True))
+            att /= att.sum(-1, keepdims=True)
+            y = (att @ values).transpose(0, 2, 1, 3).reshape(R * T, C)
+            x = x + linear(y, w["proj_w"], w["proj_b"])
+            x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
+                           w["mlp_b"])
+        return linear(normalise(x), self.head_w, self.head_b).reshape(R, T, -1)   # (R, T, V)
 
     def __call__(self, idx, targets=None, cache=None):
         """Torch in, torch out, like gpt.GPT (no loss: this class only decodes)."""
         if cache is None:
             cache = self.new_cache(idx.shape[0])
         return torch.from_numpy(self.logits(idx.cpu().numpy(), cache)), None
-
-
-# The student version leaves this file's forward pass out (it would answer exercise 3a: its
-# functions raise NotImplementedError there, classroom/submissions.py), and with_backend gives
-# the torch model for "numpy", so that the lesson's experiments still run.
-HAS_FORWARD = False
-# BEGIN HIDDEN
-HAS_FORWARD = True
-# END HIDDEN
-
-
-def check_backend(backend):
-    if backend not in ("torch", "numpy"):
-        raise ValueError(f"a backend is torch or numpy, not {backend!r}")
-
-
-def with_backend(model, backend):
-    """The same trained model as a torch module or as a NumpyGPT (a drafter
-    that is not a GPT, such as the n-gram table, has no backend and comes back as it is; in the
-    student version, where NumpyGPT has no forward pass, every model does)."""
-    check_backend(backend)
-    if backend == "torch" or not hasattr(model, "new_cache") or not HAS_FORWARD:
-        return model
-    return NumpyGPT(model)

@@ -59,10 +59,10 @@ import cli
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
-from beyond import checkpoint
-from beyond.fast_numpy import with_backend
-from numpy_speculative import Scorer
+from beyond.backends import with_backend
+from scorer import Model, WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
 
@@ -128,8 +128,8 @@ class Heads(nn.Module):
 # The drafter
 
 
-class HiddenScorer(Scorer):
-    """A numpy_speculative.Scorer (batch 1) that also keeps the big model's final hidden state
+class HiddenScorer(WindowScorer):
+    """A scorer.WindowScorer (batch 1) that also keeps the big model's final hidden state
     (after ln_f) of every token in its cache: hidden[j] is that of the token at start + j.
 
     A gpt.GPT gives its states through final_states(); a beyond.fast_numpy.NumpyGPT is copied with
@@ -172,7 +172,7 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-class HeadsDraft:
+class HeadsDraft(sd.Drafter):
     """The drafter (speculative.py's protocol): heads 1..k guess the k tokens after seq[-1],
     from the state the big model computed while checking the last round."""
 
@@ -190,7 +190,7 @@ class HeadsDraft:
         self.scorer = None
 
     def scorer_for(self, target):
-        if not hasattr(target, "new_cache"):
+        if not isinstance(target, Model):
             raise ValueError("extra heads draft from the big model's own pass: the target must "
                              "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
         if target.c.n_embd != self.fc_w.shape[1]:
@@ -256,12 +256,12 @@ class HeadsConfig:
 
 
 def heads_path(folder=None):
-    return Path(folder or checkpoint.CHECKPOINTS) / "heads.pt"
+    return Path(folder or presets.CHECKPOINTS) / "heads.pt"
 
 
 def train_command(folder=None):
     command = "python -m beyond.heads"
-    if folder and Path(folder).resolve() != checkpoint.CHECKPOINTS:
+    if folder and Path(folder).resolve() != presets.CHECKPOINTS:
         command += f" --checkpoints {shlex.quote(str(folder))}"
     return command
 
@@ -288,7 +288,7 @@ def train(big, hc, path, source=None, log=print, progress=False):
         source = gpt.train_data
     settings = {**{k: v for k, v in asdict(hc).items()
                    if k not in ("save_every", "threads", "checkpoints", "fresh", "speed")},
-                "target": checkpoint.fingerprint(big)}
+                "target": presets.fingerprint(big)}
     heads = Heads.for_model(big, hc.heads)
     optimizer = torch.optim.AdamW(heads.parameters(), lr=hc.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(hc.seed)
@@ -363,14 +363,14 @@ def read(path):
 
 
 # The heads a first use trains (load): HeadsConfig's defaults for the lesson's big model; for the
-# tests' tiny one (checkpoint.SIZES["quick"]) a few steps, as --quick trains its GPTs.
+# tests' tiny one (presets.SIZES["quick"]) a few steps, as --quick trains its GPTs.
 FIRST_USE = {"lesson": HeadsConfig(), "quick": HeadsConfig(steps=20, batch_size=8)}
 
 
 def first_use_config(big):
     """FIRST_USE's entry for the size of gpt.GPT `big` (the lesson's, unless it is a quick one)."""
     shape = ("n_layer", "n_head", "n_embd", "block_size")
-    quick = checkpoint.preset("big", "quick")
+    quick = presets.preset("big", "quick").config
     return FIRST_USE["quick" if all(getattr(big.c, s) == getattr(quick, s) for s in shape)
                      else "lesson"]
 
@@ -385,7 +385,7 @@ def load(big, folder=None, log=print):
     if path.exists() and state is None:
         raise ValueError(f"{path} is not a readable heads checkpoint; retrain them with: "
                          f"{train_command(folder)} --fresh")
-    if state is not None and state["settings"]["target"] != checkpoint.fingerprint(big):
+    if state is not None and state["settings"]["target"] != presets.fingerprint(big):
         raise ValueError(f"{path} holds heads trained for another big model; retrain them "
                          f"with: {train_command(folder)}")
     if state is None or state["step"] < state["settings"]["steps"]:
@@ -446,7 +446,7 @@ def main(argv=None):
     cli.add_fields(parser, HeadsConfig, title="heads")
     hc = cli.take(HeadsConfig, parser.parse_args(argv))
     folder = hc.checkpoints or None
-    big = checkpoint.load_trained("big", folder)
+    big = presets.load_trained("big", folder)
     heads = train(big, hc, heads_path(folder))
     agree = agreement(big, heads, gpt.val_data, windows=256)
     stats = sd.Stats(k=hc.heads)

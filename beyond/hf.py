@@ -9,7 +9,7 @@ lesson's decoders. Needs the optional extra: pip install -e '.[hf]'.
        python -m beyond.hf export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
        python -m beyond.hf import checkpoints/big-hf --preset big --force     # and back
 
-2. HFModel: any transformers causal LM as a target or a draft. It is a numpy_speculative.Scorer
+2. HFModel: any transformers causal LM as a target or a draft. It is a scorer.WindowScorer
    (vocab_size, score(seqs, first)) whose KV cache is transformers' DynamicCache, cropped when
    guesses are rejected, under the same window rule (the window: max_position_embeddings), so
    decoding gives exactly the model's own greedy output:
@@ -49,8 +49,8 @@ import torch
 
 import cli
 import gpt
-from beyond import checkpoint
-from speculative import Scorer
+import presets
+from scorer import WindowScorer
 
 INSTALL = "install it with: pip install -e '.[hf]'"
 # Our nn.Linear weights are (out, in); GPT-2's Conv1D keeps (in, out): these four are transposed.
@@ -156,7 +156,7 @@ def load(folder):
 
 
 class DynamicKV:
-    """transformers' DynamicCache behind the rollback(length) that a Scorer calls."""
+    """transformers' DynamicCache behind the rollback(length) that a WindowScorer calls."""
 
     def __init__(self):
         self.kv = transformers().DynamicCache()
@@ -170,8 +170,8 @@ class DynamicKV:
         self.length = length
 
 
-class HFModel(Scorer):
-    """A transformers causal LM with vocab_size and score(seqs, first), as numpy_speculative.Scorer
+class HFModel(WindowScorer):
+    """A transformers causal LM with vocab_size and score(seqs, first), as scorer.WindowScorer
     defines them (its score() is used as it is): only tokens not yet cached are fed, rejected ones
     are cropped from the cache, and contexts longer than the model's window follow the window
     rule.
@@ -250,13 +250,13 @@ class ImportArgs:
 
 def export_command(args):
     folder = args.checkpoints or None
-    out = Path(args.out) if args.out else checkpoint.checkpoint_path(args.preset, folder) \
+    out = Path(args.out) if args.out else presets.checkpoint_path(args.preset, folder) \
         .with_name(f"{args.preset}-hf")
-    checkpoint.preset(args.preset)  # an unknown name lists the presets
+    presets.preset(args.preset)  # an unknown name lists the presets
     if out.exists() and not args.force:
         raise ValueError(f"{out} exists; pass --force to write into it (replaces its files)")
-    model, state = gpt.load_checkpoint(checkpoint.checkpoint_path(args.preset, folder),
-                                       hint=checkpoint.train_command(args.preset, folder))
+    model, state = gpt.load_checkpoint(presets.checkpoint_path(args.preset, folder),
+                                       hint=presets.train_command(args.preset, folder))
     export(model, out, characters=state["vocab"],
            info={k: state[k] for k in ("step", "val_loss", "corpus")} | {"preset": args.preset})
     print(f"wrote {out} (GPT2LMHeadModel, {model.num_params():,} parameters, "
@@ -264,8 +264,8 @@ def export_command(args):
 
 
 def import_command(directory, args):
-    target = checkpoint.checkpoint_path(args.preset, args.checkpoints or None)
-    checkpoint.preset(args.preset)
+    target = presets.checkpoint_path(args.preset, args.checkpoints or None)
+    presets.preset(args.preset)
     if target.exists() and not args.force:
         raise ValueError(f"{target} exists; pass --force to replace it")
     model, meta = load(directory)

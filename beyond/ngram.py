@@ -35,9 +35,10 @@ import numpy as np
 
 import cli
 import corpus
+import presets
 import speculative as sd
-from beyond import batched, checkpoint
-from beyond.fast_numpy import with_backend
+from beyond import batched
+from beyond.backends import with_backend
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
@@ -74,7 +75,9 @@ def table(data, order, vocab_size):
     return tables
 
 
-class NGramDraft:
+class NGramDraft(sd.Drafter, sd.Scorer):
+    """The drafter (speculative.Drafter), and a Scorer of the table's guesses as logits, so that
+    speculative.measure_agreement measures it like any draft."""
 
     def __init__(self, tables, vocab_size, prompt_lookup=False):
         if len(tables) < 1:
@@ -92,7 +95,7 @@ class NGramDraft:
     def trained(cls, folder=None, order=ORDER, **options):
         """The table of the Shakespeare training split, built once and cached (.npz)."""
         sha = corpus.loaded()["meta"]["shakespeare"]["sha256"]
-        path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram{order}.npz"
+        path = Path(folder or presets.CHECKPOINTS) / f"ngram{order}.npz"
         tables = cached(path, sha) or saved(path, sha, table(corpus.train_data.numpy(), order,
                                                              len(corpus.vocab())))
         return cls(tables, len(corpus.vocab()), **options)
@@ -104,9 +107,9 @@ class NGramDraft:
         text's table where it has not seen a context. Built once per target (about 12 s for the
         big model on 2 cores) and cached (.npz), tied to the target's weights."""
         base = cls.trained(folder)
-        stamp = "/".join(map(str, (checkpoint.fingerprint(target),
+        stamp = "/".join(map(str, (presets.fingerprint(target),
                                    corpus.loaded()["meta"]["shakespeare"]["sha256"], runs, length)))
-        path = Path(folder or checkpoint.CHECKPOINTS) / f"ngram-big{order}.npz"
+        path = Path(folder or presets.CHECKPOINTS) / f"ngram-big{order}.npz"
         tables = cached(path, stamp)
         if tables is None:
             if log:
@@ -202,7 +205,7 @@ def main():
     """The choices above, measured. Agreement of orders 2-9 with the big model on held-out
     text (ORDER); then tables of the big model's own text of several orders and sizes against
     the training text's table, while decoding (OWN_ORDER, OWN_RUNS, no prompt lookup)."""
-    target = checkpoint.load_trained("big")
+    target = presets.load_trained("big")
     for order in range(2, 10):
         draft = NGramDraft.from_data(corpus.train_data.numpy(), len(corpus.vocab()), order)
         a = sd.measure_agreement(target, draft, corpus.val_data, windows=64)

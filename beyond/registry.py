@@ -2,7 +2,7 @@
 beyond/registry.py: every drafter and both backends by name, for the command lines.
 
     draft = registry.by_name("ngram-big")            # what --draft ngram-big decodes with
-    big = registry.with_backend(checkpoint.load_trained("big"), "numpy")
+    big = registry.with_backend(presets.load_trained("big"), "numpy")
 
 The drafters themselves implement the drafter protocol of speculative.py, one file each:
 a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
@@ -11,9 +11,9 @@ big model's own first layers) and beyond/heads.py (extra heads on the big model'
 state, Medusa-style); beyond/adaptive.py adapts k for any of them.
 """
 
-from beyond import checkpoint
+import presets
 from beyond.early_exit import EarlyExit
-from beyond.fast_numpy import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
 from beyond.heads import load as load_heads
 from beyond.ngram import NGramDraft
 
@@ -36,10 +36,10 @@ def by_name(name, folder=None, backend="numpy"):
     if name == "ngram":
         return NGramDraft.trained(folder, prompt_lookup=True)
     if name == "ngram-big":  # the table of the big model's own greedy text
-        return NGramDraft.of_target(checkpoint.load_trained("big", folder), folder)
+        return NGramDraft.of_target(presets.load_trained("big", folder), folder)
     if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
-        return load_heads(checkpoint.load_trained("big", folder), folder)
+        return load_heads(presets.load_trained("big", folder), folder)
     if name.startswith("exit"):  # shares the big model's KV cache when the big model checks
-        return EarlyExit(with_backend(checkpoint.load_trained("big", folder), backend),
+        return EarlyExit(with_backend(presets.load_trained("big", folder), backend),
                          int(name[4:]))
-    return with_backend(checkpoint.load_trained(name, folder), backend)
+    return with_backend(presets.load_trained(name, folder), backend)

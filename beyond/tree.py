@@ -31,7 +31,7 @@ both read a causal mask at [first new slot:, :end]; here the tree's rows stand i
 pass, and the positions are given rather than counted (tree_logits). Changes from SpecInfer and
 Medusa: one sequence, a static shape chosen by the formula in tree_grow.py (Medusa picks its
 shape from measured accuracies in the same way), trees only as deep as the window rule allows
-(numpy_speculative.window_start), so that greedy output equals plain decoding at every length.
+(scorer.window_start), so that greedy output equals plain decoding at every length.
 Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary.
 """
 
@@ -44,12 +44,11 @@ from torch.nn import functional as F
 
 import machine
 import speculative as sd
-from beyond.fast_numpy import normalise
 from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shape,  # noqa: F401
                                check_shape, grow)
 from beyond.tree_sampling import sample_walk
 from cli import check_decoding_args, check_vocabularies
-from numpy_speculative import Scorer, common_prefix, window_start
+from scorer import Model, WindowScorer, common_prefix, window_start
 
 # ----------------------------------------------------------------------------------------------
 # The mask and one pass
@@ -93,7 +92,7 @@ def tree_logits(model, tokens, positions, visible, cache, states=False):
         tree_model.mask = np.zeros((L + T, L + T), np.float32)
         tree_model.mask[L:] = np.where(visible, 0.0, -np.inf)            # (T, L + T)
         x = model.wte[tokens] + model.wpe[positions]      # (T, C)
-        normalised = normalise(tree_model.block_layers(x[None], L, cache)[0])   # (T, C)
+        normalised = model.normalised(tree_model.block_layers(x[None], L, cache)[0])  # (T, C)
         logits = normalised @ model.head_w + model.head_b                # (T, V)
     cache.length = L + T
     return logits, normalised if states else None
@@ -126,8 +125,8 @@ def torch_tree_logits(model, tokens, positions, visible, cache, states):
 # The big model's scorer: score a tree, keep the accepted path
 
 
-class TreeScorer(Scorer):
-    """numpy_speculative.Scorer (one sequence) that also scores trees: self.fed[0] is what the
+class TreeScorer(WindowScorer):
+    """scorer.WindowScorer (one sequence) that also scores trees: self.fed[0] is what the
     cache holds, from window start self.starts[0] (the window rule decides where it starts).
     Nodes sit side by side in the cache's slots but at their depth's position, so a tree of
     `nodes` guesses can need that many slots past the window: the cache has them. With
@@ -247,7 +246,7 @@ def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None
     (proposed, target_positions) and accepted_per_position[d] counts kept nodes of depth d+1."""
     check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
     check_vocabularies(target, draft)
-    if not hasattr(target, "new_cache"):
+    if not isinstance(target, Model):
         raise ValueError("the target of a tree must be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
     if shape is not None and budget is not None:
         raise ValueError("give a tree a shape or a budget, not both")

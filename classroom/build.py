@@ -165,8 +165,8 @@ and check them with `make check`.
 
 Exercise 3 is built with NumPy alone: `numpy_speculative.py` may not import torch or the
 project's own decoding (the checks block both). The library's fast NumPy forward pass
-(`beyond/fast_numpy.py`, and the batched one in `beyond/batched.py`) would answer part 3a, so it
-is left out here: its functions raise, and the tools' numpy backend uses the torch model. Read
+(`beyond/fast_numpy.py`) would answer part 3a, so it is left out here: the tools' numpy backend
+uses the torch model. Read
 each function's docstring first; the functions around yours are complete and show the
 conventions (shapes, names, the window rule).
 When your exercise 2-5 functions pass, `python -m exercises.ex2_derive` (and the others) run the

@@ -7,7 +7,7 @@ process with torch and gpt.py, then saved for the checks, which run in other pro
 a student's file: a syntax error in speculative.py must cost
 that file's parts, not the checks of exercise 3. That is why the window rule and the sampling
 distribution are written out again below, as independent references (a test keeps the window
-rule equal to numpy_speculative.window_start).
+rule equal to scorer.window_start).
 
 Each seed gives other weights, other prompts and, for every seed but 0, other shapes; the public
 checks use seed 0, the hidden ones the teacher's CLASSROOM_SEED.
@@ -23,7 +23,7 @@ BLOCK = 16
 
 
 def window_start(n, block_size):
-    """Where the context of token n starts (the rule of numpy_speculative.window_start)."""
+    """Where the context of token n starts (the rule of scorer.window_start)."""
     if n <= block_size:
         return 0
     keep = max(1, block_size // 2)

@@ -11,10 +11,10 @@ A solution lives once, in the reference code, between two comment lines:
 
 (the single-hash markers that both nbgrader and otter-grader read). The student version keeps
 everything else and replaces each region by `raise NotImplementedError("Exercise N: ...")` at
-the region's indentation. `# BEGIN HIDDEN` / `# END HIDDEN` regions (hidden checks, the hidden
-seed, what tells the library it has its fast NumPy forward pass) are removed from the student
-version altogether. The library's own NumPy forward passes (submissions.LIBRARY_SOLUTIONS) are
-solution regions too: a student could unfold them into exercise 3a.
+the region's indentation. `# BEGIN HIDDEN` / `# END HIDDEN` regions (the hidden checks and the
+hidden seed, in classroom/checks.py) are removed from the student version altogether. Only the
+lesson's files hold solution regions (parts.STUDENT_FILES); code past the lesson holds none (its
+fast NumPy forward pass is left out of the student repository whole: submissions.TEACHERS_ONLY).
 """
 
 import re

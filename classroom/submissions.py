@@ -26,20 +26,11 @@ MAX_ENTRIES = 50_000          # entries in a submitted zip (a repository with it
 MAX_FILE = 2 * 1024 ** 2      # bytes of one student file (the reference's are under 40 KB)
 
 
-# What the student repository leaves out (the student's README is build.student_readme()).
+# What the student repository leaves out (the student's README is build.student_readme()),
+# the library's fast NumPy forward pass and its study among it: they would answer exercise 3a
+# (beyond/backends.py then gives the torch model for the numpy backend).
 TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
-                 "README.md")
-
-
-# Library files whose solution regions hold a NumPy forward pass (exercise 3a's answer, folded
-# for speed): the student version has stubs there (beyond/fast_numpy.py's with_backend then
-# gives torch models).
-LIBRARY_SOLUTIONS = ("beyond/fast_numpy.py", "beyond/batched.py")
-
-
-def left_out(function):
-    return (f"{function} is not in the student version (a NumPy forward pass would answer "
-            "exercise 3a): use the torch backend")
+                 "README.md", "beyond/fast_numpy.py", "beyond/studies/forwards.py")
 
 
 class SubmissionError(ValueError):
@@ -74,8 +65,6 @@ def student_text(relative, text):
         return regions.student_version(text, parts.message)
     if relative == "classroom/checks.py":
         return regions.without_hidden(text)
-    if relative in LIBRARY_SOLUTIONS:
-        return regions.without_hidden(regions.student_version(text, left_out))
     if relative == "Makefile":  # a student's `make test` runs their checks (no tests/ there)
         return re.sub(r"^test: setup.*\n\t.*$",
                       "test: setup          ## your checks, every exercise (make check N=3: one)\n"

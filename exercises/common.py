@@ -3,7 +3,7 @@ exercises/common.py: what every exercise shares: its flags, its models and where
 
 Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
 ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
-from the checkpoint cache (beyond/checkpoint.py, train.py) and are trained when missing; --quick
+from the checkpoint cache (presets.py) and are trained when missing; --quick
 swaps in tiny models trained for a few dozen steps, so that the test suite can run every exercise
 in seconds.
 """
@@ -20,10 +20,11 @@ import torch
 import cli
 import gpt
 import machine
+import presets
 import speculative as sd
-import train
-from beyond import checkpoint, heads
-from gpt import TrainConfig
+import training
+from beyond import heads
+from training import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
@@ -40,10 +41,6 @@ class ExerciseArgs:
     results: str = "results"   # where figures, numbers and report.md go
 
 
-# --quick: the presets in checkpoint.SIZES["quick"], trained for seconds.
-QUICK_TRAIN = TrainConfig(steps=60, batch_size=8, eval_every=30, eval_batches=2, warmup_steps=5)
-
-
 def checkpoint_folder(args):
     folder = Path(args.checkpoints) if args.checkpoints else ROOT / "checkpoints"
     return folder / "quick" if args.quick else folder
@@ -52,12 +49,11 @@ def checkpoint_folder(args):
 def load_models(args, names, log=print):
     """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
     models = {}
-    for name in names:
-        config = checkpoint.preset(name, "quick") if args.quick else None
-        tc = QUICK_TRAIN if args.quick else None   # None: the preset's own settings
-        train.ensure_trained(name, tc, config, folder=checkpoint_folder(args),
-                             progress=not args.quick, log=log if not args.quick else _quiet)
-        models[name] = checkpoint.load_trained(name, checkpoint_folder(args))
+    for name in names:   # --quick: the presets' "quick" size (presets.SIZES), trained in seconds
+        presets.ensure_trained(presets.preset(name, "quick" if args.quick else "lesson"),
+                               folder=checkpoint_folder(args), progress=not args.quick,
+                               log=log if not args.quick else _quiet)
+        models[name] = presets.load_trained(name, checkpoint_folder(args))
     return models
 
 
@@ -90,7 +86,7 @@ def probes(kinds=("training", "decoding"), repeats=5):
     processor without AVX-512 that decoded as fast, and 1.3x slower beside a busy core, where
     the exercises ran at their quiet speed.)"""
     torch.manual_seed(0)
-    model = gpt.GPT(gpt.Config(**{**vars(checkpoint.preset("big")), "vocab_size": 65}))
+    model = gpt.GPT(gpt.Config(**{**vars(presets.preset("big").config), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))
 
     def seconds(fn, threads, times, average):
@@ -104,7 +100,7 @@ def probes(kinds=("training", "decoding"), repeats=5):
     # training's matrix products in its own precision (bfloat16 where the processor has it)
     measured = {}
     if "training" in kinds:
-        precision = gpt.speedups(TrainConfig(), "cpu", width=model.c.n_embd)[0]
+        precision = training.speedups(Recipe(), "cpu", width=model.c.n_embd)[0]
         with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
             measured["training"] = seconds(training_step, machine.training_threads(), repeats,
                                            statistics.median)
@@ -166,11 +162,11 @@ def to_train(names, folder):
     the big model before its heads."""
     missing = []
     for name in names:
-        first = [checkpoint.PRESETS[name]["teacher"]] if "teacher" in checkpoint.PRESETS.get(
-            name, {}) else ["big"] if name == "heads" else []
+        teacher = "big" if name == "heads" else presets.preset(name).teacher
+        first = [teacher] if teacher else []
         for model in first + [name]:
             path = heads.heads_path(folder) if model == "heads" else \
-                checkpoint.checkpoint_path(model, folder)
+                presets.checkpoint_path(model, folder)
             if model not in missing and not path.exists():
                 missing.append(model)
     return missing

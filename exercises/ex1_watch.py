@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from beyond.decode import verdicts
 from exercises import common, player, report
-from numpy_speculative import windows
+from scorer import windows
+from stats import verdicts
 
 
 @dataclass
@@ -51,7 +51,7 @@ def show(ch):
 def replay(prompt_ids, trace, window=None):
     """Turn a Stats.trace into rounds: context position, guesses, verdicts, target's token; and,
     given the big model's window (its block_size), the passes each check took: one, or two when
-    it crosses a jump of the window (numpy_speculative.windows, the passes every scorer makes)."""
+    it crosses a jump of the window (scorer.windows, the passes every scorer makes)."""
     rounds, position = [], len(prompt_ids)
     for proposed, n_accepted, token in trace:
         fates, kind = verdicts(proposed, n_accepted)

@@ -34,12 +34,10 @@ import torch
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
-import train
-from beyond import checkpoint
 from beyond.studies import batch_curve
 from exercises import common, report
-from gpt import TrainConfig
 
 
 @dataclass
@@ -59,9 +57,6 @@ def models(args):
     """The trained presets this exercise uses from the checkpoint folder (the main job trains
     the missing ones first); on a GPU it trains its own pair instead (models_for)."""
     return [] if gpu_pair(args, machine.resolve_device(args.device)) else ["big", args.draft]
-
-
-GPU_TRAIN = TrainConfig(steps=2000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100)
 
 
 def timer(device):
@@ -100,11 +95,11 @@ def models_for(args, device, log):
     if gpu_pair(args, device):
         folder = common.checkpoint_folder(args) / "gpu"
         for name in ("big", "draft"):
-            train.ensure_trained(name, GPU_TRAIN, checkpoint.preset(name, "gpu"), folder=folder,
-                                 device="cuda", log=log)
-        return (checkpoint.load_trained("big", folder, "cuda"),
-                checkpoint.load_trained("draft", folder, "cuda"),
-                "gpu pair (8 x 512 target, 2 x 256 draft: checkpoint.SIZES['gpu'])")
+            presets.ensure_trained(presets.preset(name, "gpu"), folder=folder, device="cuda",
+                                   log=log)
+        return (presets.load_trained("big", folder, "cuda"),
+                presets.load_trained("draft", folder, "cuda"),
+                "gpu pair (8 x 512 target, 2 x 256 draft: presets.SIZES['gpu'])")
     trained = common.load_models(args, models(args), log=log)
     return (trained["big"].to(device), trained[args.draft].to(device),
             f"lesson's big model and {common.DRAFT_NAMES.get(args.draft, args.draft)}")

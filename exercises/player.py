@@ -131,7 +131,7 @@ def count(n, word):
 
 def spent(n_rounds, passes=None, window=None):
     """What the big model did: one check a round, one pass a check, except a check crossing a
-    jump of its context window (numpy_speculative.windows splits it: the second pass re-reads
+    jump of its context window (scorer.windows splits it: the second pass re-reads
     the window's kept half). passes: the run's Stats.target_passes, if known; window: the big
     model's block_size, to name it."""
     if passes is None:

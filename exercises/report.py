@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 import gpt
 import machine
+import presets
 import speculative
-from beyond import checkpoint
 from exercises import common
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
@@ -111,8 +111,8 @@ def studies_line(args):
 
 def trained_models(args):
     rows = []
-    for name in checkpoint.PRESETS:
-        path = checkpoint.checkpoint_path(name, common.checkpoint_folder(args))
+    for name in presets.PRESETS:
+        path = presets.checkpoint_path(name, common.checkpoint_folder(args))
         if not path.exists():
             rows.append([name, "not trained yet", "", "", "", ""])
             continue

@@ -24,8 +24,8 @@ import torch
 import gpt
 import machine
 import numpy_speculative as ns
+import presets
 import speculative as sd
-from beyond import checkpoint
 from classroom.yourturn import check
 from exercises import common
 
@@ -57,8 +57,8 @@ print(f"big model: {target.num_params():,} parameters; draft: {draft.num_params(
 
 # %%
 folder = common.checkpoint_folder(common.notebook_args())
-big = ns.load(checkpoint.checkpoint_path("big", folder).with_suffix(".npz"))
-small = ns.load(checkpoint.checkpoint_path("draft", folder).with_suffix(".npz"))
+big = ns.load(presets.checkpoint_path("big", folder).with_suffix(".npz"))
+small = ns.load(presets.checkpoint_path("draft", folder).with_suffix(".npz"))
 print("big:  ", big.config, "\ndraft:", small.config)
 print("vocabulary:", repr("".join(big.vocab)), "\n")
 assert "".join(big.vocab) == gpt.vocab() and big.vocab_size == len(big.vocab)

@@ -16,8 +16,8 @@
 # Jupyter there). The models train on first use: a few minutes, with a progress bar.
 import copy, itertools, statistics, subprocess, sys, time
 import matplotlib.pyplot as plt, torch
-import corpus, gpt, machine, speculative as sd
-from beyond import benchmark, checkpoint, registry, tree
+import corpus, gpt, machine, presets, speculative as sd
+from beyond import benchmark, registry, tree
 from beyond.studies import cost_arithmetic, trees
 from classroom.checks import FakeGPU
 from classroom.yourturn import check
@@ -435,7 +435,7 @@ if HAS_GPU:
                     "Speculative decoding, both models on the GPU")
         batch_curve(big, small, gpu_measure, 10, f"Predicted speed-up, {name}, GPU")
         assert all(costs[t] > 0.8 for t in TOKENS)
-lesson_draft = gpt.GPT(checkpoint.preset("draft"))  # untrained: only its size matters here
+lesson_draft = gpt.GPT(presets.preset("draft").config)  # untrained: only its size matters here
 print(f"{'' if HAS_GPU else 'No CUDA GPU here. '}Parameters against the big model's: distilled "
       f"draft {distilled.num_params() / target.num_params():.0%}, the lesson's draft "
       f"{lesson_draft.num_params() / target.num_params():.1%}; c on this CPU: distilled in "

@@ -9,7 +9,7 @@ import torch
 
 import gpt
 import machine
-import numpy_speculative
+import scorer
 import speculative as sd
 from beyond import batched
 from beyond.adaptive import Heuristic
@@ -186,7 +186,7 @@ def test_batch_stats_read_per_row_with_the_batch_figures_under_their_own_names(t
 def test_greedy_check_catches_a_window_mismatch(target, monkeypatch):
     prompts = ragged(3, seed=5)
     want = alone(target, prompts, 40)
-    monkeypatch.setattr(numpy_speculative, "window_start", lambda n, block: max(0, n - block))
+    monkeypatch.setattr(scorer, "window_start", lambda n, block: max(0, n - block))
     got, _ = batched.speculative_generate(target, noisy_copy(target, 0.05, 1), prompts, 40, k=4)
     assert got != want
 

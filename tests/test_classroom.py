@@ -55,7 +55,7 @@ def test_every_part_names_functions_that_hold_a_solution_region():
 
 def test_the_fixtures_window_rule_is_the_projects():
     from classroom import fixtures
-    from numpy_speculative import window_start
+    from scorer import window_start
     for block in (1, 2, 7, 16, 64):
         for n in range(0, 5 * block + 3):
             assert fixtures.window_start(n, block) == window_start(n, block)
@@ -108,43 +108,43 @@ def test_the_student_repository_checks_itself_and_reports(student_repo, run_scri
 
 # Which NumPy forward passes of the library work, and what the numpy backend gives
 NUMPY_FORWARDS = """
-import torch
-from beyond import batched, fast_numpy
+import importlib.util, sys
+# This repository's editable install finds its own modules for any copy (the student's own
+# install points at the student's repository): without it, as there.
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in f.__module__]
+from beyond import backends, batched
 from gpt import GPT, Config
 model = GPT(Config(vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=8)).eval()
-working = []
-for name, run in (("NumpyGPT", lambda: fast_numpy.NumpyGPT(model)(torch.tensor([[1, 2, 3]]))),
-                  ("batched", lambda: batched.generate(fast_numpy.NumpyGPT(model),
-                                                       [[1, 2], [3]], 3))):
-    try:
-        run()
-        working.append(name)
-    except NotImplementedError as e:
-        assert "not in the student version" in str(e), e
-print(working, type(fast_numpy.with_backend(model, "numpy")).__name__)
+numpy = backends.with_backend(model, "numpy")
+print(importlib.util.find_spec("beyond.fast_numpy") is not None, type(numpy).__name__,
+      batched.batchable(numpy), len(batched.generate(numpy, [[1, 2], [3]], 3)))
 """
 
 
 @pytest.mark.parametrize("version", ["student", "reference (control)"])
 def test_the_student_repository_holds_no_numpy_forward_pass(version, student_repo):
-    # Exercise 3a is the NumPy forward pass; the library's fast ones (beyond/fast_numpy.py,
-    # beyond/batched.py) would answer it. In the student version they raise, and the numpy
-    # backend gives the torch model (the lesson's experiments still run). The control: the
-    # same probe finds both working in this repository.
+    # Exercise 3a is the NumPy forward pass; the library's fast one (beyond/fast_numpy.py, which
+    # every NumPy forward past the lesson calls) would answer it. The student repository leaves
+    # that file out whole: its numpy backend is the torch model, batched decoding still runs,
+    # no other file computes attention in NumPy, and no file past the lesson's holds a solution
+    # region. The control: the same probe finds the fast forward working in this repository.
     repo = student_repo if version == "student" else ROOT
     done = subprocess.run([sys.executable, "-c", NUMPY_FORWARDS], cwd=repo, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
     assert done.returncode == 0, done.stderr
-    softmax_of_attention = [f.name for f in repo.rglob("*.py") if "np.exp(att" in f.read_text()
-                            and ".venv" not in f.parts]
+    sources = [f for f in repo.rglob("*.py") if ".venv" not in f.parts and "tests" not in f.parts]
+    softmax_of_attention = [f.name for f in sources if "np.exp(att" in f.read_text()]
+    regions_past_the_lesson = [f.relative_to(repo).as_posix() for f in sources
+                               if regions.BEGIN in f.read_text() and f.name != "regions.py" and
+                               f.relative_to(repo).as_posix() not in parts.STUDENT_FILES]
+    assert regions_past_the_lesson == []
     if version == "student":
-        assert done.stdout.split() == ["[]", "GPT"]
+        assert done.stdout.split() == ["False", "GPT", "True", "2"]
         assert softmax_of_attention == []
-        assert not [f for f in repo.rglob("*.py") if f.name != "regions.py" and     # its doc
-                    regions.BEGIN in f.read_text()]
+        assert not [f for f in sources if f.name != "regions.py" and regions.BEGIN in f.read_text()]
     else:
-        assert done.stdout.split() == ["['NumpyGPT',", "'batched']", "NumpyGPT"]
-        assert softmax_of_attention
+        assert done.stdout.split() == ["True", "NumpyGPT", "True", "2"]
+        assert softmax_of_attention == ["fast_numpy.py"]
 
 
 def test_unknown_exercise_and_part_are_one_line_errors(run_script):

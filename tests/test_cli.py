@@ -72,10 +72,10 @@ def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
 
 
 def test_missing_checkpoint_hint_omits_the_default_folder():
-    from beyond import checkpoint
-    assert checkpoint.train_command("big") == "python train.py --preset big"
-    assert checkpoint.train_command("big", checkpoint.CHECKPOINTS) == "python train.py --preset big"
-    assert checkpoint.train_command("draft", "my models") == \
+    import presets
+    assert presets.train_command("big") == "python train.py --preset big"
+    assert presets.train_command("big", presets.CHECKPOINTS) == "python train.py --preset big"
+    assert presets.train_command("draft", "my models") == \
         "python train.py --preset draft --checkpoints 'my models'"
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gpt
-import numpy_speculative
+import scorer
 import speculative as sd
 from beyond.early_exit import EarlyExit, Layers, NumpyLayers, TorchLayers, first_layers
 from beyond.fast_numpy import NumpyGPT
@@ -73,7 +73,7 @@ def test_a_rejected_guess_is_rolled_back_in_both_layer_groups():
     # shrinking (rejections), drafting and window jumps.
     model = NumpyGPT(make_model(5, n_layer=3, scale=0.3))
     shared = EarlyExit(model, 2).scorer_for(model)
-    plain = numpy_speculative.Scorer(model)
+    plain = scorer.WindowScorer(model)
     rng = np.random.default_rng(0)
     seq = rng.integers(0, model.c.vocab_size, 5).tolist()
     for _ in range(200):
@@ -102,7 +102,7 @@ def test_another_target_checks_with_a_cache_of_its_own(deep):
     # output stays its own. The same model in another backend does share (the draft follows).
     other = make_model(7, n_layer=4, scale=0.3)
     drafter = EarlyExit(NumpyGPT(deep), 2)
-    assert isinstance(drafter.scorer_for(other), numpy_speculative.Scorer)
+    assert isinstance(drafter.scorer_for(other), scorer.WindowScorer)
     idx = prompts(1, seed=9)[0]
     got, _ = sd.speculative_generate(other, drafter, idx, 30, k=3)
     assert torch.equal(got, sd.generate(other, idx, 30))

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 import gpt
+import presets
 import speculative as sd
 from beyond.registry import by_name
 from conftest import tiny_config
 from beyond.heads import (Heads, HeadsConfig, HeadsDraft, agreement, final_states, heads_path,
                           train)
-from beyond import checkpoint, registry
+from beyond import registry
 from beyond import heads as heads_module
 from beyond.fast_numpy import NumpyGPT
 from test_speculative import (V, chi_square_p_value, exact_distribution, make_model, prompts,
@@ -191,9 +192,9 @@ def test_an_interrupted_first_training_is_finished_not_loaded(tmp_path, capsys):
 
 
 def test_the_first_use_trains_heads_sized_to_the_big_model():
-    quick = gpt.GPT(checkpoint.preset("big", "quick").fill_vocab())
+    quick = gpt.GPT(presets.preset("big", "quick").config)
     assert heads_module.first_use_config(quick) == heads_module.FIRST_USE["quick"]
-    lesson = gpt.GPT(checkpoint.preset("big").fill_vocab())    # the control
+    lesson = gpt.GPT(presets.preset("big").config)    # the control
     assert heads_module.first_use_config(lesson) == HeadsConfig()
 
 

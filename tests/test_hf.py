@@ -164,7 +164,7 @@ def test_speculative_decoding_equals_their_generate(models, name):
     assert accepted > 0  # the noisy copy does get tokens accepted: the cache keeps them
 
 
-class Contrarian:
+class Contrarian(sd.Scorer):
     """A draft that always proposes a token the target would not choose."""
 
     def __init__(self, target):

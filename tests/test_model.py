@@ -7,7 +7,7 @@ import torch
 
 import corpus
 import gpt
-from beyond import checkpoint
+import presets
 from conftest import tiny_config
 from gpt import GPT
 
@@ -110,9 +110,9 @@ def test_default_config_is_the_lesson_big_model():
     c = gpt.Config()
     assert (c.n_layer, c.n_head, c.n_embd) == (4, 4, 128) and c.block_size >= 64
     assert GPT(c).c.vocab_size == c.vocab_size == len(gpt.vocab())  # filled in by the model
-    assert checkpoint.preset("draft") == gpt.Config(n_embd=32, n_layer=1, n_head=2)
+    assert presets.preset("draft").config == gpt.Config(n_embd=32, n_layer=1, n_head=2)
     with pytest.raises(ValueError, match="unknown preset"):
-        checkpoint.preset("huge")
+        presets.preset("huge")
 
 
 def test_a_config_reads_nothing(monkeypatch):

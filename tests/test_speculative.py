@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import numpy_speculative
+import scorer
 import speculative as sd
 from beyond.fast_numpy import NumpyGPT
 from gpt import GPT, Config
@@ -77,7 +78,7 @@ def test_greedy_check_catches_a_window_mismatch(target, monkeypatch):
     prompt = prompts(1, seed=3)[0]
     want = sd.generate(target, prompt, 40)
     # Past the window it slides by one token instead of jumping (the windows all scorers walk).
-    monkeypatch.setattr(numpy_speculative, "window_start", lambda n, block: max(0, n - block))
+    monkeypatch.setattr(scorer, "window_start", lambda n, block: max(0, n - block))
     got, _ = sd.speculative_generate(target, noisy_copy(target, 0.05, 1), prompt, 40, k=4)
     assert not torch.equal(got, want)
 
@@ -91,7 +92,7 @@ def test_draft_equal_to_target_accepts_everything():
         assert stats.accepted_per_position == [5] * k
 
 
-class Contrarian:
+class Contrarian(sd.Scorer):
     """A draft (not a GPT) that always proposes a token the target would not choose."""
 
     def __init__(self, target):
@@ -99,7 +100,7 @@ class Contrarian:
         self.target = target
 
     def reset(self):
-        self.scorer = numpy_speculative.Scorer(self.target)
+        self.scorer = scorer.WindowScorer(self.target)
 
     def score(self, seqs, first):
         logits = self.scorer.score(seqs, first)             # (B, T, V)
@@ -113,6 +114,36 @@ def test_draft_that_never_agrees_still_gives_the_exact_output(target):
         got, stats = sd.speculative_generate(target, Contrarian(target), prompt, 40, k=3)
         assert torch.equal(got, want)
         assert stats.accepted == 0 and stats.new_tokens == 40
+
+
+class Listening:
+    """A drafter of its own (no base class, as docs/API.md allows): it guesses the token after
+    the target's own greedy choice would be, and records what each round kept."""
+
+    def __init__(self):
+        self.heard, self.resets = [], 0
+
+    def propose(self, seq, k, sampling):
+        return [(seq[-1] + 1) % 5] * k, None
+
+    def reset(self):
+        self.resets += 1
+
+    def kept(self, n):
+        self.heard.append(n)
+
+
+def test_any_object_with_propose_is_a_drafter_and_its_own_optional_methods_are_called(target):
+    prompt = prompts(1, seed=2)[0]
+    want = sd.generate(target, prompt, 30)
+    own = Listening()
+    got, stats = sd.speculative_generate(target, own, prompt, 30, k=3)
+    assert torch.equal(got, want)
+    assert own.resets == 1 and own.heard == [kept for _, kept, _ in stats.trace]
+    # one with propose() alone decodes alike (the protocol's do-nothing defaults stand in)
+    bare = type("Bare", (), {"propose": Listening.propose})()
+    assert torch.equal(sd.speculative_generate(target, bare, prompt, 30, k=3)[0], want)
+    assert not isinstance(bare, sd.Drafter) and isinstance(sd.as_drafter(bare), sd.Drafter)
 
 
 def test_stats_add_up_and_trace_replays_the_output(target):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import cli
 import machine
-from beyond import checkpoint
+import presets
 from beyond.studies import batch_curve, drafters, sampling_costs, transformers, trees
 from exercises import common, report
 
@@ -33,7 +33,7 @@ def named(drafts):
     """The trained models in a comma-separated list of drafters ("draft,ngram,heads" or
     transformers' "distilled/numpy/4,..."): the GPT presets and the extra heads."""
     names = [d.split("/")[0].strip() for d in drafts.split(",")]
-    return [n for n in names if n in checkpoint.PRESETS or n == "heads"]
+    return [n for n in names if n in presets.PRESETS or n == "heads"]
 
 
 # Each study: report key -> (its module, the models it uses with its default flags).
@@ -92,7 +92,7 @@ def batch_section(args, log):
     if args.quick or args.checkpoints:
         raise ValueError("the batch curve measures the trained models in checkpoints/ only: run "
                          "python -m beyond.studies.batch_curve")
-    common.load_models(args, [n for n in STUDIES["batch"][1] if n in checkpoint.PRESETS], log=log)
+    common.load_models(args, [n for n in STUDIES["batch"][1] if n in presets.PRESETS], log=log)
     path = common.results_dir(args) / "batch_curve.json"
     tee = Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):

@@ -17,9 +17,9 @@ import torch
 import cli
 import corpus
 import machine
+import presets
 import speculative as sd
-from beyond import batched, checkpoint, registry
-from beyond.fast_numpy import NumpyGPT
+from beyond import batched, registry
 from beyond.registry import by_name
 from exercises import common
 
@@ -205,8 +205,8 @@ def main(argv=None):
     backends = args.backends.split(",")
     for backend in backends:
         registry.check_backend(backend)
-    big = checkpoint.load_trained("big")
-    target = NumpyGPT(big)
+    big = presets.load_trained("big")
+    target = registry.with_backend(big, "numpy")
     prompts = corpus.held_out_prompts(max(sizes + [16]), 32)
     results = {"machine": machine.describe(), "settings": args.__dict__, "rows_vs_batch": {}}
     with machine.Busy() as busy:

@@ -7,7 +7,7 @@ shows one run's).
 
 from collections import Counter
 
-from numpy_speculative import window_start
+from scorer import window_start
 
 BYTES = 4                                           # float32 weights
 

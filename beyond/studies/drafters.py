@@ -38,8 +38,8 @@ import torch
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
-from beyond import checkpoint
 from beyond import adaptive, heads, ngram
 from beyond import registry
 from beyond.benchmark import calibrate
@@ -209,8 +209,8 @@ def ladder(target, folder, log, own_runs=ngram.OWN_RUNS):
                   for n in (1, 2, 3, 4, 5)]
     candidates.append((OWN_TEXT, NGramDraft.of_target(target, folder, runs=own_runs, log=log)))
     for name in ("draft", "distilled"):
-        if checkpoint.checkpoint_path(name, folder).exists():
-            candidates.append((f"GPT {name}", checkpoint.load_trained(name, folder)))
+        if presets.checkpoint_path(name, folder).exists():
+            candidates.append((f"GPT {name}", presets.load_trained(name, folder)))
     candidates += [(f"big, first {n} layer(s)", first_layers(target, n))
                    for n in range(1, target.c.n_layer)] + [("big itself", target)]
     rows = []
@@ -327,8 +327,8 @@ def run(args, log=print):
         registry.check_backend(backend)          # before any work
     folder = common.checkpoint_folder(args)
     target = common.load_models(args, ["big"], log=log)["big"]
-    if any(n in checkpoint.PRESETS for n in draft_names):
-        common.load_models(args, [n for n in draft_names if n in checkpoint.PRESETS], log=log)
+    if any(n in presets.PRESETS for n in draft_names):
+        common.load_models(args, [n for n in draft_names if n in presets.PRESETS], log=log)
     if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
         heads.load(target, folder, log=log)
     rows, notes, backends = compare(args, target, draft_names, folder, log)

@@ -23,7 +23,8 @@ import cli
 import gpt
 import machine
 import numpy_speculative as ns
-from beyond import batched, checkpoint
+import presets
+from beyond import batched
 from beyond.fast_numpy import NumpyGPT
 from exercises import common
 
@@ -32,7 +33,7 @@ KEEP = 1.5  # the fast NumPy forward stays while it is at least this much faster
 
 @dataclass
 class ForwardArgs:
-    preset: str = "big"       # the shape to time (a preset of beyond/checkpoint.py)
+    preset: str = "big"       # the shape to time (a preset of presets.py)
     size: str = "lesson"      # its size: lesson, quick (the tests') or gpu
     tokens: str = "1,2,3,5,9"  # new tokens per pass (T)
     repeats: int = 300        # timed passes per figure (the median is kept)
@@ -78,7 +79,7 @@ def main(argv=None):
     parser = cli.Parser(description=main.__doc__)
     cli.add_fields(parser, ForwardArgs, title="forwards")
     args = cli.take(ForwardArgs, parser.parse_args(argv))
-    model = gpt.GPT(checkpoint.preset(args.preset, args.size)).eval()
+    model = gpt.GPT(presets.preset(args.preset, args.size).config).eval()
     rows = {t: passes(model, t, args.repeats) for t in common.whole_numbers(args.tokens, "tokens")}
     names = list(next(iter(rows.values())))
     print(f"{args.preset}'s shape: one pass over T new tokens after 64 cached, median us")

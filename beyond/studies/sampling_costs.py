@@ -46,9 +46,9 @@ import torch
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
 from beyond import heads
-from beyond import checkpoint
 from beyond.registry import by_name, check_name
 from beyond.studies.cost_arithmetic import run_costs
 from beyond.studies.lenience import lenience_small, lenient_step, total_variation
@@ -695,7 +695,7 @@ def run(args, log=print):
         args.leniences, args.k = "1,0.5", min(args.k, 2)
     temperatures, leniences, ks, draft_names = check(args)
     folder = common.checkpoint_folder(args)
-    names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in checkpoint.PRESETS]
+    names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in presets.PRESETS]
     big = common.load_models(args, ["big"] + names, log=log)["big"]
     if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
         heads.load(big, folder, log=log)

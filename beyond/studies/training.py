@@ -7,7 +7,7 @@ each lever does to its loss.
     python -m beyond.studies.training --levers float32,bfloat16 --repeats 5
     python -m beyond.studies.training --levers adamw,muon --full     # the optimizers, whole
 
-A lever is a change of gpt.TrainConfig (LEVERS below). Each one trains a fresh big model for
+A lever is a change of training.Recipe (LEVERS below). Each one trains a fresh big model for
 `steps` steps, in turn with the others (A B C A B C ...: a drift in the machine's speed hits
 every lever alike), `repeats` times; the figure is the median milliseconds of a step and its
 ratio to the first lever's, both on the same machine in the same run. Compiling is timed apart
@@ -23,9 +23,10 @@ from dataclasses import dataclass, replace
 import cli
 import gpt
 import machine
-from beyond import checkpoint
+import presets
+from training import Recipe
 
-# name -> what it changes in TrainConfig(); the first one asked for is the baseline
+# name -> what it changes in Recipe(); the first one asked for is the baseline
 LEVERS = {
     "adamw": {"optimizer": "adamw"},                  # the default: AdamW alone, 1500 steps
     "muon": {"optimizer": "muon", "steps": 600},      # Muon for the blocks' matrices
@@ -51,14 +52,14 @@ class TrainingArgs:
 def config_of(name, args):
     if name not in LEVERS:
         raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
-    return replace(gpt.TrainConfig(eval_every=10**9, eval_batches=1,
-                                   threads=args.threads or machine.training_threads()),
+    return replace(Recipe(eval_every=10**9, eval_batches=1,
+                          threads=args.threads or machine.training_threads()),
                    **LEVERS[name])
 
 
 def step_seconds(tc, steps):
     """(seconds of the first step, seconds per step of the next `steps`) of a fresh big model."""
-    model = gpt.GPT(checkpoint.preset("big"))
+    model = gpt.GPT(presets.preset("big").config)
     started = time.perf_counter()
     gpt.train(model, steps=1, log_every=0, config=tc)
     first = time.perf_counter() - started
@@ -86,7 +87,7 @@ def run(args, log=print):
         if args.full:
             tc = replace(configs[name], eval_every=250, eval_batches=16)
             started = time.perf_counter()
-            model = gpt.train(gpt.GPT(checkpoint.preset("big")), log_every=0, config=tc)
+            model = gpt.train(gpt.GPT(presets.preset("big").config), log_every=0, config=tc)
             row["full_s"], row["val_loss"] = time.perf_counter() - started, model.val_loss
         log(f"{name:16s} {row['ms']:6.0f} ms a step ({row['ratio']:.2f}x {names[0]}), first "
             f"step {row['first_step_s']:.1f} s" + (f"; {configs[name].steps} steps "

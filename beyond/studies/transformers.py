@@ -41,10 +41,10 @@ import torch
 import corpus
 import gpt
 import machine
+import presets
 import speculative as sd
 from beyond import hf
 from beyond import registry
-from beyond import checkpoint
 from beyond.registry import by_name, check_name
 from exercises import common, report
 
@@ -394,8 +394,8 @@ def _block_times(fn, clocks, repeats):
 def load(args, log):
     names = [n for n in args.drafts.split(",") if n]
     for name in names:
-        if name not in checkpoint.PRESETS or name == "big":
-            raise ValueError(f"--drafts takes trained GPT presets ({', '.join(checkpoint.PRESETS)} but "
+        if name not in presets.PRESETS or name == "big":
+            raise ValueError(f"--drafts takes trained GPT presets ({', '.join(presets.PRESETS)} but "
                              f"big), not {name!r}: transformers' assistant must be a model")
     models = common.load_models(args, ["big"] + names, log=log)
     big = models.pop("big")

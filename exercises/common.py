@@ -203,7 +203,7 @@ def notebook_models(names):
               f"{machine.duration(forecast(missing))} at this machine's speed now (`make train` "
               "does the same from a terminal)")
     load_models(args, missing, log=print)
-    return {name: checkpoint.load_trained(name, checkpoint_folder(args)) for name in names}
+    return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
 
 
 def _quiet(*args):

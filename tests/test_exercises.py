@@ -323,20 +323,16 @@ def test_the_notebooks_take_the_models_there_however_they_were_trained(tmp_path,
     # A draft trained with another seed is what the notebooks use (their claims must hold for
     # it), not retrained. Control: the exercises' own loading retrains it to the preset's
     # settings, keeping the other as draft.prev.pt.
-    from dataclasses import replace
-
     import torch
 
-    import train
-    from beyond import checkpoint
+    import presets
     from exercises import common
     monkeypatch.setenv("SPECDEC_QUICK", "1")
     monkeypatch.setenv("SPECDEC_CHECKPOINTS", str(tmp_path))
     folder = common.checkpoint_folder(common.notebook_args())
-    train.ensure_trained("draft", replace(common.QUICK_TRAIN, seed=7),
-                         checkpoint.preset("draft", "quick"), folder=folder, progress=False,
-                         log=lambda *a: None)
-    own = checkpoint.load_trained("draft", folder).state_dict()
+    presets.ensure_trained(presets.preset("draft", "quick", training={"seed": 7}), folder=folder,
+                           progress=False, log=lambda *a: None)
+    own = presets.load_trained("draft", folder).state_dict()
     got = common.notebook_models(["draft"])["draft"].state_dict()
     assert all(torch.equal(own[k], got[k]) for k in own)
     assert not (folder / "draft.prev.pt").exists()

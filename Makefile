@@ -59,7 +59,7 @@ benchmark: setup     ## plain vs speculative decoding, every setup (a few minute
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu
 
-test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models, about five minutes on 2 cores
+test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models, about 12 minutes on 2 cores
 	$(PY) -m pytest
 
 clean:               ## generated corpora, checkpoints and results (keeps .venv)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test clean
+.PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test test-fast clean
 
 # The lesson's own dependencies only. Without compiling every installed file (pip's default:
 # most of torch's, never imported here), then importing what the lesson imports, which compiles
@@ -61,6 +61,9 @@ gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized p
 
 test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models, about 12 minutes on 2 cores
 	$(PY) -m pytest
+
+test-fast: setup $(VENV)/.installed-test  ## the unit tests alone, for a change in progress (make test is the whole suite)
+	$(PY) -m pytest -m "not slow"
 
 clean:               ## generated corpora, checkpoints and results (keeps .venv)
 	rm -rf data/*.txt data/meta.json data/cache checkpoints results

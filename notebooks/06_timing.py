@@ -268,8 +268,8 @@ arithmetic = 2 * target.num_params() / 50e9  # a one-token pass at 50 GFLOP/s (a
 busy_note = busy.note()   # claims about the clock: checked on a quiet machine only
 print(f"arithmetic at 50 GFLOP/s: about {arithmetic * 1e6:.0f} us, {arithmetic / cpu['one']:.0%}"
       " of the pass. " + (busy_note or "(The machine was quiet while timing.)"))
-assert all(cpu[t] > 0.8 for t in TOKENS) or busy_note  # more tokens never cost much less
-assert cpu[16] < 16 / 2 and verify[4] < 3 or busy_note  # far less than a pass each
+assert all(cpu[t] > 0.8 for t in TOKENS) or QUICK or busy_note  # more tokens never much cheaper
+assert cpu[16] < 16 / 2 and verify[4] < 3 or QUICK or busy_note  # far less than a pass each
 assert cpu[16] > 1 and verify[4] > 1 or QUICK or busy_note  # but more than one pass
 assert cpu["one"] > 2 * arithmetic or QUICK or busy_note  # mostly not arithmetic
 

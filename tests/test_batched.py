@@ -270,12 +270,14 @@ def p_values(small_pair, counts, **warp):  # noqa: F811
 
 @pytest.mark.parametrize("warp, name", [({"temperature": 1.0}, "torch"),
                                         ({"temperature": 0.7, "top_p": 0.8}, "numpy")])
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_matches_the_target_distribution_per_row(small_pair, warp, name):  # noqa: F811
     target, draft = small_pair
     counts = batch_counts(backend(target, name), backend(draft, name), 30, seed=0, **warp)
     assert min(p_values(small_pair, counts, **warp)) > 1e-3
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_test_catches_broken_batching(small_pair, monkeypatch):  # noqa: F811
     target, draft = small_pair
     # Broken 1: resampling from the target instead of the residual after a rejection.

@@ -18,6 +18,8 @@ import pytest
 from classroom import build, parts, regions, runner
 from classroom.submissions import ROOT, copy_project
 
+pytestmark = pytest.mark.slow  # builds and grades student repositories: not in make test-fast
+
 # ----------------------------------------------------------------------------------------------
 # Regions
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.slow  # command lines, each a process: not in make test-fast
+
 TINY = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "32",
         "--batch_size", "4", "--eval_every", "5", "--eval_batches", "1", "--warmup_steps", "2"]
 

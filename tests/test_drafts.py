@@ -87,6 +87,7 @@ class Pretending(NGramDraft):
         return tokens, None if probs is None else np.full(probs.shape, 1 / self.vocab_size)
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_with_the_table_keeps_the_target_distribution(small_pair):  # noqa: F811
     target, _ = small_pair
     data = np.random.default_rng(0).integers(0, SMALL_V, 500)
@@ -226,6 +227,7 @@ def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
     assert kept.threshold <= 0.3
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa: F811
     from beyond.adaptive import Confidence
     target, draft = small_pair

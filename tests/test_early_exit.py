@@ -117,6 +117,7 @@ class Pretending(EarlyExit):
         return tokens, None if probs is None else np.full(probs.shape, 1 / self.vocab_size)
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_keeps_the_target_distribution(small_pair):  # noqa: F811
     target = NumpyGPT(small_pair[0])  # 2 layers: the draft is the first
     prompt = [1, 2, 0]

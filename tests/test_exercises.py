@@ -8,6 +8,8 @@ import pytest
 from beyond.studies import __main__ as studies
 from exercises import __main__ as lesson
 
+pytestmark = pytest.mark.slow  # runs the main job and the exercises: not in make test-fast
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -10,6 +10,8 @@ import pytest
 from classroom import build, parts, runner
 from classroom.submissions import ROOT, copy_project, find_root, workspace
 
+pytestmark = pytest.mark.slow  # grades submissions in worker processes: not in make test-fast
+
 # ----------------------------------------------------------------------------------------------
 # The bug zoo: wrong solutions, each a mistake seen in the field (where: the comment).
 # (name, part, the reference lines, the wrong lines, the check that must catch it, words its

@@ -105,6 +105,7 @@ class Overconfident(HeadsDraft):
         return (tokens if probs is None else probs.argmax(-1).tolist()), probs
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_with_heads_keeps_the_target_distribution(small_pair, small_heads):  # noqa: F811
     big, _ = small_pair
     prompt = [1, 2, 0]
@@ -204,6 +205,7 @@ def test_agreement_is_a_fraction_per_head(target, heads):  # noqa: F811
     assert len(values) == 3 and all(0 <= a <= 1 for a in values)
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_the_command_line_rejects_bad_flags_in_one_line(run_script):
     from test_cli import one_line_error
     one_line_error(run_script("-m", "beyond.heads", "--heads", "0"), "--heads must be at least 1")

@@ -230,6 +230,7 @@ def small_pair():
     return gpt2(10, vocab_size=SMALL_V, scale=0.5), llama(11, SMALL_V, n_layer=1, scale=0.5)
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_matches_the_target_distribution(small_pair, monkeypatch):
     target, draft = small_pair
     start = [1, 2, 0]

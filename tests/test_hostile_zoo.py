@@ -20,6 +20,8 @@ import pytest
 from classroom import parts, regions, runner, sandbox
 from classroom.submissions import ROOT, copy_project, workspace
 
+pytestmark = pytest.mark.slow  # attacks graded in every sandbox mode: not in make test-fast
+
 HIDDEN = 271828
 
 

@@ -13,6 +13,8 @@ import pytest
 from classroom import notebooks
 from classroom.submissions import ROOT
 
+pytestmark = pytest.mark.slow  # runs notebooks in kernels: not in make test-fast
+
 SOURCES = notebooks.sources()
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from exercises import player
 
+pytestmark = pytest.mark.slow  # drives a real browser: not in make test-fast
+
 ROUNDS = [  # ROMEO:\n + "Go" kept, "!" rejected, "x" thrown away, the big model writes "?"
     {"guesses": "Go!x", "verdicts": ["kept", "kept", "rejected", "thrown-away"],
      "target": "?", "kind": "correction"},

@@ -39,6 +39,7 @@ def quick(tmp_path_factory):
 # The quick run
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_quick_run_writes_figures_numbers_and_its_report_section(quick):
     results, section = quick
     for name in ("sampling_temperature.png", "sampling_lenience.png", "sampling_costs.png"):
@@ -71,6 +72,7 @@ def test_quick_run_numbers_hang_together(quick):
 # Lenience: exact at 1, wrong below
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 @pytest.mark.parametrize("lenience", [1.0, 0.8, 0.5])
 def test_lenience_one_passes_the_exactness_test_and_below_one_fails_it(small_pair, lenience):
     # test_speculative.py's chi-square test of the first 3 tokens against the target's exact
@@ -110,6 +112,7 @@ def test_any_lenience_below_one_moves_the_output(small_probs, lenience, k):
     assert total_variation(got, want) > 1e-4
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_enumeration_matches_what_the_decoder_samples(small_probs):
     # The enumeration models speculative_generate's branches: its samples agree with it.
     target, draft, p_of, q_of = small_probs

@@ -342,6 +342,7 @@ def small_pair():
 
 @pytest.mark.parametrize("warp", [{"temperature": 1.0}, {"temperature": 1.0, "top_k": 2},
                                   {"temperature": 0.7, "top_p": 0.8}])
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_matches_the_target_distribution(small_pair, warp):
     target, draft = small_pair
     prompt = [1, 2, 0]
@@ -350,6 +351,7 @@ def test_sampling_matches_the_target_distribution(small_pair, warp):
     assert chi_square_p_value(counts, want) > 1e-3
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_test_catches_broken_rules(small_pair, monkeypatch):
     target, draft = small_pair
     prompt = [1, 2, 0]

@@ -339,6 +339,7 @@ def test_a_resumed_run_keeps_the_precision_it_started_in(tmp_path, monkeypatch):
     assert not same_weights(straight, other)
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_the_training_levers_study_times_each_lever_against_the_first(capsys):
     # python -m beyond.studies.training: every lever asked for is timed, the first is the 1.00x
     # baseline, and a lever that is not in the table is a one-line error.

@@ -41,6 +41,7 @@ def rows(quick):
     return {r["mode"]: r for r in quick[1]["numbers"]["rows"]}
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_every_mode_has_a_row_with_a_checked_output(quick):
     table = rows(quick)
     assert list(table) == QUICK_MODES

@@ -127,6 +127,7 @@ def test_a_tree_beats_its_chain_when_the_second_guess_is_often_right(target):
     assert wide.target_passes < chain.target_passes
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_heads_grow_trees_from_the_big_models_own_state(target, backend, tmp_path, monkeypatch):
     heads = HeadsDraft(trained_heads(target, tmp_path))
@@ -270,6 +271,7 @@ def tree_counts(target, draft, prompt, n_tokens, n, seed, shape, **warp):
     return counts
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampled_decoder_matches_the_target_and_the_naive_rule_does_not(small_pair, monkeypatch):
     target, draft = small_pair
     prompt = [1, 2, 0]
@@ -282,6 +284,7 @@ def test_sampled_decoder_matches_the_target_and_the_naive_rule_does_not(small_pa
     assert chi_square_p_value(counts, want) < 1e-6
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_heads_sample_exactly(small_pair, tmp_path):
     target, _ = small_pair
     heads = HeadsDraft(trained_heads(target, tmp_path))
@@ -392,6 +395,7 @@ def test_ngram_branches_start_with_the_chains_guess():
 # The study
 
 
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
     # Through `python -m beyond.studies --only trees`: fails unless the study is registered
     # there (STUDIES, with its forecast) and in the report, which links to its section.
@@ -419,6 +423,7 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
     (["--budgets", "4,63"], "--budgets 63: timing a pass over 63 guesses, the root and a "
                             "cached token needs 65 of the big model's 64 positions"),
 ])
+@pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
     result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",
                         tmp_path, "--results", tmp_path, *flags)

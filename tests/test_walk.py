@@ -12,6 +12,8 @@ import pytest
 
 from classroom import walk
 
+pytestmark = pytest.mark.slow  # the student repository and its notebooks: not in make test-fast
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-.PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark gpu-check test test-fast clean
+.PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark docs gpu-check test test-fast clean
 
 # The lesson's own dependencies only. Without compiling every installed file (pip's default:
 # most of torch's, never imported here), then importing what the lesson imports, which compiles
@@ -56,10 +56,13 @@ notebooks-check: setup $(VENV)/.installed-notebooks  ## the six solved notebooks
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) -m beyond.benchmark
 
+docs: setup          ## the documents' measured figures, rendered from the runs in docs/results/ (python docs/render.py -h)
+	$(PY) docs/render.py
+
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu
 
-test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models, about 12 minutes on 2 cores
+test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models (its time: docs/RESULTS.md)
 	$(PY) -m pytest
 
 test-fast: setup $(VENV)/.installed-test  ## the unit tests alone, for a change in progress (make test is the whole suite)

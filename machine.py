@@ -19,13 +19,16 @@ a speed-up measured on a crowded machine as if it were real.
 """
 
 import contextlib
+import json
 import os
 import platform
 import signal
 import statistics
 import sys
 import time
+from pathlib import Path
 
+import numpy
 import torch
 
 DECODE_THREADS = 1   # torch threads for decoding and timing (see the module docstring)
@@ -69,12 +72,69 @@ def cpu_cores():
         return os.cpu_count() or 1
 
 
+# The processor features that change these models' speed: wide vectors, and native bfloat16
+# (training's products run in bfloat16 where the processor has it: training.speedups).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve")
+
+
+def cpu_model():
+    """The processor's name and its CPU_FLAGS, from /proc/cpuinfo (Linux) or platform."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine() or "unknown", []
+    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    name = fields.get("model name") or fields.get("Hardware") or platform.machine()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return name, [f for f in CPU_FLAGS if f in flags]
+
+
 def describe():
     """The machine and software a run happened on, for reports and JSON files."""
+    name, flags = cpu_model()
     return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
+            "cpu": name, "cpu_flags": flags,
             "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_cores": cpu_cores(), "decode_threads": DECODE_THREADS,
+            "numpy": numpy.__version__, "cpu_cores": cpu_cores(),
+            "decode_threads": DECODE_THREADS,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+# A results file: {"format": RESULTS_FORMAT, "run": provenance(), ...the run's figures}. The
+# documents' figures are rendered from such files (docs/render.py); a new format number tells
+# the renderer that an old file no longer holds what it reads.
+RESULTS_FORMAT = 1
+STARTED = time.time()   # about when this process started: a run's seconds in its results file
+
+
+def provenance(busy="", command=None):
+    """Where a run's figures come from: the command line, the machine, the date (UTC), the
+    seconds since the process started and whether other programs kept the machine busy while
+    it ran (a Busy note; "" when quiet)."""
+    return {"command": command or command_line(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "seconds": round(time.time() - STARTED, 1), "machine": describe(), "busy": busy}
+
+
+def command_line():
+    """This process's command line as typed: `python -m beyond.benchmark --k 4`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = ["-m", spec.name.removesuffix(".__main__")] if spec else \
+        [os.path.relpath(sys.argv[0])] if sys.argv[0] else []
+    return " ".join(["python", *program, *sys.argv[1:]])
+
+
+def write_results(path, figures, busy="", command=None):
+    """figures (a dict) with the run's provenance as a results file at `path`, written whole:
+    a reader never sees half of it. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"format": RESULTS_FORMAT, "run": provenance(busy, command), **figures}
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    os.replace(temporary, path)
+    return path
 
 
 # ----------------------------------------------------------------------------------------------

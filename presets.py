@@ -133,17 +133,18 @@ def settings(p):
 
 
 def ensure_trained(p, *, folder=None, device="auto", fresh=False, resume=False, progress=True,
-                   log=print):
+                   log=print, runs=None):
     """Train Preset p unless <folder>/<name>.pt already holds it; return the path. An
     interrupted run continues where it stopped; resume continues a finished one to p's steps;
-    fresh starts over. A teacher (distillation) is trained first if it is missing."""
+    fresh starts over. A teacher (distillation) is trained first if it is missing. runs: a list
+    that gets a record (training_record) of each model trained here, for a results file."""
     tc, path, wanted = p.training, checkpoint_path(p.name, folder), settings(p)
     teacher = None
     if p.teacher:  # distillation: the teacher as it is, trained with its own settings if missing
         teacher_path = checkpoint_path(p.teacher, folder)
         if not teacher_path.exists():
             ensure_trained(preset(p.teacher, p.size), folder=folder, device=device,
-                           progress=progress, log=log)
+                           progress=progress, log=log, runs=runs)
         teacher, teacher_state = gpt.load_checkpoint(teacher_path,
                                                     device=machine.resolve_device(device))
         wanted["teacher"] = teacher_state.get("settings")  # a new teacher means a new student
@@ -195,7 +196,22 @@ def ensure_trained(p, *, folder=None, device="auto", fresh=False, resume=False, 
         watch.close()
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
         f"(took {machine.duration(watch.elapsed())})")
+    if runs is not None:
+        runs.append(training_record(p, model, watch.elapsed(), autocast, first=watch.first))
     return path
+
+
+def training_record(p, model, seconds, autocast=None, first=0):
+    """What one training run did, for a results file: the preset, its shape and recipe, the
+    steps run here (from `first`), the validation loss, the seconds, the precision."""
+    tc = p.training
+    return {"preset": p.name, "size": p.size, "parameters": model.num_params(),
+            "n_layer": model.c.n_layer, "n_embd": model.c.n_embd, "corpus": p.corpus,
+            "teacher": p.teacher, "optimizer": tc.optimizer, "steps": model.step,
+            "steps_here": model.step - first, "batch_size": tc.batch_size,
+            "block_size": model.c.block_size, "val_loss": model.val_loss, "seconds": seconds,
+            "precision": "bfloat16" if autocast is not None else "float32",
+            "finished": time.time()}
 
 
 # An evaluation batch is a forward pass without the backward one: about a third of a training

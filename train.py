@@ -17,6 +17,7 @@ Training is deterministic given --seed and --threads (on the same machine and de
 import argparse
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
@@ -57,6 +58,9 @@ def main(argv=None):
     parser.add_argument("--sample", type=int, default=300, metavar="N",
                         help="characters of sample text from the big model at the end (0: none)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--results", default="results", metavar="DIR",
+                        help="where train.json goes: each model trained, its steps, loss, "
+                        "seconds and the machine")
     cli.add_fields(parser, Config, override_defaults={f.name: None for f in fields(Config)},
                    title="model shape (default: the preset's)")
     cli.add_fields(parser, Recipe, title="training (default: the preset's own settings)",
@@ -78,13 +82,20 @@ def main(argv=None):
                              training=cli.given(Recipe, args)) for name in args.preset]
     machine.resolve_device(args.device)
     corpus.prepare()
-    for p in chosen:
-        try:
-            presets.ensure_trained(p, folder=args.checkpoints, device=args.device,
-                                   fresh=args.fresh, resume=args.resume, progress=not args.quiet)
-        except KeyboardInterrupt:
-            sys.exit(f"\ninterrupted; {checkpoint_path(p.name, args.checkpoints)} holds the "
-                     f"model so far: run the same command to continue")
+    runs = []
+    with machine.Busy() as busy:   # other programs' load while we trained, for the results file
+        for p in chosen:
+            try:
+                presets.ensure_trained(p, folder=args.checkpoints, device=args.device,
+                                       fresh=args.fresh, resume=args.resume,
+                                       progress=not args.quiet, runs=runs)
+            except KeyboardInterrupt:
+                sys.exit(f"\ninterrupted; {checkpoint_path(p.name, args.checkpoints)} holds the "
+                         f"model so far: run the same command to continue")
+    if runs:
+        path = machine.write_results(Path(args.results) / "train.json", {"models": runs},
+                                     busy=busy.note())
+        print(f"wrote {path}")
     big = [p for p in chosen if p.name == "big"]
     if args.sample and big:
         model = presets.load_trained("big", args.checkpoints)

@@ -24,7 +24,6 @@ speed-up is the median of --repeats ratios, plain and speculative timed alternat
 drift in the machine's speed (shared machines drift) hits both alike.
 """
 
-import json
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,8 @@ class BenchArgs:
     repeats: int = 7            # timings are medians over this many runs
     recompute: bool = True      # also time the lesson's recompute-everything loop
     checkpoints: str = ""       # checkpoint folder (default: checkpoints/)
-    json: str = ""              # also write every figure here
+    json: str = ""              # every figure, with the run's machine and date, here (default:
+    #                             results/benchmark.json; results/threads.json with --threads)
     threads: bool = False       # instead: time 1, 2 and all torch threads, quiet and busy
 
 
@@ -77,7 +77,7 @@ def bench(args, log=print):
     prompts = corpus.held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
-    results = {"settings": asdict(args), "machine": machine.describe(), "recompute": None,
+    results = {"settings": asdict(args), "recompute": None,
                "agreement": {}, "runs": []}
 
     def timed(fn):
@@ -259,9 +259,9 @@ def main(argv=None):
         check_name(name)
     print(f"machine: {machine.describe()}")
     results = thread_table() if args.threads else bench(args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    path = args.json or f"results/{'threads' if args.threads else 'benchmark'}.json"
+    notes = [b["note"] for b in results.get("busy", {}).values() if b.get("note")]
+    print(f"wrote {machine.write_results(path, results, busy='; '.join(notes))}")
 
 
 if __name__ == "__main__":

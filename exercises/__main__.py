@@ -52,9 +52,10 @@ def stages(exercise_args, folder, notebooks=True):
 
 
 def lesson(args):
-    started = time.time()
+    started, busy = time.time(), machine.Busy().start()
     corpus.prepare()
-    print(f"corpora ready ({machine.duration(time.time() - started)})", flush=True)
+    corpora_s = time.time() - started
+    print(f"corpora ready ({machine.duration(corpora_s)})", flush=True)
     exercise_args = {n: EXERCISES[n][1].Args(seed=args.seed, quick=args.quick,
                                              checkpoints=args.checkpoints, results=args.results)
                      for n in args.only}
@@ -69,6 +70,9 @@ def lesson(args):
     if len(planned) > len(exercise_args):     # the notebooks' models, where one is missing
         progress.start()
         common.load_models(args, NOTEBOOK_MODELS, log=print)
+    figures = {"exercises": args.only, "quick": args.quick, "corpora_s": corpora_s,
+               **progress.results(common.TRAINED)}
+    common.save_json(args, "lesson.json", figures, busy=busy.stop().note())
     print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
     print(f"Past the lesson: {report.studies_line(args)}")
     return sections

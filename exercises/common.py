@@ -8,6 +8,7 @@ swaps in tiny models trained for a few dozen steps, so that the test suite can r
 in seconds.
 """
 
+import functools
 import json
 import os
 import statistics
@@ -46,31 +47,55 @@ def checkpoint_folder(args):
     return folder / "quick" if args.quick else folder
 
 
+# Every model this process trained (presets.training_record), for the main job's results file.
+TRAINED = []
+
+
 def load_models(args, names, log=print):
     """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
     models = {}
     for name in names:   # --quick: the presets' "quick" size (presets.SIZES), trained in seconds
         presets.ensure_trained(presets.preset(name, "quick" if args.quick else "lesson"),
                                folder=checkpoint_folder(args), progress=not args.quick,
-                               log=log if not args.quick else _quiet)
+                               log=log if not args.quick else _quiet, runs=TRAINED)
         models[name] = presets.load_trained(name, checkpoint_folder(args))
     return models
 
 
-# Seconds each stage takes on the reference machine (a quiet 2-core x86-64 VM with AVX512-BF16,
-# so training in bfloat16; torch 2.13 CPU), at that machine's probes (REFERENCE_PROBES). A
-# forecast scales them by this machine's probes, timed now: a slower or busier machine waits
-# longer. Training stages scale with the training probe, the rest (the exercises 1-5, the
-# studies: decoding) with the decoding one.
-# big, draft, names and 1-5: three `make lesson` runs from nothing in fresh clones there and
-# three again, 2026-12-03 (medians; the big model 600 Muon steps); distilled: `python train.py
-# --preset distilled` there the same day; heads and the studies: one `make studies` there the
-# same day (27 min in all, the heads 2 min 30 s of it).
-STAGE_SECONDS = {"big": 62, "draft": 10, "names": 10, "distilled": 90, "heads": 150,
-                 1: 1, 2: 1, 3: 10, 4: 8, 5: 18, "notebooks": 0, "drafters": 600, "transformers": 200,
-                 "sampling": 130, "batch": 165, "trees": 370}
+# A forecast scales the time each stage took in a reference run by this machine's speed now
+# against that run's: the same probes (probes()) timed here before each stage, and timed at the
+# reference run's start. Training stages scale with the training probe, the rest (the exercises
+# 1-5, the studies) with the decoding one. The reference runs are results files in
+# docs/results/: `python -m exercises` from nothing (lesson.json: the models and the exercises)
+# and `python -m beyond.studies` (studies.json), each with the machine it ran on.
+REFERENCES = ROOT / "docs" / "results"
+REFERENCE_RUNS = ("lesson.json", "studies.json")
 TRAINING = ("big", "draft", "names", "distilled", "heads")
-REFERENCE_PROBES = {"training": 0.11, "decoding": 0.04}   # seconds, quiet probes() (5 processes)
+
+
+class NoReference(ValueError):
+    """A reference run that is missing or unreadable; the message says which and why."""
+
+
+@functools.cache
+def reference(folder=REFERENCES):
+    """{stage key (a str): (seconds, {probe kind: seconds at that run's start})} from the
+    reference runs, and the machine of the lesson's, e.g. "AMD EPYC, 2 cores, avx512_bf16"."""
+    table, machines = {}, []
+    for name in REFERENCE_RUNS:
+        path = Path(folder) / name
+        try:
+            run = json.loads(path.read_text())
+            probes_then = run["probes"]
+            table.update({key: (seconds, probes_then)
+                          for key, seconds in run["stage_seconds"].items()})
+            about = run["run"]["machine"]
+            machines.append(f"{about['cpu']}, {about['cpu_cores']} cores"
+                            + "".join(f", {f}" for f in about["cpu_flags"] if "bf16" in f))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise NoReference(f"no forecast: the reference run {path} is missing or unreadable "
+                              f"({type(e).__name__}: {e})") from None
+    return table, machines[0]
 
 
 def probes(kinds=("training", "decoding"), repeats=5):
@@ -119,23 +144,33 @@ def kind(stage):
 
 
 def forecast(stages, measured=None):
-    """Seconds the stages (keys of STAGE_SECONDS) will take here, at this machine's speed now."""
+    """Seconds the stages (keys of the reference runs' stage_seconds) will take here, at this
+    machine's speed now (`measured`: probes())."""
+    table = reference()[0]
     measured = measured or probes({kind(s) for s in stages})
-    return sum(STAGE_SECONDS[s] * measured[kind(s)] / REFERENCE_PROBES[kind(s)] for s in stages)
+    return sum(table[str(s)][0] * measured[kind(s)] / table[str(s)][1][kind(s)] for s in stages)
 
 
 class Progress:
     """One line per stage: what runs now, and about how long is left, forecast from the time
     each stage took on the reference machine scaled by this machine's speed, measured again
     before every stage (common.probes: a machine that got busier or quieter is seen at the next
-    stage), and by the stages so far against their forecast. A stage is (label, keys of
-    STAGE_SECONDS: the models it trains first, then its own work). No forecast with --quick:
-    its tiny models take seconds, not the lesson-size times."""
+    stage), and by the stages so far against their forecast. A stage is (label, stage keys:
+    the models it trains first, then its own work). No forecast with --quick: its tiny models
+    take seconds, not the lesson-size times. The probes go into each stage's record even
+    without a reference run to forecast from (that record is how a reference run is made)."""
 
     def __init__(self, stages, forecast=True, probe=None):
         self.stages, self.started, self.done = stages, time.time(), 0
         self.probe = (probe or probes) if forecast else None
         self.forecast_so_far = 0.0
+        self.records = []   # per stage: label, keys, probes, forecast and measured seconds
+        self.reference = None
+        if self.probe:
+            try:
+                self.reference = reference()[1]
+            except NoReference as e:
+                print(e)
 
     def left(self, measured):
         """Seconds the stages not yet started will take at the speed `measured` now."""
@@ -146,14 +181,50 @@ class Progress:
         return left
 
     def start(self):
+        """Print the next stage's line (the one before it has ended)."""
+        self.stop()
         label, keys = self.stages[self.done]
         so_far = f"{machine.duration(time.time() - self.started)} so far"
+        record = {"label": label, "keys": keys, "started_s": time.time() - self.started}
         if self.probe:  # only what the stages left need: a second run trains nothing
-            measured = self.probe({kind(k) for _, keys in self.stages[self.done:] for k in keys})
-            so_far += f", about {machine.duration(self.left(measured))} left"
-            self.forecast_so_far += forecast(keys, measured)
+            record["probes"] = self.probe({kind(k) for _, keys in self.stages[self.done:]
+                                           for k in keys})
+        if self.probe and self.reference:
+            record["left_forecast_s"] = self.left(record["probes"])
+            so_far += f", about {machine.duration(record['left_forecast_s'])} left"
+            if not self.done:
+                so_far += f" (from a run on {self.reference}, at this machine's speed now)"
+            record["forecast_s"] = forecast(keys, record["probes"])
+            self.forecast_so_far += record["forecast_s"]
         print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
+        self.records.append(record)
         self.done += 1
+
+    def stop(self):
+        """The stage running now has ended: its measured seconds go into its record."""
+        if self.records and "seconds" not in self.records[-1]:
+            self.records[-1]["seconds"] = time.time() - self.started - \
+                self.records[-1]["started_s"]
+
+    def results(self, trained):
+        """The stages as a results file holds them, and the seconds of each stage key they
+        measured: a model's from its training record (trained: presets.training_record of each
+        model trained meanwhile), a stage's own work the rest of its stage's time. The probes
+        at the start are the speed those seconds belong to (what a forecast scales)."""
+        self.stop()
+        seconds = {}
+        for record in self.records:
+            begun = self.started + record["started_s"]
+            inside = [run for run in trained
+                      if begun <= run["finished"] <= begun + record["seconds"]]
+            for run in inside:
+                seconds[run["preset"]] = run["seconds"]
+            own = record["keys"][-1]
+            seconds[str(own)] = record["seconds"] - sum(run["seconds"] for run in inside)
+        first = self.records[0] if self.records else {}
+        return {"total_s": time.time() - self.started, "probes": first.get("probes"),
+                "forecast_s": first.get("left_forecast_s"), "stage_seconds": seconds,
+                "stages": self.records, "trained": trained}
 
 
 def to_train(names, folder):
@@ -173,7 +244,7 @@ def to_train(names, folder):
 
 
 def plan(steps, folder):
-    """Stages for Progress: for each (label, the models it uses, its key of STAGE_SECONDS) of
+    """Stages for Progress: for each (label, the models it uses, its stage key) of
     `steps`, the models it trains first (those not trained yet in `folder`, nor by an earlier
     step) and then its own work."""
     planned, trained = [], set()
@@ -199,9 +270,12 @@ def notebook_models(names):
     args = notebook_args()
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
-        print(f"training {', '.join(missing)} first, once: about "
-              f"{machine.duration(forecast(missing))} at this machine's speed now (`make train` "
-              "does the same from a terminal)")
+        try:
+            about = f": about {machine.duration(forecast(missing))} at this machine's speed now"
+        except NoReference:
+            about = ""
+        print(f"training {', '.join(missing)} first, once{about} (`make train` does the same "
+              "from a terminal)")
     load_models(args, missing, log=print)
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
 
@@ -216,10 +290,9 @@ def results_dir(args):
     return path
 
 
-def save_json(args, name, data):
-    path = results_dir(args) / name
-    path.write_text(json.dumps(data, indent=2, default=float) + "\n")
-    return path
+def save_json(args, name, data, busy=""):
+    """data as results/<name>, with the run's provenance (machine.write_results)."""
+    return machine.write_results(results_dir(args) / name, data, busy=busy)
 
 
 def figure(args, name, fig):

@@ -9,7 +9,6 @@ summary rows that come from it) and keeps the others as they were, each with its
 
 import json
 import re
-from datetime import datetime, timezone
 
 import gpt
 import machine
@@ -45,11 +44,8 @@ def heading(n):
 def record(args, n, section, log=print):
     """Save exercise n's section ({"numbers", "markdown"}) and rebuild report.md (n: 1-5, or
     "drafters")."""
-    saved = {"exercise": n, "title": TITLES[n], "quick": args.quick,
-             "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-             "machine": machine.describe(), **section}
-    path = section_path(args, n)
-    path.write_text(json.dumps(saved, indent=2, default=float) + "\n")
+    machine.write_results(section_path(args, n),
+                          {"exercise": n, "title": TITLES[n], "quick": args.quick, **section})
     report = write(args)
     if log:
         log(f"updated the {heading(n)} section of {report}")
@@ -88,7 +84,7 @@ def write(args):
         quick = " (quick mode: tiny models, the numbers only check the plumbing)" \
             if section["quick"] else ""
         lines += [f"## {heading(n)}", "",
-                  f"*Run {section['date']}{quick}.*", "", section["markdown"], ""]
+                  f"*Run {section['run']['date']}{quick}.*", "", section["markdown"], ""]
     path = common.results_dir(args) / "report.md"
     path.write_text("\n".join(lines))
     return path

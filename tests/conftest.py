@@ -83,3 +83,40 @@ def pytest_configure(config):
     restore their own count."""
     import torch
     torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# How long the suite took, as a results file (docs/RESULTS.md quotes it): results/tests.json for
+# the whole suite (`make test`), results/tests-fast.json for `make test-fast`; nothing for a
+# part of the suite (named files, -k, another -m) or on a worker of pytest-xdist.
+
+SUITES = {"": "tests.json", "not slow": "tests-fast.json"}
+
+
+def pytest_sessionstart(session):
+    import time
+    session.config._specdec_started = time.time()
+    session.config._specdec_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import time
+
+    import machine
+    config = session.config
+    whole = [str(a) for a in config.args] in (["tests"], [str(ROOT / "tests")]) \
+        and not config.option.keyword and config.option.markexpr in SUITES
+    if hasattr(config, "workerinput") or not whole or not hasattr(config, "_specdec_started"):
+        return
+    stats = config.pluginmanager.get_plugin("terminalreporter").stats
+    counts = {kind: len(stats.get(kind, [])) for kind in ("passed", "failed", "skipped", "error")}
+    counts["passed"] = len([r for r in stats.get("passed", []) if r.when == "call"])
+    seconds = time.time() - config._specdec_started
+    load = config._specdec_load   # other programs' work before the suite began (1-minute load)
+    busy = f"note: the load average was {load:.1f} when the suite started" \
+        if load > machine.BUSY_CORES else ""
+    machine.write_results(ROOT / "results" / SUITES[config.option.markexpr],
+                          {"seconds": seconds, "exit_status": int(exitstatus),
+                           "cores": machine.cpu_cores(), **counts},
+                          busy=busy, command="make test" + (
+                              "-fast" if config.option.markexpr else ""))

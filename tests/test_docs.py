@@ -1,6 +1,6 @@
-"""The README is all a user has: it must stay a short landing page whose links, commands, quoted
-code and figures are the repository's own; every document's links point inside the repository;
-a figure quoted in two documents is the same figure."""
+"""The README is all a user has: it must stay a short landing page whose links, commands and
+quoted code are the repository's own; every document's links point inside the repository. (Its
+measured figures are rendered from results files: tests/test_render.py.)"""
 
 import ast
 import re
@@ -21,7 +21,6 @@ def flat(text):
 
 
 README = read("README.md")
-RESULTS = read("docs/RESULTS.md")
 LESSON = read("docs/LESSON.md")
 
 
@@ -150,71 +149,6 @@ def test_code_the_readme_quotes_is_the_code_of_the_file_it_names():
             start = at + len(piece)
 
 
-def benchmark_rows():
-    """RESULTS.md's benchmark table, one dict per row, bold marks removed."""
-    rows = [[c.replace("**", "") for c in r] for r in table_after(RESULTS, "## The benchmark")]
-    return [dict(zip(rows[0], r)) for r in rows[1:]]
-
-
-def test_figures_quoted_twice_are_the_same_run():
-    bench = benchmark_rows()
-    # The README's results table repeats rows of the benchmark table in docs/RESULTS.md.
-    rows = table_after(README, "## What it does here")
-    assert rows[0][1:] == ["best k", "tokens per pass", "guesses kept", "speed-up", "predicted"]
-    measured = {tuple(r[c] for c in rows[0][1:]) for r in bench}
-    assert len(rows) == 5
-    for row in rows[1:]:
-        assert tuple(c.replace("**", "") for c in row[1:]) in measured, row
-
-    # LESSON.md quotes the benchmark too.
-    lesson = flat(LESSON)
-    verify = sorted(float(r["verify cost"]) for r in bench)
-    assert f"{verify[0]:.2f}-{verify[-1]:.2f} in the benchmark" in lesson, "verify cost's range"
-    for speedup, k in re.findall(r"([\d.]+x) at k = (\d) in the benchmark", lesson):
-        assert any(r["speed-up"] == speedup and r["best k"] == k for r in bench), speedup
-    for per_pass, k in re.findall(r"([\d.]+) at k = (\d) \(benchmark\)", lesson):
-        assert any(r["tokens per pass"] == per_pass and r["best k"] == k for r in bench), per_pass
-    lesson_draft = sorted(float(r["speed-up"][:-1]) for r in bench if r["draft"] == "draft"
-                          and r["big model / draft backend"].startswith("torch"))
-    assert f"the lesson's draft gives {lesson_draft[0]:.2f}-{lesson_draft[-1]:.2f}x" in lesson, \
-        "the lesson's draft's speed-ups with KV caches"
-
-    # Agreement, the KV cache and the distilled draft's range, between LESSON.md and RESULTS.md.
-    results = flat(RESULTS)
-    alpha = re.search(r"([\d.]+) for the lesson's draft, ([\d.]+) for the distilled one", results)
-    assert f"({alpha[1]} on held-out text)" in lesson, "the lesson's draft's agreement"
-    assert f"agrees with the big model on {round(float(alpha[2]) * 100)}% of held-out" in lesson, \
-        "the distilled draft's agreement"
-    cache = re.search(r"A KV cache\*\* makes plain decoding of the big model ([\d.]+x) faster",
-                      results)
-    assert f"about {cache[1]} faster than the lesson's loop" in lesson, "what a KV cache buys"
-    spread = re.search(r"the distilled NumPy draft measured ([\d.]+-[\d.]+x)", results)
-    assert f"decodes {spread[1]} faster" in lesson, "the distilled draft's range over runs"
-
-    # One `python speculative.py` run, in RESULTS.md and in LESSON.md.
-    lesson_run = re.search(r"the lesson's draft keeps (\d+)% of its guesses, ([\d.]+) characters",
-                           results)
-    assert f"{lesson_run[1]}% for 200 characters" in lesson and \
-        f"{lesson_run[2]} (`speculative.py`)" in lesson, "the lesson's draft in speculative.py"
-    distilled = re.search(r"the distilled draft keeps (\d+)%, ([\d.]+) per pass, "
-                          r"\*\*([\d.]+x) faster", results)
-    quoted = re.search(r"(\d+)% kept, ([\d.]+) characters per pass, ([\d.]+x) in a "
-                       r"`python speculative.py` run", lesson)
-    assert quoted and quoted.groups() == distilled.groups(), "LESSON.md and RESULTS.md: one run"
-
-    # The commands' times: the README rounds what RESULTS.md measured.
-    minutes, seconds = map(int, re.search(r"`make lesson` \| (\d+) min (\d+) s", RESULTS).groups())
-    assert f"about {round(minutes + seconds / 60)} minutes from nothing" in README, \
-        f"RESULTS.md measured make lesson at {minutes} min {seconds} s"
-    test_time = re.search(r"`make test` \| about (\d+) minutes", RESULTS)[1]
-    for name, text in [("README.md", README), ("docs/TESTING.md", read("docs/TESTING.md"))]:
-        said = re.findall(r"make test[^\n]*?about (\d+) minutes", text)
-        assert said and set(said) == {test_time}, \
-            f"{name}: make test takes about {test_time} minutes"
-    bench_time = re.search(r"`make benchmark`, (?:about )?(\d+) minutes", RESULTS)[1]
-    assert f"`make benchmark`, about {bench_time} minutes" in README, "make benchmark's time"
-
-
 def test_the_teachers_points_are_the_graders():
     from classroom.parts import PARTS
     text = TEACHERS.read_text()
@@ -236,15 +170,6 @@ def test_formula_figures_in_the_documents_are_the_codes():
     assert f"k = 4: {low} at c = 0.2, {high} at c = 0.05" in api
     assert f"α = {low} when c = 0.2 and α = {high} when c = 0.05" in lesson
     assert f"= {sd.expected_tokens_per_pass(0.8, 4):.4f}" in lesson
-
-
-def test_design_quotes_the_threads_table_of_results():
-    # DESIGN.md's "1.8x faster than one thread" is the training row of RESULTS.md's table.
-    section = RESULTS.split("## Threads, and a busy machine")[1]
-    one, two = re.search(r"\| training step[^|]*\| 1 \| ([\d.]+) \|.*\n\| \| 2 \| ([\d.]+) \|",
-                         section).groups()
-    assert f"({float(one) / float(two):.1f}x faster than one thread here)" in \
-        flat(read("docs/DESIGN.md"))
 
 
 def test_setup_installs_the_lesson_alone_and_each_extra_comes_with_its_target():

@@ -260,13 +260,32 @@ def test_the_forwards_study_times_every_forward_pass(capsys):
 
 
 def test_a_stage_forecast_scales_with_this_machines_measured_speed():
+    # The reference run's own probes give its own seconds back; a machine whose training is
+    # twice as slow waits twice as long for the big model and as long for exercise 3.
     from exercises import common
-    reference = dict(common.REFERENCE_PROBES)
-    assert common.forecast(["big", 3], reference) == common.STAGE_SECONDS["big"] + \
-        common.STAGE_SECONDS[3]
+    table, machine_line = common.reference()
+    (big, reference), (three, _) = table["big"], table["3"]
+    assert common.forecast(["big", 3], reference) == pytest.approx(big + three)
     twice_as_slow_training = {**reference, "training": 2 * reference["training"]}
     assert common.forecast(["big", 3], twice_as_slow_training) == pytest.approx(
-        2 * common.STAGE_SECONDS["big"] + common.STAGE_SECONDS[3])     # decoding unchanged
+        2 * big + three)     # decoding unchanged
+    assert "cores" in machine_line
+
+
+def test_the_forecast_comes_from_the_committed_reference_runs(tmp_path):
+    # The stage times are the reference runs' (docs/results/lesson.json, studies.json), not
+    # figures typed into the code; a missing or damaged one is a one-line NoReference, and the
+    # job then runs without a forecast.
+    import json
+    import shutil
+    from exercises import common
+    lesson = json.loads((common.REFERENCES / "lesson.json").read_text())
+    assert common.reference()[0]["big"][0] == lesson["stage_seconds"]["big"]
+    for name in common.REFERENCE_RUNS:
+        shutil.copy(common.REFERENCES / name, tmp_path / name)
+    (tmp_path / "studies.json").write_text("{")
+    with pytest.raises(common.NoReference, match="studies.json"):
+        common.reference(tmp_path)
 
 
 def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
@@ -290,13 +309,13 @@ def test_each_stage_forecast_uses_this_machines_speed_measured_again_before_it(c
     def probe(kinds):
         calls.append(kinds)
         factor = next(speeds)
-        return {kind: factor * common.REFERENCE_PROBES[kind] for kind in kinds}
+        return {kind: factor * common.reference()[0]["4"][1][kind] for kind in kinds}
     progress = common.Progress([("exercise 3", [3]), ("exercise 4", [4])], probe=probe)
     progress.start()
     progress.start()
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
     assert calls == [{"decoding"}, {"decoding"}]   # nothing to train: no training probe
-    stage_4_alone = 3 * common.STAGE_SECONDS[4]   # the slower speed, measured before stage 2
+    stage_4_alone = 3 * common.reference()[0]["4"][0]  # the slower speed, measured before stage 2
     assert f"about {machine.duration(stage_4_alone)} left" in lines[1]
 
 

@@ -66,7 +66,7 @@ def available(key):
 
 
 def stages(args, keys, folder):
-    """(label, keys of common.STAGE_SECONDS) per study: the models it trains first (those it
+    """(label, stage keys of common.reference()) per study: the models it trains first (those it
     uses that are not trained yet, nor trained by an earlier study), then the study."""
     return common.plan([(report.TITLES[key], ["big"] + STUDIES[key][1], key) for key in keys],
                        folder)
@@ -125,6 +125,7 @@ def run(args, log=print):
         log(f"all of them: about {machine.duration(total)} at this machine's speed now")
         return {}
     progress = common.Progress(stages(args, keys, folder), forecast=not args.quick)
+    busy = machine.Busy().start()
     sections = {}
     for key in keys:
         progress.start()
@@ -137,6 +138,11 @@ def run(args, log=print):
                                                    results=args.results), log=log)
         path = report.record(args, key, sections[key], log=None)
         log(f"recorded in {path}")
+    # The stages' times (the extra heads' training counted in the drafters' stage), for the
+    # forecast's reference: results/studies.json.
+    common.save_json(args, "studies.json", {"studies": keys, "quick": args.quick,
+                                            **progress.results(common.TRAINED)},
+                     busy=busy.stop().note())
     log(f"\nthe studies done in {machine.duration(time.time() - started)}")
     return sections
 

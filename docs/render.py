@@ -1,0 +1,371 @@
+"""
+docs/render.py: the documents' measured figures, rendered from the results files of the runs
+that measured them (docs/results/*.json, each with its command, machine and date).
+
+    python docs/render.py            # fill every marker in README.md and docs/*.md (make docs)
+    python docs/render.py --check    # change nothing; exit 1 naming each figure that would change
+
+A document marks a figure inline, `<!-- fig NAME -->1.60x<!-- /fig -->`, and a generated block
+(a table, a provenance line) between `<!-- begin NAME -->` and `<!-- end NAME -->` lines; the
+text between the markers is this script's to write, NAME one of FIGURES or BLOCKS below.
+Re-measuring: run the command (`make benchmark`, `make lesson` in a fresh clone, `make test`),
+copy its results/NAME.json into docs/results/, run `make docs` and review the diff.
+
+A results file that is missing, malformed or of another format stops the rendering with one
+line naming it, before any document is written: a document is never half rendered.
+"""
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import cli
+import machine
+import speculative
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "docs" / "results"
+DOCUMENTS = ["README.md", "docs/LESSON.md", "docs/RESULTS.md", "docs/TESTING.md"]
+FIGURE = re.compile(r"<!-- fig ([\w.-]+) -->(.*?)<!-- /fig -->", re.S)
+BLOCK = re.compile(r"(<!-- begin ([\w.-]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
+
+
+class RenderError(ValueError):
+    """A results file that cannot be rendered from, or a marker nobody renders."""
+
+
+class Runs:
+    """The results files of a folder, each read (and checked) once, when a figure needs it."""
+
+    def __init__(self, folder=RUNS):
+        self.folder, self.read = Path(folder), {}
+
+    def __getitem__(self, name):
+        if name not in self.read:
+            path = self.folder / f"{name}.json"
+            try:
+                data = json.loads(path.read_text())
+            except OSError:
+                raise RenderError(f"{path}: missing; run the command that writes "
+                                  f"results/{name}.json and copy it there") from None
+            except ValueError as e:
+                raise RenderError(f"{path}: not JSON ({e})") from None
+            if not isinstance(data, dict) or data.get("format") != machine.RESULTS_FORMAT:
+                raise RenderError(f"{path}: results format {data.get('format') if isinstance(data, dict) else None!r}, "
+                                  f"this version reads {machine.RESULTS_FORMAT}: measure it again")
+            if not isinstance(data.get("run"), dict) or "machine" not in data["run"]:
+                raise RenderError(f"{path}: no \"run\" (command, machine, date): measure it again")
+            self.read[name] = data
+        return self.read[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# How figures are written
+
+
+def times(x):
+    return f"{x:.2f}x"
+
+
+def percent(x, digits=0):
+    return f"{100 * x:.{digits}f}%"
+
+
+def grouped(x):
+    return f"{x:,.0f}"
+
+
+def minutes(seconds):
+    return str(round(seconds / 60))
+
+
+def about_machine(run):
+    """"AMD EPYC, 2 cores, AVX512-BF16, torch 2.13.0+cpu" from a results file's run."""
+    about = run["machine"]
+    flags = ", AVX512-BF16 (training in bfloat16)" if "avx512_bf16" in about["cpu_flags"] else \
+        ", no AVX512-BF16 (training in float32)" if about["cpu"] else ""
+    gpu = f", {about['gpu']}" if about.get("gpu") else ""
+    return f"{about['cpu']}, {about['cpu_cores']} cores{flags}, torch {about['torch']}{gpu}"
+
+
+def provenance(runs, name):
+    """One line: the command, the machine, the date, quiet or busy, and the file."""
+    run = runs[name]["run"]
+    busy = "busy: " + run["busy"].removeprefix("note: ") if run["busy"] else "quiet"
+    return (f"*Measured by `{run['command']}` on {about_machine(run)}, {run['date']}, {busy} "
+            f"(`docs/results/{name}.json`).*")
+
+
+# ----------------------------------------------------------------------------------------------
+# The benchmark
+
+
+SETUP_WORDS = {"torch/numpy": "in NumPy", "torch/torch": "in torch"}
+DRAFT_WORDS = {"draft": "the lesson's (1 layer x 32)", "distilled": "distilled (1 layer x 128)",
+               "ngram": "n-gram table"}
+
+
+def best_rows(runs):
+    """The best fixed k of each (setup, draft) of the benchmark, in the run's order."""
+    best = {}
+    for row in runs["benchmark"]["runs"]:
+        if isinstance(row["k"], int):
+            key = (row["setup"], row["draft"])
+            if key not in best or row["speedup"] > best[key]["speedup"]:
+                best[key] = row
+    return list(best.values())
+
+
+def bench_row(runs, setup, draft):
+    return next(r for r in best_rows(runs) if (r["setup"], r["draft"]) == (setup, draft))
+
+
+def benchmark_table(runs):
+    header = ["big model / draft backend", "draft", "best k", "plain tokens/s",
+              "speculative tokens/s", "speed-up", "predicted", "tokens per pass",
+              "guesses kept", "c", "verify cost"]
+    rows = [[r["setup"].replace("/", " / "), r["draft"], r["k"], grouped(r["plain_tokens_per_s"]),
+             grouped(r["spec_tokens_per_s"]), times(r["speedup"]), times(r["predicted_speedup"]),
+             f"{r['tokens_per_pass']:.2f}", percent(r["acceptance_rate"]), f"{r['c']:.3f}",
+             f"{r['verify_cost']:.2f}"] for r in best_rows(runs)]
+    return table(header, rows)
+
+
+def readme_benchmark(runs):
+    header = ["draft", "best k", "tokens per pass", "guesses kept", "speed-up", "predicted"]
+    rows = []
+    for setup in ("torch/numpy", "torch/torch"):
+        for draft in ("draft", "distilled"):
+            r = bench_row(runs, setup, draft)
+            name = DRAFT_WORDS[draft] if setup == "torch/numpy" else \
+                DRAFT_WORDS[draft].split(" (")[0]
+            rows.append([f"{name}, {SETUP_WORDS[setup]}", r["k"], f"{r['tokens_per_pass']:.2f}",
+                         percent(r["acceptance_rate"]), times(r["speedup"]),
+                         times(r["predicted_speedup"])])
+    return table(header, rows)
+
+
+def verify_at(runs, setup, k):
+    """What a pass over k + 1 tokens costs in one-token passes, in one setup (the distilled
+    draft's row: every drafter's check is the same pass)."""
+    return next(f"{r['verify_cost']:.1f}" for r in runs["benchmark"]["runs"]
+                if (r["setup"], r["draft"], r["k"]) == (setup, "distilled", k))
+
+
+def verify_range(runs):
+    costs = [r["verify_cost"] for r in best_rows(runs)]
+    return f"{min(costs):.2f}-{max(costs):.2f}"
+
+
+def lesson_draft_range(runs):
+    ups = [r["speedup"] for r in best_rows(runs) if r["draft"] == "draft"
+           and r["setup"].startswith("torch/")]
+    return f"{min(ups):.2f}-{max(ups):.2f}x"
+
+
+def predicted_ratio(runs, setup, draft):
+    """measured / predicted over every fixed k of one pair: "0.84-0.93"."""
+    ratios = [r["speedup"] / r["predicted_speedup"] for r in runs["benchmark"]["runs"]
+              if isinstance(r["k"], int) and r["setup"] == setup and r["draft"] == draft]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The main job and training
+
+
+def stage_table(runs):
+    """The main job's stages from nothing and again, each with its forecast."""
+    nothing, again = runs["lesson"], runs["lesson-again"]
+
+    def cell(record):
+        if record is None:
+            return "none"
+        said = f" (forecast {machine.duration(record['forecast_s'])})" \
+            if record.get("forecast_s") is not None else ""
+        return machine.duration(record["seconds"]) + said
+
+    labels = [s["label"].split(" (training")[0] for s in nothing["stages"]]
+    rows = []
+    for label, record in zip(labels, nothing["stages"]):
+        twin = next((s for s in again["stages"] if s["label"].startswith(label)), None)
+        rows.append([label, cell(record), cell(twin)])
+    rows.append(["**the job** (`python -m exercises`)",
+                 f"**{machine.duration(nothing['total_s'])}** (forecast at the start "
+                 f"{machine.duration(nothing['forecast_s'])})" if nothing.get("forecast_s")
+                 else f"**{machine.duration(nothing['total_s'])}**",
+                 f"**{machine.duration(again['total_s'])}**"])
+    return table(["stage", "from nothing (training the models it needs first)",
+                  "again (models cached)"], rows)
+
+
+def trained(runs, name):
+    return next(r for r in runs["lesson"]["trained"] if r["preset"] == name)
+
+
+MODEL_SHAPES = {"big": "`Config()`", "draft": "`Config(n_embd=32, n_layer=1, n_head=2)`",
+                "names": "1 x 32, on first names", "distilled": "1 x 128, imitating `big`"}
+
+
+def models_table(runs):
+    agreement = runs["benchmark"]["agreement"]
+    names = runs["ex4_break"]["drafts"]["names"]["greedy_agreement"]
+    rows = []
+    for record in runs["lesson"]["trained"]:
+        name = record["preset"]
+        alpha = agreement[name]["greedy_agreement"] if name in agreement else \
+            names if name == "names" else None
+        rows.append([f"`{name}`", MODEL_SHAPES[name],
+                     f"{record['n_layer']} x {record['n_embd']}, "
+                     f"{record['parameters'] / 1e6:.2f}M", record["optimizer"],
+                     record["steps"], record["precision"], machine.duration(record["seconds"]),
+                     f"{record['val_loss']:.3f}", "" if alpha is None else percent(alpha, 1)])
+    return table(["preset", "what", "layers x width, parameters", "optimizer", "steps",
+                  "products in", "time", "validation loss", "greedy agreement with big"], rows)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Every figure and block by name: what a marker in a document may ask for
+
+
+FIGURES = {
+    # the benchmark (make benchmark)
+    "bench.minutes": lambda r: minutes(r["benchmark"]["run"]["seconds"]),
+    "bench.date": lambda r: r["benchmark"]["run"]["date"][:10],
+    "bench.machine": lambda r: about_machine(r["benchmark"]["run"]),
+    "bench.ngram": lambda r: times(bench_row(r, "torch/numpy", "ngram")["speedup"]),
+    "bench.ngram.c": lambda r: f"{bench_row(r, 'torch/numpy', 'ngram')['c']:.3f}",
+    "bench.ngram.alpha": lambda r: f"{r['benchmark']['agreement']['ngram']['greedy_agreement']:.2f}",
+    "bench.distilled.numpy": lambda r: times(bench_row(r, "torch/numpy", "distilled")["speedup"]),
+    "bench.distilled.numpy.k": lambda r: str(bench_row(r, "torch/numpy", "distilled")["k"]),
+    "bench.distilled.torch": lambda r: times(bench_row(r, "torch/torch", "distilled")["speedup"]),
+    "bench.draft.numpy": lambda r: times(bench_row(r, "torch/numpy", "draft")["speedup"]),
+    "bench.draft.numpy.pass": lambda r: f"{bench_row(r, 'numpy/numpy', 'draft')['tokens_per_pass']:.2f}",
+    "bench.draft.numpy.k": lambda r: str(bench_row(r, "numpy/numpy", "draft")["k"]),
+    "bench.verify": verify_range,
+    "bench.verify5.torch": lambda r: verify_at(r, "torch/torch", 4),
+    "bench.verify5.numpy": lambda r: verify_at(r, "numpy/numpy", 4),
+    "bench.lesson_draft": lesson_draft_range,
+    "bench.alpha.draft": lambda r: f"{r['benchmark']['agreement']['draft']['greedy_agreement']:.3f}",
+    "bench.alpha.distilled": lambda r: f"{r['benchmark']['agreement']['distilled']['greedy_agreement']:.3f}",
+    "bench.alpha.distilled.percent": lambda r: percent(r["benchmark"]["agreement"]["distilled"]["greedy_agreement"]),
+    "bench.alpha.draft.percent": lambda r: percent(r["benchmark"]["agreement"]["draft"]["greedy_agreement"]),
+    "bench.kv": lambda r: f"{r['benchmark']['recompute']['speedup']:.1f}x",
+    "bench.kv.numpy": lambda r: f"{r['benchmark']['recompute']['speedup_numpy']:.1f}x",
+    "bench.kv.recompute": lambda r: grouped(r["benchmark"]["recompute"]["recompute_tokens_per_s"]),
+    "bench.kv.cached": lambda r: grouped(r["benchmark"]["recompute"]["cached_tokens_per_s"]),
+    "bench.ratio.distilled.torch": lambda r: predicted_ratio(r, "torch/torch", "distilled"),
+    "bench.ratio.draft.torch": lambda r: predicted_ratio(r, "torch/torch", "draft"),
+    "bench.ratio.distilled.numpy": lambda r: predicted_ratio(r, "torch/numpy", "distilled"),
+    # the main job (make lesson) from nothing and again, and the models it trained
+    "lesson.minutes": lambda r: minutes(r["lesson"]["total_s"]),
+    "lesson.nothing": lambda r: machine.duration(r["lesson"]["total_s"]),
+    "lesson.again": lambda r: machine.duration(r["lesson-again"]["total_s"]),
+    "lesson.big": lambda r: machine.duration(trained(r, "big")["seconds"]),
+    "lesson.distilled": lambda r: machine.duration(trained(r, "distilled")["seconds"]),
+    "lesson.machine": lambda r: about_machine(r["lesson"]["run"]),
+    "lesson.date": lambda r: r["lesson"]["run"]["date"][:10],
+    "big.loss": lambda r: f"{trained(r, 'big')['val_loss']:.3f}",
+    # exercises 3 and 4 of that run
+    "ex3.kept": lambda r: percent(r["ex3_build"]["acceptance_rate"]),
+    "ex3.pass": lambda r: f"{r['ex3_build']['tokens_per_pass']:.2f}",
+    "ex3.formula_pass": lambda r: f"{speculative.expected_tokens_per_pass(r['ex3_build']['greedy_agreement'], r['ex3_build']['k']):.2f}",
+    "ex3.lesson_loop": lambda r: times(r["ex3_build"]["measured_speedup"]["lesson"]),
+    "ex4.draft": lambda r: percent(r["ex4_break"]["drafts"]["draft"]["greedy_agreement"], 1),
+    "ex4.names": lambda r: percent(r["ex4_break"]["drafts"]["names"]["greedy_agreement"], 1),
+    # the test suite
+    "tests.minutes": lambda r: minutes(r["tests"]["seconds"]),
+    "tests.time": lambda r: machine.duration(r["tests"]["seconds"]),
+    "tests.count": lambda r: str(r["tests"]["passed"] + r["tests"]["skipped"]),
+    "tests-fast.time": lambda r: machine.duration(r["tests-fast"]["seconds"]),
+    "tests-fast.count": lambda r: str(r["tests-fast"]["passed"] + r["tests-fast"]["skipped"]),
+}
+
+BLOCKS = {
+    "bench.table": benchmark_table,
+    "bench.readme": readme_benchmark,
+    "bench.provenance": lambda r: provenance(r, "benchmark") + "\n",
+    "lesson.stages": stage_table,
+    "lesson.provenance": lambda r: provenance(r, "lesson") + "\n" + provenance(r, "lesson-again")
+    + "\n",
+    "models.table": models_table,
+    "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",
+}
+
+
+def value(kind, name, runs):
+    table_ = FIGURES if kind == "fig" else BLOCKS
+    if name not in table_:
+        raise RenderError(f"no {'figure' if kind == 'fig' else 'block'} named {name!r} "
+                          f"(docs/render.py knows: {', '.join(sorted(table_))})")
+    try:
+        return table_[name](runs)
+    except (KeyError, TypeError, StopIteration, ValueError, statistics.StatisticsError) as e:
+        if isinstance(e, RenderError):
+            raise
+        raise RenderError(f"{name}: the results files lack what it needs "
+                          f"({type(e).__name__}: {e}); measure again") from None
+
+
+def render(text, runs, where=""):
+    """text with every marker filled from runs."""
+    try:
+        text = BLOCK.sub(lambda m: m[1] + value("block", m[2], runs) + m[4], text)
+        return FIGURE.sub(lambda m: f"<!-- fig {m[1]} -->{value('fig', m[1], runs)}<!-- /fig -->",
+                          text)
+    except RenderError as e:
+        raise RenderError(f"{where}: {e}" if where else str(e)) from None
+
+
+def render_all(root=ROOT, runs_folder=RUNS):
+    """{document path: (old text, new text)}, every document rendered first."""
+    runs = Runs(runs_folder)
+    out = {}
+    for name in DOCUMENTS:
+        path = Path(root) / name
+        old = path.read_text()
+        out[path] = (old, render(old, runs, name))
+    return out
+
+
+def changed_figures(old, new):
+    """The markers whose text differs: [(name, old text, new text)]."""
+    before = {m[1]: m[2] for m in FIGURE.finditer(old)} | {m[2]: m[3] for m in BLOCK.finditer(old)}
+    after = {m[1]: m[2] for m in FIGURE.finditer(new)} | {m[2]: m[3] for m in BLOCK.finditer(new)}
+    return [(k, before[k], after[k]) for k in after if before.get(k) != after[k]]
+
+
+def main(argv=None):
+    parser = cli.Parser(prog="python docs/render.py", description=__doc__.strip().split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if any document would change")
+    parser.add_argument("--runs", default=str(RUNS), metavar="DIR",
+                        help="the results files to render from (default: docs/results/)")
+    args = parser.parse_args(argv)
+    rendered = render_all(runs_folder=args.runs)
+    stale = [(path, changes) for path, (old, new) in rendered.items()
+             if (changes := changed_figures(old, new)) or old != new]
+    for path, changes in stale:
+        names = ", ".join(name for name, _, _ in changes)
+        print(f"{path.relative_to(ROOT)}: {names or 'changed'}")
+    if args.check:
+        if stale:
+            sys.exit("the documents are not what their results files say: run make docs")
+        print("every figure is its results file's")
+        return
+    for path, (old, new) in rendered.items():
+        if old != new:
+            path.write_text(new)
+    print(f"rendered {len(stale)} of {len(rendered)} documents from {args.runs}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -80,10 +80,13 @@ class NoReference(ValueError):
 @functools.cache
 def reference(folder=REFERENCES):
     """{stage key (a str): (seconds, {probe kind: seconds at that run's start})} from the
-    reference runs, and the machine of the lesson's, e.g. "AMD EPYC, 2 cores, avx512_bf16"."""
+    reference runs there are, and the machine of the first, e.g. "AMD EPYC, 2 cores,
+    avx512_bf16". A run that is there but unreadable, or none at all: NoReference."""
     table, machines = {}, []
     for name in REFERENCE_RUNS:
         path = Path(folder) / name
+        if not path.exists():
+            continue
         try:
             run = json.loads(path.read_text())
             probes_then = run["probes"]
@@ -93,9 +96,17 @@ def reference(folder=REFERENCES):
             machines.append(f"{about['cpu']}, {about['cpu_cores']} cores"
                             + "".join(f", {f}" for f in about["cpu_flags"] if "bf16" in f))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise NoReference(f"no forecast: the reference run {path} is missing or unreadable "
+            raise NoReference(f"no forecast: the reference run {path} is unreadable "
                               f"({type(e).__name__}: {e})") from None
+    if not machines:
+        raise NoReference(f"no forecast: no reference run in {folder} "
+                          f"({', '.join(REFERENCE_RUNS)})")
     return table, machines[0]
+
+
+def unforecast(keys):
+    """The stage keys among `keys` that no reference run has timed."""
+    return sorted({str(k) for k in keys} - set(reference()[0]))
 
 
 def probes(kinds=("training", "decoding"), repeats=5):
@@ -146,7 +157,9 @@ def kind(stage):
 def forecast(stages, measured=None):
     """Seconds the stages (keys of the reference runs' stage_seconds) will take here, at this
     machine's speed now (`measured`: probes())."""
-    table = reference()[0]
+    table, missing = reference()[0], unforecast(stages)
+    if missing:
+        raise NoReference(f"no forecast: the reference runs have no time for {', '.join(missing)}")
     measured = measured or probes({kind(s) for s in stages})
     return sum(table[str(s)][0] * measured[kind(s)] / table[str(s)][1][kind(s)] for s in stages)
 
@@ -168,6 +181,10 @@ class Progress:
         self.reference = None
         if self.probe:
             try:
+                missing = unforecast([k for _, keys in stages for k in keys])
+                if missing:
+                    raise NoReference(f"no forecast: the reference runs have no time for "
+                                      f"{', '.join(missing)}")
                 self.reference = reference()[1]
             except NoReference as e:
                 print(e)
@@ -271,7 +288,8 @@ def notebook_models(names):
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
         try:
-            about = f": about {machine.duration(forecast(missing))} at this machine's speed now"
+            about = "" if unforecast(missing) else \
+                f": about {machine.duration(forecast(missing))} at this machine's speed now"
         except NoReference:
             about = ""
         print(f"training {', '.join(missing)} first, once{about} (`make train` does the same "

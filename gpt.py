@@ -237,11 +237,12 @@ def __getattr__(name):
 
 @dataclass
 class TrainConfig:
-    """How to train: the lesson's recipe, AdamW in float32. The defaults take Config() to a
-    validation loss of about 1.6 in minutes. training.Recipe, what the presets train with, adds
-    Muon, bfloat16 and torch.compile by overriding optimizers(), peak_lr() and loss_function()."""
+    """How to train: the lesson's recipe, AdamW in float32. The defaults, chosen by measurement,
+    train Config() in minutes on a CPU (the loss, and why a batch of 20: docs/RESULTS.md,
+    "The models"). training.Recipe, what the presets train with, adds Muon, bfloat16 and
+    torch.compile by overriding optimizers(), peak_lr() and loss_function()."""
     steps: int = 1500          # optimizer steps
-    batch_size: int = 20       # sequences per step (20 x 128 characters: best loss in 4 min)
+    batch_size: int = 20       # sequences per step (20 x 128 characters; more: lower loss, slower)
     lr: float = 4e-3           # AdamW's peak learning rate, after a linear warm-up
     min_lr: float = 4e-4       # cosine decay ends at this learning rate
     warmup_steps: int = 50     # linear warm-up steps

@@ -6,11 +6,12 @@ from its first steps timed here, and one progress line in a terminal or a notebo
 Why threads matter. A decoding step of these models is a few hundred microseconds of small
 matrix products, far too little to share between threads. torch's default uses every core;
 when another program occupies one of them, a thread of ours waits for its descheduled partner
-at every operation, and on a 2-core machine plain decoding became 5-60x slower than with one
-thread (`python -m beyond.benchmark --threads` measures it). So decoding and the timings
-run on DECODE_THREADS torch threads, set on entry and restored on exit (`threads()`); training,
-whose steps are large enough to share, uses every core unless the machine is busy when it
-starts (`training_threads()`, or TrainConfig.threads to choose).
+at every operation, and on a 2-core machine plain decoding became many times slower than with
+one thread (`python -m beyond.benchmark --threads` measures it: docs/RESULTS.md, "Threads, and
+a busy machine"). So decoding and the timings run on DECODE_THREADS torch threads, set on entry
+and restored on exit (`threads()`); training, whose steps are large enough to share, uses every
+core unless the machine is busy when it starts (`training_threads()`, or TrainConfig.threads to
+choose).
 
 Why "busy". A timing is only as good as the machine was quiet while it ran. `Busy` records how
 much CPU time other programs took while we timed (from /proc/stat on Linux, the load average
@@ -53,9 +54,10 @@ def training_threads():
     """Torch threads for training: every core on a quiet machine, one on a busy one.
 
     A training step (batch 20 x 128 through the big model) is large enough to share: on 2
-    quiet cores two threads take 99 ms a step against 179 ms for one. But beside a program that
-    keeps one core busy two threads take 291 ms and one 175 ms, and beside another torch
-    program 338 and 249 ms (`python -m beyond.benchmark --threads`). So look before choosing."""
+    quiet cores two threads are nearly twice as fast as one. But beside a program that keeps
+    one core busy two threads are slower than one, and beside another torch program far slower
+    (docs/RESULTS.md, "Threads, and a busy machine"; `python -m beyond.benchmark --threads`).
+    So look before choosing."""
     cores = cpu_cores()
     if cores == 1:
         return 1
@@ -373,7 +375,7 @@ class Pace:
 
     The first `skip` steps are not timed (they allocate memory and run slow); the forecast waits
     for `min_steps` steps and `min_seconds` of timing, so that one hiccup does not make it (with
-    2 s, one of two quiet runs of the big model announced 4 min for 3 min 10 s). An
+    less, a quiet run of the big model was once forecast to take far longer than it did). An
     evaluation runs every `eval_every` steps and at the last one: until one is timed, it is
     guessed to cost `eval_steps` steps. The clock is an argument so that tests can drive it.
     """
@@ -435,7 +437,7 @@ class ProgressLine:
     """One line saying how far a loop has come, redrawn in place.
 
         line = ProgressLine(total=1500, initial=0, label="big")
-        line.update(step, "loss 1.923  val 1.950", left=seconds)   # left: a forecast, or None
+        line.update(step, f"loss {loss:.3f}", left=seconds)        # left: a forecast, or None
         line.write("a line of its own")                            # printed above the line
         line.close()
 

@@ -9,9 +9,10 @@ that gives other optimizers, their schedule's peaks and another loss function.
 
 References: K. Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
 torch.autocast (mixed precision) and torch.compile, as the PyTorch documentation describes
-them. Measured here (docs/RESULTS.md, "Muon" and "training"): the big model reaches AdamW's
-loss in 0.4 of the steps with Muon; bfloat16 makes a step 1.2x faster on a quiet 2-core CPU
-that has it; compiling does not pay on that CPU, so it is off unless asked for.
+them. Measured here (docs/RESULTS.md, "The models"): with Muon the big model reaches AdamW's
+loss in well under half the steps; bfloat16 products make a step faster on a CPU that has them
+natively (elsewhere training stays in float32); compiling made the first steps slow and the
+rest no faster on that CPU, so it is off unless asked for.
 """
 
 import contextlib
@@ -67,7 +68,8 @@ class Recipe(gpt.TrainConfig):
             note(line)
         forward = torch.compile(model) if compiled else model
         # In bfloat16 the plain attention (two matrix products and a softmax) trains faster on
-        # a CPU than the fused kernel, whose backward pass took half of a step: measured.
+        # a CPU than the fused kernel, whose backward pass took half of a step (docs/RESULTS.md,
+        # "The models").
         plain = autocast is not None and device.type == "cpu"
 
         def loss(x, y):
@@ -97,10 +99,11 @@ class Muon(torch.optim.Optimizer):
     """Muon: momentum whose step for each weight matrix is orthogonalised, its singular values
     pushed to about 1, so that every direction of the matrix learns at the same rate. For the
     hidden layers' 2-D weights only (Recipe.optimizers). Here the big model reaches AdamW's loss
-    in 0.4 of the steps, but the small drafts lose some loss at 600 steps (docs/RESULTS.md): the
-    big preset trains with it (presets.py), Recipe's default stays AdamW (--optimizer muon).
+    in well under half the steps, but the small drafts, trained as briefly, end worse
+    (docs/RESULTS.md, "The models"): the big preset trains with it (presets.py), Recipe's
+    default stays AdamW (--optimizer muon).
 
-    Changes from torch.optim.Muon, which it follows otherwise (Nesterov momentum 0.95, the
+    Changes from torch.optim.Muon, which it follows otherwise (its Nesterov momentum, the
     quintic's coefficients, the rate scaled by sqrt(max(1, rows / columns)), decoupled weight
     decay): the iteration runs in float32. torch's runs in bfloat16, which a CPU without native
     bfloat16 emulates, slowly.
@@ -167,7 +170,8 @@ def compiler_missing(device):
 
 
 # Narrower models train faster in float32: converting their small matrices to bfloat16 and back
-# costs more than the products save (1 x 32 took 1.7-1.9x as long a step, 1 x 128 0.71x).
+# costs more than the products save (measured: the 1 x 32 draft's step took longer in bfloat16,
+# the 1 x 128 distilled draft's less).
 BFLOAT16_MIN_WIDTH = 128
 
 

@@ -17,8 +17,8 @@ What makes rows of different lengths share a pass:
   the model's own submodules): row b's new token i sits at slot length_b + i (its position in
   its window) and sees slots 0..length_b + i only, so neither the future nor stale entries of
   rejected guesses beyond the row's length; rows are right-padded, and padding writes to a
-  spare slot. (Why not one forward for all: on one row these cost 2-13% more than gpt.GPT's
-  and NumpyGPT's own paths, measured by python -m beyond.studies.forwards, so one-row decoding
+  spare slot. (Why not one forward for all: on one row these cost more than gpt.GPT's and
+  NumpyGPT's own paths, as python -m beyond.studies.forwards measures, so one-row decoding
   keeps those.)
 - BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
@@ -177,7 +177,7 @@ class BatchScorer(WindowScorer):
 
 # On a CPU a pass over many tokens (prompts, re-encoded windows) runs in chunks of rows of about
 # this many tokens, so that its working set stays in the CPU's caches: measured, 16 rows x 64
-# tokens took 1.9 ms a row in one call, 1.5 ms in calls of 4 rows. It still counts as one pass.
+# tokens took less time a row in calls of 4 rows than in one call. It still counts as one pass.
 CHUNK = 256
 
 

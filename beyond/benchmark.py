@@ -260,8 +260,10 @@ def main(argv=None):
     print(f"machine: {machine.describe()}")
     results = thread_table() if args.threads else bench(args)
     path = args.json or f"results/{'threads' if args.threads else 'benchmark'}.json"
-    notes = [b["note"] for b in results.get("busy", {}).values() if b.get("note")]
-    print(f"wrote {machine.write_results(path, results, busy='; '.join(notes))}")
+    # the worst setup's note stands for the run (each setup's is in results["busy"])
+    worst = max(results.get("busy", {}).values(), default={"note": ""},
+                key=lambda b: (bool(b["note"]), b["ratio_spread"] + b["other_cores"]))
+    print(f"wrote {machine.write_results(path, results, busy=worst['note'])}")
 
 
 if __name__ == "__main__":

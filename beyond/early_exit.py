@@ -3,11 +3,13 @@ beyond/early_exit.py: self-speculation by early exit. The big model's own first 
 final LayerNorm and its head draft; the whole model checks. No second model to train or load
 (LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
 
-Measured on held-out text, with no extra training, the big model (4 layers) trained with AdamW
-agreed with its own first 1, 2 and 3 layers on 54%, 70% and 87% of characters: its later layers
+Whether its first layers can draft depends on how the big model was trained. Measured on
+held-out text, with no extra training, the big model trained with AdamW agreed with its own
+first 1, 2 and 3 layers on more characters with each layer, most of them at 3: its later layers
 mostly refined what the earlier ones already predicted. Trained with Muon, as the big preset is
-since 2026-12-03, it agrees with them on 20%, 41% and 69% (alpha 0.34, 0.52, 0.77): its
-prediction forms later. The figures below are the AdamW model's.
+since 2026-12-03, its first layers agree with it far less: its prediction forms later, and
+early exit, which did not pay with the AdamW model, loses more (docs/RESULTS.md, "Every drafter
+compared: the fastest way to write this text exactly", has both models' figures).
 
 EarlyExit(model, L) (what `--draft exitL` gives) shares ONE KV cache with the check, as
 LayerSkip does. A guess runs the lower layers (0..L-1) on one token and reads the head off their
@@ -26,15 +28,17 @@ first_layers(model, L) is the variant without sharing: a GPT of the first L laye
 draft with a KV cache of its own, so those layers' keys and values are computed twice.
 
 Measured (2 CPU cores, 8 held-out prompts x 200 characters, greedy; best L and k of each):
-sharing takes early exit from 0.48x to 0.87x of plain decoding in NumPy and from 0.80x to 0.94x
-in torch (L = 3, k = 1). It still does not pay, and the formula says why: speed-up =
-(1 - a^(k+1)) / (1 - a) / (k c + verify). A guess costs c = 0.34, 0.59, 0.84 of a step for
-a = 0.54, 0.70, 0.87 (L = 1, 2, 3), and the check of k + 1 rows costs 1.1-1.3 steps in torch
-and in NumPy, where 2 or 3 rows cost as much row for row as one, L/n + (k + 1)(n - L)/n (k <= 2).
-Even a free check (verify = 1, c = L/n) would give at most 1.23x (L = 1, k = 1).
+sharing makes early exit faster on both backends, most in NumPy, yet it stays slower than plain
+decoding (docs/RESULTS.md, "Every drafter compared: the fastest way to write this text
+exactly"), and the formula says why: speed-up = (1 - a^(k+1)) / (1 - a) / (k c + verify). A
+guess through L of n layers costs c, about L/n of a step or more, and its agreement a is too
+low for that price: more layers agree more, but cost more still; the check of k + 1 rows costs
+more than a step in torch and in NumPy, where 2 or 3 rows cost as much row for row as one,
+L/n + (k + 1)(n - L)/n (k <= 2). Even a free check (verify = 1, c = L/n) would give little more
+than plain decoding.
 Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
-distilled from the whole model for 55 s) lifted agreement to 72, 84 and 92% and torch to
-1.07-1.15x at k = 1, but not NumPy (0.75-0.86x), whose plain decoding stays twice as fast.
+distilled from the whole model in about a minute) lifted agreement at every L and took torch
+just past plain decoding at k = 1, but not NumPy, whose plain decoding is the faster one.
 
 Shapes: T tokens, C channels, V vocabulary, nh heads, hs head size; "rows" count positions from
 the start of the current window (the positions the model sees).

@@ -4,10 +4,11 @@ KV cache interface.
 
 Why a second implementation? A tiny model's decoding step does little arithmetic: on a laptop
 CPU most of a one-token step is the fixed cost of each framework call (dispatch, autograd
-bookkeeping, small allocations), about 5 us in torch and 1 us in NumPy. So the same weights
-decode several times faster here, and speculative decoding's draft gets cheap enough to pay for
-itself. It also shows in a few dozen lines all that a GPT forward pass does (picoGPT, by Jay
-Mody, does the same for GPT-2).
+bookkeeping, small allocations), several times smaller in NumPy than in torch. So the same
+weights decode much faster here (docs/RESULTS.md, "With Hugging Face transformers": plain
+decoding, ours in torch and in NumPy), and speculative decoding's draft gets cheap enough to
+pay for itself. It also shows in a few dozen lines all that a GPT forward pass does (picoGPT,
+by Jay Mody, does the same for GPT-2).
 
 NumpyGPT(model) copies a trained gpt.GPT and behaves like it where decoding looks: `c`,
 `new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`, torch in and out, so
@@ -24,9 +25,10 @@ Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - the attention scale 1/sqrt(hs) is folded into the query weights, GELU's 0.5 into the MLP's
   output weights;
 - one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
-  vectors whose LayerNorm statistics are Python floats: 128 us against 175 through the block
-  path on the big model. It earns its place so, and the class its own: 2.6-3.5x faster than
-  numpy_speculative.forward (python -m beyond.studies.forwards; it goes if that falls below 1.5x).
+  vectors whose LayerNorm statistics are Python floats: fewer NumPy calls, so clearly faster
+  than the block path on the big model. It earns its place so, and the class its own, while
+  it stays beyond.studies.forwards.KEEP times as fast as the readable numpy_speculative.forward
+  (python -m beyond.studies.forwards times all three).
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """
@@ -71,10 +73,10 @@ def normalise_vector(x):
 
 
 def linear(x, w, b):
-    """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4 (measured, 128 x
-    512 weights: 14 and 20 us against 13, and 3 for one row): those go one row at a time. A
-    check of k = 2 guesses (3 tokens) so costs 2.47 one-token steps, 2.97 in one product
-    (python -m beyond.studies.forwards times both)."""
+    """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4, and more slowly
+    than as many single rows (measured on the big model's 128 x 512 weights): those go one row
+    at a time, which makes a check of k = 1 or 2 guesses cheaper
+    (python -m beyond.studies.forwards times both ways)."""
     if 1 < len(x) < 4:
         return np.stack([row @ w for row in x]) + b
     return x @ w + b

@@ -7,30 +7,32 @@ The big model's own head reads its final hidden state at position t (after ln_f)
 token t + 1. Head i (i = 1..h) reads the same state and guesses token t + 1 + i: a residual block
 x + SiLU(W x), then a projection to the vocabulary (at first W = 0 and a copy of the big model's
 head). The pass that checked the last round has already computed the state whose prediction was
-the last token, seq[-1], so a round's guesses cost only the heads (five in NumPy: about 10 us,
-against 310 us for one torch pass of the big model). The drafter's scorer (scorer_for) keeps the
-final state of every token the big model reads; propose() runs heads 1..k on the one at
-len(seq) - 2. The first round has no state yet: it feeds the prompt, less its last token,
-through that scorer (a pass counted as drafting time). A one-token prompt has no state before
-its token, so its first round guesses that token again (deterministic guesses are exact too).
+the last token, seq[-1], so a round's guesses cost only the heads (in NumPy, two small
+products each: a small fraction of one torch pass of the big model). The drafter's scorer
+(scorer_for) keeps the final state of every token the big model reads; propose() runs heads
+1..k on the one at len(seq) - 2. The first round has no state yet: it feeds the prompt, less
+its last token, through that scorer (a pass counted as drafting time). A one-token prompt has no
+state before its token, so its first round guesses that token again (deterministic guesses are
+exact too).
 
 The guesses are a chain, head i's top token at draft position i, checked by the usual rule, so
 the stats' accepted_per_position[i - 1] counts the rounds in which head i's guess was kept. When
 sampling, each guess is drawn from its head's warped distribution, which comes back with it.
 A k above h gets h guesses: there is no head for a further one.
 
-Training (python -m beyond.heads: 400 steps, 3.6 minutes on 2 shared CPU cores; the first
-`--draft heads`, or the first study that uses them, does the same once): the big model stays
-frozen; it continues the first quarter of each training window greedily, and head i learns
-the big model's top token for position t + 1 + i of that text. Greedy decoding writes the big
-model's greedy text, so that is the text to learn. Measured with 4 heads after 300 steps, in
-characters per big-model pass (greedy, 8 held-out prompts x 200 characters, k = 4): learning
-its distributions (soft targets) on the training text 1.60, its top tokens on the training text
-1.80, its distributions on its greedy text 2.76, its top tokens on its greedy text 3.24 (600
-steps: 3.33). `python -m beyond.heads --speed` times greedy decoding against plain decoding with
-the same target: with a torch target, k = 1..5 gave 1.27, 1.50, 1.68, 1.77 and 1.79x (3.58
-characters per pass at k = 5); with a NumPy target 0.88, 0.80, 1.08, 1.04 and 1.04x, because a
-NumPy pass over k + 1 tokens costs 2.4-3 one-token passes (torch: 1.2-1.6). Hence HEADS = 5.
+Training (python -m beyond.heads: 400 steps, a few minutes on a CPU; the first `--draft heads`,
+or the first study that uses them, does the same once): the big model stays frozen; it
+continues the first quarter of each training window greedily, and head i learns the big
+model's top token for position t + 1 + i of that text. Greedy decoding writes the big model's
+greedy text, so that is the text to learn. Measured with 4 heads, in characters per big-model
+pass (greedy, 8 held-out prompts x 200 characters, k = 4): heads that learn its greedy text
+write far more than heads that learn the training text, and its top tokens (hard targets) beat
+its distributions (soft targets) on either text. `python -m beyond.heads --speed` times greedy
+decoding against plain decoding with the same target: with a torch target every k from 1 to 5
+pays, k = 5 most; with a NumPy target the heads hardly pay, because a NumPy pass over k + 1
+tokens costs several one-token passes, where torch's costs not much more than one
+(docs/RESULTS.md, "Every drafter compared: the fastest way to write this text exactly"). Hence
+HEADS = 5.
 
 The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
 (beyond/fast_numpy.py), and the scorer unfolds it from there.

@@ -11,20 +11,21 @@ a text repeats itself, as greedy text of a small model does).
 
 NGramDraft.of_target(big) ("ngram-big" on the command lines) builds the table from the big
 model's own greedy text instead: a drafter need not know the language, only what the model it
-drafts for writes, and a small model's greedy text repeats its habits. It keeps about 0.91 of
-its guesses where the training text's table keeps 0.88 (figures below).
+drafts for writes, and a small model's greedy text repeats its habits. It keeps more of its
+guesses than the training text's table does (docs/RESULTS.md, "Every drafter compared: the
+fastest way to write this text exactly").
 
 Guesses are deterministic, so for sampling each comes with a one-hot distribution: the
 acceptance rule keeps it with probability target(x) and otherwise draws from the target with x
 removed, which is exactly the target's distribution.
 
 The order, 5, was chosen by measurement. On greedy runs of the big model (8 held-out prompts x
-200 characters, k = 4) orders 4, 5 and 6 wrote 3.02, 3.23 and 3.29 characters per pass, and 3.60,
-3.72 and 3.54 with prompt lookup, which the command line switches on. At k = 8, order 5 wrote
-4.31 (4.94 with lookup), order 6 only 3.94: longer tables follow the training text more than the
-model. `python -m beyond.ngram` prints each order's agreement with the big model on held-out
-text (4: 0.770, 5: 0.759, 6: 0.701). The table is built from the training split in seconds and
-cached next to the checkpoints.
+200 characters, k = 4 and 8), order 5 with prompt lookup, which the command line switches on,
+wrote the most characters per pass: a shorter table knows too little context, and a longer one
+follows the training text more than the model. `python -m beyond.ngram` prints each order's
+agreement with the big model on held-out text, where a shorter order leads; but the contexts a
+drafter meets while decoding are the big model's own text, and there it must be measured. The
+table is built from the training split in seconds and cached next to the checkpoints.
 """
 
 import sys
@@ -45,11 +46,11 @@ LOOKUP = 3   # characters matched by prompt lookup
 
 # "ngram-big": the table of the big model's own greedy text, which models the model rather than
 # the language. Measured by `python -m beyond.ngram` (greedy runs of the big model, 8 held-out
-# prompts x 200 characters, no prompt lookup): tables of order 6 / 8 / 10 from 1,024 runs of 200
-# characters kept 0.910 / 0.910 / 0.915 of the guesses at k = 4 and wrote 5.86 / 5.90 / 5.95
-# characters per pass at k = 8; 4,096 runs gained nothing (order 6: 0.913, 5.90). The training
-# text's table with prompt lookup kept 0.880 and wrote 4.94. Prompt lookup on top of this table
-# lowered it (0.901, 5.56): the table already knows the model's habits.
+# prompts x 200 characters, no prompt lookup): tables of order 6, 8 and 10 from 1,024 runs of
+# 200 characters kept about as many guesses as each other and wrote about as much per pass, and
+# four times the runs gained nothing: hence the smallest. Each kept more guesses and wrote more
+# than the training text's table with prompt lookup; prompt lookup on top of this table lowered
+# both: the table already knows the model's habits.
 OWN_ORDER, OWN_RUNS, OWN_LENGTH, OWN_PROMPT = 6, 1024, 200, 32
 
 
@@ -104,8 +105,9 @@ class NGramDraft(sd.Drafter, sd.Scorer):
     def of_target(cls, target, folder=None, order=OWN_ORDER, runs=OWN_RUNS, length=OWN_LENGTH,
                   log=print):
         """The table of the target's own greedy text (own_text), backing off to the training
-        text's table where it has not seen a context. Built once per target (about 12 s for the
-        big model on 2 cores) and cached (.npz), tied to the target's weights."""
+        text's table where it has not seen a context. Built once per target (seconds for the big
+        model: docs/RESULTS.md, "Every drafter compared: the fastest way to write this text
+        exactly") and cached (.npz), tied to the target's weights."""
         base = cls.trained(folder)
         stamp = "/".join(map(str, (presets.fingerprint(target),
                                    corpus.loaded()["meta"]["shakespeare"]["sha256"], runs, length)))

@@ -112,7 +112,7 @@ def torch_tree_logits(model, tokens, positions, visible, cache, states):
         torch.tensor(positions, device=device))                          # (1, T, C)
     try:
         for layer, block in enumerate(t.h):
-            block.attn._buffers["mask"] = mask            # (setattr's checks cost 10 us a call)
+            block.attn._buffers["mask"] = mask            # (setattr's checks: slow, each call)
             x = block(x, cache, layer)                                   # (1, T, C)
     finally:
         for block, causal in zip(t.h, saved):

@@ -116,11 +116,10 @@ def probes(kinds=("training", "decoding"), repeats=5):
     which is arithmetic. decoding: the mean of 2 x `repeats` plain decodings of 64 characters
     with the KV cache on decoding's one thread, which is mostly the fixed cost of each call.
     A mean, not a median: beside programs that keep both cores busy, a call either runs
-    whole or is interrupted, and the interrupted ones are the slowdown (beside two spinning
-    programs, medians of 5 said 1.25-1.95x slower in turn, means of 10 1.35-1.6x, the exercises
-    ran 1.5x slower). (A training step timed on one thread instead said 1.3x slower on a
-    processor without AVX-512 that decoded as fast, and 1.3x slower beside a busy core, where
-    the exercises ran at their quiet speed.)"""
+    whole or is interrupted, and the interrupted ones are the slowdown (medians jumped from run
+    to run there; means of ten followed how much slower the exercises ran). (A training step
+    timed on one thread instead misjudged both a processor without AVX-512, which decoded as
+    fast, and a busy core, beside which the exercises ran at their quiet speed.)"""
     torch.manual_seed(0)
     model = gpt.GPT(gpt.Config(**{**vars(presets.preset("big").config), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))

@@ -9,7 +9,6 @@ passes timed at each size (batch_curve; exercise 5 draws the same curve).
     python -m beyond.studies.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
 """
 
-import json
 from dataclasses import dataclass
 
 import torch
@@ -258,8 +257,7 @@ def main(argv=None):
                  f"{r['steps_speedup']:.2f}x |"))
     print(busy.note() or "(the machine stayed quiet)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        machine.write_results(args.json, results, busy=busy.note())
     return results
 
 

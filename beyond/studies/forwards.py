@@ -5,9 +5,9 @@ one past the lesson's two earns its place.
     python -m beyond.studies.forwards            # the lesson's big model's shape, under a minute
 
 The lesson reads two: gpt.GPT (torch) and numpy_speculative.forward (NumPy, exercise 3). Beside
-them, beyond/fast_numpy.py's NumpyGPT stays while it is at least 1.5x faster than the readable
-NumPy forward, and its one-token path on vectors while that beats its block path; beyond/
-batched.py's per-row forwards (rows of different lengths: per-row slots, a spare slot for
+them, beyond/fast_numpy.py's NumpyGPT stays while it is at least KEEP times as fast as the
+readable NumPy forward, and its one-token path on vectors while that beats its block path;
+beyond/batched.py's per-row forwards (rows of different lengths: per-row slots, a spare slot for
 padding, scattered writes) serve batches only while the one-row paths are faster on one row.
 Every figure: one pass over T new tokens after 64 cached ones, the median of `repeats`, in
 microseconds, on one thread (untrained weights: only the shapes matter).

@@ -2,7 +2,7 @@
 beyond/studies/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
 lenience relaxation, and the arithmetic that speculation wastes.
 
-    python -m beyond.studies.sampling_costs           # cached models: 65-80 s on 2 CPU cores
+    python -m beyond.studies.sampling_costs           # cached models: a few minutes
     python -m beyond.studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
     python -m beyond.studies.sampling_costs --quick   # tiny models: what the tests run
 
@@ -32,7 +32,8 @@ lenience relaxation, and the arithmetic that speculation wastes.
 4. Formulas. Corollary 3.9 of Leviathan et al. (checked in tests/test_sampling_costs.py) and the
    best k: measured (greedy, k = --ks, the best drafter) against speculative.best_k.
 Figures: results/sampling_temperature.png, sampling_lenience.png, sampling_costs.png; numbers in
-sampling_costs.json; the report's section "Sampling's price list".
+sampling_costs.json; the report's section "Sampling's price list" (docs/RESULTS.md, "Sampling's
+price list", has a run's figures and how long it took).
 """
 
 import math

@@ -3,7 +3,7 @@ beyond/studies/trees.py: token trees against chains of the same drafter, at the 
 checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
 next to the formula's prediction (beyond/tree_grow.py).
 
-    python -m beyond.studies.trees                 # the lesson's models: 14 min, busy 2-core VM
+    python -m beyond.studies.trees                 # the lesson's models: many minutes
     python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
     python -m beyond.studies.trees --quick         # tiny models: what the tests run
 
@@ -24,7 +24,8 @@ plain greedy decoding. Then, per target backend:
 
 It prints the mask of one real round (the first of the first prompt) and writes
 results/trees.png, results/trees.json, results/trees.md and its section of results/report.md
-(`python -m beyond.studies --only trees` runs it with the other studies).
+(`python -m beyond.studies --only trees` runs it with the other studies). docs/RESULTS.md,
+"Token trees: several guesses per position, one pass", has runs' figures and how long they took.
 """
 
 import statistics

@@ -82,12 +82,14 @@ def minutes(seconds):
 
 
 def about_machine(run):
-    """"AMD EPYC, 2 cores, AVX512-BF16, torch 2.13.0+cpu" from a results file's run."""
+    """"AMD EPYC, 2 cores with native bfloat16, torch 2.13.0+cpu" from a results file's run
+    (native bfloat16: AVX512-BF16 or AMX, where training multiplies in bfloat16)."""
     about = run["machine"]
-    flags = ", AVX512-BF16 (training in bfloat16)" if "avx512_bf16" in about["cpu_flags"] else \
-        ", no AVX512-BF16 (training in float32)" if about["cpu"] else ""
+    bf16 = "with" if "avx512_bf16" in about["cpu_flags"] or "amx_bf16" in about["cpu_flags"] \
+        else "without"
     gpu = f", {about['gpu']}" if about.get("gpu") else ""
-    return f"{about['cpu']}, {about['cpu_cores']} cores{flags}, torch {about['torch']}{gpu}"
+    return f"{about['cpu']}, {about['cpu_cores']} cores {bf16} native bfloat16, torch " \
+        f"{about['torch']}{gpu}"
 
 
 def provenance(runs, name):
@@ -209,6 +211,9 @@ MODEL_SHAPES = {"big": "`Config()`", "draft": "`Config(n_embd=32, n_layer=1, n_h
                 "names": "1 x 32, on first names", "distilled": "1 x 128, imitating `big`"}
 
 
+OPTIMIZERS = {"adamw": "AdamW", "muon": "Muon"}
+
+
 def models_table(runs):
     agreement = runs["benchmark"]["agreement"]
     names = runs["ex4_break"]["drafts"]["names"]["greedy_agreement"]
@@ -219,7 +224,7 @@ def models_table(runs):
             names if name == "names" else None
         rows.append([f"`{name}`", MODEL_SHAPES[name],
                      f"{record['n_layer']} x {record['n_embd']}, "
-                     f"{record['parameters'] / 1e6:.2f}M", record["optimizer"],
+                     f"{record['parameters'] / 1e6:.2f}M", OPTIMIZERS[record["optimizer"]],
                      record["steps"], record["precision"], machine.duration(record["seconds"]),
                      f"{record['val_loss']:.3f}", "" if alpha is None else percent(alpha, 1)])
     return table(["preset", "what", "layers x width, parameters", "optimizer", "steps",

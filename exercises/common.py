@@ -66,10 +66,12 @@ def load_models(args, names, log=print):
 # against that run's: the same probes (probes()) timed here before each stage, and timed at the
 # reference run's start. Training stages scale with the training probe, the rest (the exercises
 # 1-5, the studies) with the decoding one. The reference runs are results files in
-# docs/results/: `python -m exercises` from nothing (lesson.json: the models and the exercises)
-# and `python -m beyond.studies` (studies.json), each with the machine it ran on.
+# docs/results/, each with the machine it ran on: `python -m exercises` from nothing
+# (lesson.json: the models), the same again (lesson-again.json: the exercises, without a fresh
+# environment's first imports) and `python -m beyond.studies` (studies.json); a later one's
+# time for a stage replaces an earlier one's.
 REFERENCES = ROOT / "docs" / "results"
-REFERENCE_RUNS = ("lesson.json", "studies.json")
+REFERENCE_RUNS = ("lesson.json", "lesson-again.json", "studies.json")
 TRAINING = ("big", "draft", "names", "distilled", "heads")
 
 
@@ -89,7 +91,7 @@ def reference(folder=REFERENCES):
             continue
         try:
             run = json.loads(path.read_text())
-            probes_then = run["probes"]
+            probes_then = typical_probes(run["stages"])
             table.update({key: (seconds, probes_then)
                           for key, seconds in run["stage_seconds"].items()})
             about = run["run"]["machine"]
@@ -102,6 +104,15 @@ def reference(folder=REFERENCES):
         raise NoReference(f"no forecast: no reference run in {folder} "
                           f"({', '.join(REFERENCE_RUNS)})")
     return table, machines[0]
+
+
+def typical_probes(stages):
+    """A run's speed: the median of the probes taken before each of its stages, per kind (one
+    probe jumps by a fifth from stage to stage on a quiet machine; the stages' times belong to
+    the run's usual speed)."""
+    kinds = {kind for stage in stages for kind in stage.get("probes") or {}}
+    return {kind: statistics.median(stage["probes"][kind] for stage in stages
+                                    if kind in (stage.get("probes") or {})) for kind in kinds}
 
 
 def unforecast(keys):

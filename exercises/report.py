@@ -83,8 +83,9 @@ def write(args):
     for n, section in sections.items():
         quick = " (quick mode: tiny models, the numbers only check the plumbing)" \
             if section["quick"] else ""
-        lines += [f"## {heading(n)}", "",
-                  f"*Run {section['run']['date']}{quick}.*", "", section["markdown"], ""]
+        # a section saved before results files had a "run" kept its date at the top level
+        date = section["run"]["date"] if "run" in section else section.get("date", "unknown")
+        lines += [f"## {heading(n)}", "", f"*Run {date}{quick}.*", "", section["markdown"], ""]
     path = common.results_dir(args) / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -197,6 +197,21 @@ def test_the_lesson_runs_no_study_and_the_report_links_the_studies_once_run(resu
     assert "sampling's price list (not run yet)" in report
 
 
+def test_a_section_saved_by_an_earlier_version_still_makes_the_report(tmp_path):
+    # Sections saved before results files had a "run" (their date at the top level) stay in
+    # results/sections/ of a student's checkout; the report once crashed on them (KeyError).
+    import json
+    from exercises import common, report
+    args = common.ExerciseArgs(results=str(tmp_path), checkpoints=str(tmp_path / "none"))
+    report.record(args, 1, {"numbers": {}, "markdown": "new section"}, log=None)
+    old = {"exercise": 5, "title": report.TITLES[5], "quick": False,
+           "date": "2026-12-01 10:00 UTC", "numbers": {}, "markdown": "old section"}
+    report.section_path(args, 5).write_text(json.dumps(old))
+    text = report.write(args).read_text()
+    assert "*Run 2026-12-01 10:00 UTC.*" in text and "old section" in text
+    assert "new section" in text
+
+
 def test_the_report_anchor_is_the_headings():
     from exercises import report
     assert report.anchor("Sampling's price list") == "#samplings-price-list"
@@ -264,7 +279,8 @@ def test_a_stage_forecast_scales_with_this_machines_measured_speed():
     # twice as slow waits twice as long for the big model and as long for exercise 3.
     from exercises import common
     table, machine_line = common.reference()
-    (big, reference), (three, _) = table["big"], table["3"]
+    (big, big_speed), (three, three_speed) = table["big"], table["3"]
+    reference = {"training": big_speed["training"], "decoding": three_speed["decoding"]}
     assert common.forecast(["big", 3], reference) == pytest.approx(big + three)
     twice_as_slow_training = {**reference, "training": 2 * reference["training"]}
     assert common.forecast(["big", 3], twice_as_slow_training) == pytest.approx(
@@ -280,7 +296,9 @@ def test_the_forecast_comes_from_the_committed_reference_runs(tmp_path):
     import shutil
     from exercises import common
     lesson = json.loads((common.REFERENCES / "lesson.json").read_text())
+    again = json.loads((common.REFERENCES / "lesson-again.json").read_text())
     assert common.reference()[0]["big"][0] == lesson["stage_seconds"]["big"]
+    assert common.reference()[0]["3"][0] == again["stage_seconds"]["3"]   # the later run's
     for name in common.REFERENCE_RUNS:
         shutil.copy(common.REFERENCES / name, tmp_path / name)
     (tmp_path / "studies.json").write_text("{")

@@ -105,6 +105,7 @@ def rendered_part(name, text):
     part = [s for s in sections if s.startswith(tuple(RENDERED_SECTIONS))]
     models = part[1]   # The models: up to the note that the rest of it is transcribed
     part[1] = models.split("*The rest of this section is transcribed by hand")[0]
+    assert part[1] != models, "The models: where does the transcribed part start?"
     return "".join(part)
 
 

@@ -167,9 +167,8 @@ def kind(stage):
 def forecast(stages, measured=None):
     """Seconds the stages (keys of the reference runs' stage_seconds) will take here, at this
     machine's speed now (`measured`: probes())."""
-    table, missing = reference()[0], unforecast(stages)
-    if missing:
-        raise NoReference(f"no forecast: the reference runs have no time for {', '.join(missing)}")
+    table = reference()[0]
+    stages = [s for s in stages if str(s) in table]   # the others: see unforecast
     measured = measured or probes({kind(s) for s in stages})
     return sum(table[str(s)][0] * measured[kind(s)] / table[str(s)][1][kind(s)] for s in stages)
 
@@ -191,11 +190,10 @@ class Progress:
         self.reference = None
         if self.probe:
             try:
-                missing = unforecast([k for _, keys in stages for k in keys])
-                if missing:
-                    raise NoReference(f"no forecast: the reference runs have no time for "
-                                      f"{', '.join(missing)}")
                 self.reference = reference()[1]
+                missing = unforecast([k for _, keys in stages for k in keys])
+                if missing:   # a stage no reference run timed (a model it had trained already)
+                    self.reference += f"; not counting {', '.join(missing)}, which it did not time"
             except NoReference as e:
                 print(e)
 
@@ -300,7 +298,7 @@ def notebook_models(names):
         try:
             about = "" if unforecast(missing) else \
                 f": about {machine.duration(forecast(missing))} at this machine's speed now"
-        except NoReference:
+        except NoReference:   # no reference run: no forecast
             about = ""
         print(f"training {', '.join(missing)} first, once{about} (`make train` does the same "
               "from a terminal)")

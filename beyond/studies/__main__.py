@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import cli
 import machine
 import presets
+from beyond import heads
 from beyond.studies import batch_curve, drafters, sampling_costs, transformers, trees
 from exercises import common, report
 
@@ -109,6 +110,17 @@ def batch_section(args, log):
     return {"numbers": numbers, "markdown": markdown}
 
 
+def train_heads(args, log):
+    """The extra heads on the big model, trained here (once: heads.load trains missing ones),
+    with their time in common.TRAINED beside the presets' (the forecast's reference)."""
+    folder = common.checkpoint_folder(args)
+    big = common.load_models(args, ["big"], log=log)["big"]
+    started = time.time()
+    heads.load(big, folder, log=log)
+    common.TRAINED.append({"preset": "heads", "seconds": time.time() - started,
+                           "finished": time.time()})
+
+
 def run(args, log=print):
     """Each study asked for, in order, each recorded into the report; returns the sections."""
     started = time.time()
@@ -127,8 +139,10 @@ def run(args, log=print):
     progress = common.Progress(stages(args, keys, folder), forecast=not args.quick)
     busy = machine.Busy().start()
     sections = {}
-    for key in keys:
+    for key, (_, stage_keys) in zip(keys, progress.stages):
         progress.start()
+        if "heads" in stage_keys:   # trained first, timed: the heads' own stage time
+            train_heads(args, log)
         if key == "batch":
             sections[key] = batch_section(args, log)
         else:

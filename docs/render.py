@@ -95,7 +95,8 @@ def about_machine(run):
 def provenance(runs, name):
     """One line: the command, the machine, the date, quiet or busy, and the file."""
     run = runs[name]["run"]
-    busy = "busy: " + run["busy"].removeprefix("note: ") if run["busy"] else "quiet"
+    reason = re.search(r"\((.*)\)", run["busy"])   # a Busy note: "... busy (WHY): ..."
+    busy = "quiet" if not run["busy"] else f"busy ({reason[1] if reason else run['busy']})"
     return (f"*Measured by `{run['command']}` on {about_machine(run)}, {run['date']}, {busy} "
             f"(`docs/results/{name}.json`).*")
 

@@ -40,9 +40,10 @@ class Runs:
     """The results files of a folder, each read (and checked) once, when a figure needs it."""
 
     def __init__(self, folder=RUNS):
-        self.folder, self.read = Path(folder), {}
+        self.folder, self.read, self.last = Path(folder), {}, None
 
     def __getitem__(self, name):
+        self.last = name   # the file a failing figure read last: its error names it
         if name not in self.read:
             path = self.folder / f"{name}.json"
             try:
@@ -317,8 +318,8 @@ def value(kind, name, runs):
     except (KeyError, TypeError, StopIteration, ValueError, statistics.StatisticsError) as e:
         if isinstance(e, RenderError):
             raise
-        raise RenderError(f"{name}: the results files lack what it needs "
-                          f"({type(e).__name__}: {e}); measure again") from None
+        raise RenderError(f"{name}: {runs.folder / runs.last}.json lacks what it needs "
+                          f"({type(e).__name__}: {e}); measure it again") from None
 
 
 def render(text, runs, where=""):

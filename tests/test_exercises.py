@@ -159,13 +159,13 @@ def test_running_one_exercise_keeps_the_other_sections(tmp_path):
     text = (results / "report.md").read_text()
     assert "exercise five's own text" in text and "## Exercise 5: GPU timing" in text
     assert "## Exercise 2: derive" in text and "3.3616" in text
-    first_date = report.load_sections(args)[2]["date"]
+    first_date = report.load_sections(args)[2]["run"]["date"]
     ex2_derive.main(["--quick", "--alpha", "0.5", "--results", str(results),
                      "--checkpoints", str(tmp_path / "c")])
     text = (results / "report.md").read_text()
     assert "exercise five's own text" in text, "running exercise 2 dropped exercise 5"
     assert "alpha = 0.5" in text and "alpha = 0.8" not in text, "exercise 2's section is stale"
-    assert report.load_sections(args)[2]["date"] >= first_date
+    assert report.load_sections(args)[2]["run"]["date"] >= first_date
     assert text.count("## Exercise 2") == 1
 
 

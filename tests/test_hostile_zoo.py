@@ -930,4 +930,6 @@ def test_a_submission_that_sleeps_everywhere_waits_one_limit_per_part_and_job(or
         assert elapsed < waited + 20, elapsed
         assert "a sleep?" in " ".join(line for r in results for line in r.lines())
     else:
-        assert elapsed >= len(parts.PARTS) * limit, elapsed
+        # 11 limits, less a few hundredths of a second that each timer may fire early (21.94 s
+        # for 22 once)
+        assert elapsed >= 0.95 * len(parts.PARTS) * limit, elapsed

@@ -56,7 +56,7 @@ def test_a_changed_measurement_changes_its_figures_and_nothing_else(tmp_path):
     (lambda p: p.write_text(json.dumps({k: v for k, v in json.loads(p.read_text()).items()
                                         if k != "run"})), 'no "run"'),
     (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "runs": []})),
-     "lack what it needs"),
+     "lacks what it needs"),
 ])
 def test_a_bad_results_file_is_one_line_naming_it_and_nothing_is_written(tmp_path, damage, says):
     runs = copy_runs(tmp_path)

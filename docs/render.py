@@ -205,6 +205,16 @@ def stage_table(runs):
                   "again (models cached)"], rows)
 
 
+def studies_table(runs):
+    """Each study's stage of `make studies`, and the whole run."""
+    run = runs["studies"]
+    rows = [[s["label"].split(" (training")[0], machine.duration(s["seconds"])]
+            for s in run["stages"]]
+    rows.append(["**all of them** (`python -m beyond.studies`)",
+                 f"**{machine.duration(run['total_s'])}**"])
+    return table(["study", "time (models trained already)"], rows)
+
+
 def trained(runs, name):
     return next(r for r in runs["lesson"]["trained"] if r["preset"] == name)
 
@@ -304,6 +314,8 @@ BLOCKS = {
     "lesson.provenance": lambda r: provenance(r, "lesson") + "\n" + provenance(r, "lesson-again")
     + "\n",
     "models.table": models_table,
+    "studies.table": studies_table,
+    "studies.provenance": lambda r: provenance(r, "studies") + "\n",
     "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",
 }
 

@@ -744,7 +744,8 @@ TREE = """import os, time
             try:
                 held = np.ones(56_000_000)
                 os.write(writer, b"1")
-                time.sleep(4)
+                time.sleep(10)   # held until the check ends (a child that let go before the
+                #                  main process counted once made "HELD 3" under a busy suite)
             finally:
                 os._exit(0)
     held = np.ones(56_000_000)

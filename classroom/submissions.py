@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from classroom import parts, regions
 
 ROOT = Path(__file__).resolve().parents[1]
-NEVER_COPIED = {".git", ".venv", "checkpoints", "results", "__pycache__", ".pytest_cache",
+NEVER_COPIED = {".git", ".venv", "checkpoints", "__pycache__", ".pytest_cache",
                 ".hypothesis", ".ipynb_checkpoints"}
 MAX_ENTRIES = 50_000          # entries in a submitted zip (a repository with its .git fits)
 MAX_FILE = 2 * 1024 ** 2      # bytes of one student file (the reference's are under 40 KB)
@@ -50,7 +50,9 @@ def project_files(root=ROOT):
 
     def kept(path):
         relative = path.relative_to(root)
-        generated = relative.parts[0] == "data" and relative.name != "README.md"
+        # data/ and results/ at the top are a run's (docs/results/ is the reference runs')
+        generated = (relative.parts[0] == "data" and relative.name != "README.md") or \
+            relative.parts[0] == "results"
         return path.is_file() and not NEVER_COPIED & set(relative.parts) and not generated
     return [f for f in files if kept(f)]
 

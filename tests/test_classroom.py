@@ -76,7 +76,8 @@ def student_repo(tmp_path_factory):
 
 def test_build_writes_a_complete_student_repository(student_repo):
     for name in ["README.md", ".ci/run", ".github/workflows/classroom.yml",
-                 "classroom/checks.py", "numpy_speculative.py", "docs/LESSON.md", "Makefile"]:
+                 "classroom/checks.py", "numpy_speculative.py", "docs/LESSON.md", "Makefile",
+                 "docs/results/lesson.json"]:   # the forecast's reference runs
         assert (student_repo / name).exists(), name
     assert not (student_repo / "tests").exists()
     assert not (student_repo / "classroom" / "TEACHERS.md").exists()

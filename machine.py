@@ -103,6 +103,15 @@ def describe():
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+def summary(about):
+    """describe()'s dict in words: "AMD EPYC, 2 cores with native bfloat16, torch X"
+    (native bfloat16: AVX512-BF16 or AMX, where training multiplies in bfloat16)."""
+    bf16 = "with" if {"avx512_bf16", "amx_bf16"} & set(about["cpu_flags"]) else "without"
+    gpu = f", {about['gpu']}" if about.get("gpu") else ""
+    return f"{about['cpu']}, {about['cpu_cores']} cores {bf16} native bfloat16, torch " \
+        f"{about['torch']}{gpu}"
+
+
 # A results file: {"format": RESULTS_FORMAT, "run": provenance(), ...the run's figures}. The
 # documents' figures are rendered from such files (docs/render.py); a new format number tells
 # the renderer that an old file no longer holds what it reads.

@@ -82,8 +82,8 @@ class NoReference(ValueError):
 @functools.cache
 def reference(folder=REFERENCES):
     """{stage key (a str): (seconds, {probe kind: seconds at that run's start})} from the
-    reference runs there are, and the machine of the first, e.g. "AMD EPYC, 2 cores,
-    avx512_bf16". A run that is there but unreadable, or none at all: NoReference."""
+    reference runs there are, and the machine of the first in words (machine.summary). A
+    run that is there but unreadable, or none at all: NoReference."""
     table, machines = {}, []
     for name in REFERENCE_RUNS:
         path = Path(folder) / name
@@ -94,9 +94,7 @@ def reference(folder=REFERENCES):
             probes_then = typical_probes(run["stages"])
             table.update({key: (seconds, probes_then)
                           for key, seconds in run["stage_seconds"].items()})
-            about = run["run"]["machine"]
-            machines.append(f"{about['cpu']}, {about['cpu_cores']} cores"
-                            + "".join(f", {f}" for f in about["cpu_flags"] if "bf16" in f))
+            machines.append(machine.summary(run["run"]["machine"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise NoReference(f"no forecast: the reference run {path} is unreadable "
                               f"({type(e).__name__}: {e})") from None

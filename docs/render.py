@@ -15,7 +15,6 @@ A results file that is missing, malformed or of another format stops the renderi
 line naming it, before any document is written: a document is never half rendered.
 """
 
-import json
 import re
 import statistics
 import sys
@@ -25,74 +24,14 @@ import cli
 import machine
 import speculative
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # its siblings: docs/ is no package
+from figures import (RUNS, RenderError, Runs, about_machine, grouped, minutes,  # noqa: E402
+                     percent, provenance, table, times)
+
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "docs" / "results"
 DOCUMENTS = ["README.md", "docs/LESSON.md", "docs/RESULTS.md", "docs/TESTING.md"]
 FIGURE = re.compile(r"<!-- fig ([\w.-]+) -->(.*?)<!-- /fig -->", re.S)
 BLOCK = re.compile(r"(<!-- begin ([\w.-]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
-
-
-class RenderError(ValueError):
-    """A results file that cannot be rendered from, or a marker nobody renders."""
-
-
-class Runs:
-    """The results files of a folder, each read (and checked) once, when a figure needs it."""
-
-    def __init__(self, folder=RUNS):
-        self.folder, self.read, self.last = Path(folder), {}, None
-
-    def __getitem__(self, name):
-        self.last = name   # the file a failing figure read last: its error names it
-        if name not in self.read:
-            path = self.folder / f"{name}.json"
-            try:
-                data = json.loads(path.read_text())
-            except OSError:
-                raise RenderError(f"{path}: missing; run the command that writes "
-                                  f"results/{name}.json and copy it there") from None
-            except ValueError as e:
-                raise RenderError(f"{path}: not JSON ({e})") from None
-            if not isinstance(data, dict) or data.get("format") != machine.RESULTS_FORMAT:
-                raise RenderError(f"{path}: results format {data.get('format') if isinstance(data, dict) else None!r}, "
-                                  f"this version reads {machine.RESULTS_FORMAT}: measure it again")
-            if not isinstance(data.get("run"), dict) or "machine" not in data["run"]:
-                raise RenderError(f"{path}: no \"run\" (command, machine, date): measure it again")
-            self.read[name] = data
-        return self.read[name]
-
-
-# ----------------------------------------------------------------------------------------------
-# How figures are written
-
-
-def times(x):
-    return f"{x:.2f}x"
-
-
-def percent(x, digits=0):
-    return f"{100 * x:.{digits}f}%"
-
-
-def grouped(x):
-    return f"{x:,.0f}"
-
-
-def minutes(seconds):
-    return str(round(seconds / 60))
-
-
-def about_machine(run):
-    return machine.summary(run["machine"])
-
-
-def provenance(runs, name):
-    """One line: the command, the machine, the date, quiet or busy, and the file."""
-    run = runs[name]["run"]
-    reason = re.search(r"\((.*)\)", run["busy"])   # a Busy note: "... busy (WHY): ..."
-    busy = "quiet" if not run["busy"] else f"busy ({reason[1] if reason else run['busy']})"
-    return (f"*Measured by `{run['command']}` on {about_machine(run)}, {run['date']}, {busy} "
-            f"(`docs/results/{name}.json`).*")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -234,12 +173,6 @@ def models_table(runs):
                      f"{record['val_loss']:.3f}", "" if alpha is None else percent(alpha, 1)])
     return table(["preset", "what", "layers x width, parameters", "optimizer", "steps",
                   "products in", "time", "validation loss", "greedy agreement with big"], rows)
-
-
-def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,8 +11,11 @@ text between the markers is this script's to write, NAME one of FIGURES or BLOCK
 Re-measuring: run the command (`make benchmark`, `make lesson` in a fresh clone, `make test`),
 copy its results/NAME.json into docs/results/, run `make docs` and review the diff.
 
-A results file that is missing, malformed or of another format stops the rendering with one
-line naming it, before any document is written: a document is never half rendered.
+A results file that is missing, malformed or of another format, or a claim in a document that
+its results file contradicts, stops the rendering with one line naming it, before any document
+is written: a document is never half rendered. Beside this script: docs/figures.py (reading
+results files, writing figures, provenance lines, claim checks) and docs/render_studies.py (the
+figures of RESULTS.md's study sections, merged into FIGURES and BLOCKS below).
 """
 
 import re
@@ -25,6 +28,7 @@ import machine
 import speculative
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # its siblings: docs/ is no package
+import render_studies  # noqa: E402
 from figures import (RUNS, RenderError, Runs, about_machine, grouped, minutes,  # noqa: E402
                      percent, provenance, table, times)
 
@@ -230,6 +234,7 @@ FIGURES = {
     "tests.count": lambda r: str(r["tests"]["passed"] + r["tests"]["skipped"]),
     "tests-fast.time": lambda r: machine.duration(r["tests-fast"]["seconds"]),
     "tests-fast.count": lambda r: str(r["tests-fast"]["passed"] + r["tests-fast"]["skipped"]),
+    **render_studies.FIGURES,   # the study sections of docs/RESULTS.md
 }
 
 BLOCKS = {
@@ -243,6 +248,7 @@ BLOCKS = {
     "studies.table": studies_table,
     "studies.provenance": lambda r: provenance(r, "studies") + "\n",
     "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",
+    **render_studies.BLOCKS,
 }
 
 

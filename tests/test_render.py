@@ -136,3 +136,68 @@ def test_the_hand_typed_figure_check_finds_a_typed_figure():
     text = hand_typed("the distilled draft gives 1.61x here, <!-- fig bench.ngram -->2.27x<!-- /fig -->")
     assert [m[0] for m in MEASURED.finditer(text)] == ["1.61x"]
 
+
+def rendered_with(tmp_path, name, change):
+    """Every document rendered from docs/results with one results file changed by change(data)."""
+    runs = copy_runs(tmp_path)
+    data = json.loads((runs / f"{name}.json").read_text())
+    change(data)
+    (runs / f"{name}.json").write_text(json.dumps(data))
+    return render["render_all"](runs_folder=runs)
+
+
+def rows_of(data, backend, draft):
+    return [r for r in data["runs"] if (r["backend"], r["draft"]) == (backend, draft)]
+
+
+def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
+    # The claim checks' negative control: re-measured files in which the training text's table
+    # agrees more than the big model's own, or batching gains more with the batch size, leave
+    # no false sentence standing: one line names the claim, and nothing is written.
+    def own_text_agrees_less(data):
+        for backend in ("numpy", "torch"):
+            for row in rows_of(data, backend, "ngram-big"):
+                row["alpha"] = 0.5
+    with pytest.raises(render["RenderError"], match="the data contradicts the claim 'a drafter "
+                                                    "needs to know what the big model writes"):
+        rendered_with(tmp_path, "drafters", own_text_agrees_less)
+
+    def rises_with_batch(data):
+        largest = max(row["batch"] for row in data["curve"]["rows"])
+        for row in data["curve"]["rows"]:
+            if row["batch"] == largest:
+                row["speedup"] = 10.0
+    with pytest.raises(render["RenderError"], match="The speed-up falls with the batch size"):
+        rendered_with(tmp_path / "again", "batch_curve", rises_with_batch)
+
+
+def test_a_conclusion_written_from_the_data_follows_it(tmp_path):
+    # Where the words are the renderer's (a goal met or not, the fastest setup), a re-measure
+    # that turns them changes the words: batch 16 at best under the 1.5x goal reads "short of".
+    before = (ROOT / "docs" / "RESULTS.md").read_text()
+    assert "beyond the 1.5x we aimed for" in before
+
+    def slower(data):
+        for key, value in data.items():
+            if key.startswith("batch16_"):
+                for row in value["rows"]:
+                    row["speedup"] *= 0.6
+    rendered = rendered_with(tmp_path, "batch_curve", slower)
+    after = next(new for path, (_, new) in rendered.items() if path.name == "RESULTS.md")
+    assert "short of the 1.5x we aimed for" in after and "beyond the 1.5x" not in after
+
+
+def test_a_study_says_busy_when_its_repeated_timings_spread_wide():
+    # The studies leave run.busy empty and keep their spreads (machine.spread) and Busy notes in
+    # their figures: the provenance line reads them. A quiet file stays quiet.
+    figures = runpy.run_path(str(ROOT / "docs" / "figures.py"))
+    run = {"run": {"busy": ""}}
+    assert figures["busy_words"]({**run, "rows": [{"spread": 0.1}]}) == "quiet"
+    assert figures["busy_words"]({**run, "rows": [{"spread": 0.1}, {"x": [{"spread": 0.4}]}]}) \
+        == "busy (repeated timings differed by up to 40%)"
+    note = "torch, draft: note: the machine was busy (repeated timings differed by up to 58%): ..."
+    assert figures["busy_words"]({**run, "notes": [note]}) == \
+        "busy (repeated timings differed by up to 58%)"
+    assert figures["busy_words"]({"run": {"busy": "note: the machine was busy (other programs "
+                                                  "used 1.0 of 2 cores): ..."}}) == \
+        "busy (other programs used 1.0 of 2 cores)"

@@ -29,8 +29,8 @@ import speculative
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # its siblings: docs/ is no package
 import render_studies  # noqa: E402
-from figures import (RUNS, RenderError, Runs, about_machine, grouped, minutes,  # noqa: E402
-                     percent, provenance, table, times)
+from figures import (RUNS, RenderError, Runs, about_machine, claim, grouped,  # noqa: E402
+                     minutes, percent, provenance, span, table, times)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", "docs/LESSON.md", "docs/RESULTS.md", "docs/TESTING.md"]
@@ -110,6 +110,74 @@ def predicted_ratio(runs, setup, draft):
     ratios = [r["speedup"] / r["predicted_speedup"] for r in runs["benchmark"]["runs"]
               if isinstance(r["k"], int) and r["setup"] == setup and r["draft"] == draft]
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Threads (python -m beyond.benchmark --threads: "CONDITION / WORK / N threads": milliseconds)
+
+
+LARGER = ("plain decoding, 200 characters", "lesson's loop (no cache), 100 characters",
+          "training step, big model (20 x 128)")   # the passes large enough to split
+
+
+def thread_times(runs):
+    """{(condition, work, threads): milliseconds}, in the run's order."""
+    split = (key.removesuffix(" threads").split(" / ") for key in runs["threads"]
+             if key.count(" / ") == 2)
+    return {(c, work, int(n)): runs["threads"][f"{c} / {work} / {n} threads"]
+            for c, work, n in split}
+
+
+def milliseconds(ms):
+    return f"{ms:.2f}" if ms < 10 else grouped(ms)
+
+
+def threads_table(runs):
+    times_ = thread_times(runs)
+    conditions = list(dict.fromkeys(c for c, _, _ in times_))
+    rows = [[work if n == min(n for _, w, n in times_ if w == work) else "", n,
+             *[milliseconds(times_[c, work, n]) for c in conditions]]
+            for work, n in dict.fromkeys((w, n) for _, w, n in times_)]
+    return table(["work", "torch threads", *conditions], rows)
+
+
+def two_against_one(runs, condition, work):
+    return thread_times(runs)[condition, work, 2] / thread_times(runs)[condition, work, 1]
+
+
+def quiet_small(runs):
+    """A one-token step and a 5-token check on a quiet machine: about as dear on 2 threads."""
+    works = ("decoding step, big model (1 token)", "verification pass, big model (5 tokens)")
+    claim(all(0.8 < two_against_one(runs, "quiet", w) < 1.25 for w in works),
+          "On a quiet machine a one-token step and a 5-token check cost about the same on 1 and 2 "
+          "threads")
+    t = thread_times(runs)
+    return " and ".join(f"{milliseconds(t['quiet', w, 1])} against "
+                        f"{milliseconds(t['quiet', w, 2])}" for w in works)
+
+
+def collapse(runs):
+    """How much longer every larger pass takes on 2 threads beside a busy program."""
+    ratios = [two_against_one(runs, c, w) for c, w, n in thread_times(runs)
+              if c != "quiet" and w in LARGER and n == 1]
+    claim(min(ratios) > 1, "Beside a busy program, every larger pass is slower on 2 threads")
+    return span(ratios, "{:.1f}".format)
+
+
+def plain_on_one(runs):
+    """Plain decoding on one thread: never slower than on 2, in any condition."""
+    work = "plain decoding, 200 characters"
+    conditions = {c for c, w, _ in thread_times(runs) if w == work}
+    claim(all(two_against_one(runs, c, work) >= 1 for c in conditions),
+          "plain decoding is fastest on one thread in every condition")
+    t = thread_times(runs)
+    return f"{milliseconds(t['quiet', work, 1])} against {milliseconds(t['quiet', work, 2])}"
+
+
+def training_on_two(runs):
+    ratio = 1 / two_against_one(runs, "quiet", "training step, big model (20 x 128)")
+    claim(ratio > 1, "every core for training on a quiet machine")
+    return times(ratio)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -234,6 +302,12 @@ FIGURES = {
     "tests.count": lambda r: str(r["tests"]["passed"] + r["tests"]["skipped"]),
     "tests-fast.time": lambda r: machine.duration(r["tests-fast"]["seconds"]),
     "tests-fast.count": lambda r: str(r["tests-fast"]["passed"] + r["tests-fast"]["skipped"]),
+    # threads, quiet and busy (python -m beyond.benchmark --threads)
+    "threads.time": lambda r: machine.duration(r["threads"]["run"]["seconds"]),
+    "threads.quiet": quiet_small,
+    "threads.training": training_on_two,
+    "threads.collapse": collapse,
+    "threads.plain": plain_on_one,
     **render_studies.FIGURES,   # the study sections of docs/RESULTS.md
 }
 
@@ -248,6 +322,8 @@ BLOCKS = {
     "studies.table": studies_table,
     "studies.provenance": lambda r: provenance(r, "studies") + "\n",
     "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",
+    "threads.table": threads_table,
+    "threads.provenance": lambda r: provenance(r, "threads") + "\n",
     **render_studies.BLOCKS,
 }
 

@@ -98,12 +98,13 @@ NOT_MEASURED = {
     # of beyond/studies/trees.py, not a measurement)
     "docs/RESULTS.md": ["0.15", "0.08"],
 }
-# docs/RESULTS.md: the sections rendered so far (the rest of "The models" is transcribed by hand
-# from older runs, each with its date, until its study writes a results file).
+# docs/RESULTS.md: every section but the rest of "The models" (transcribed by hand from older
+# runs, each with its date, until its study writes a results file).
 RENDERED_SECTIONS = ["## How long the commands take", "## The models",
                      "## Speculative decoding from the command line", "## The benchmark",
                      "## Every drafter compared", "## With Hugging Face transformers",
-                     "## Batches", "## Sampling's price list", "## Token trees"]
+                     "## Batches", "## Sampling's price list", "## Threads, and a busy machine",
+                     "## Token trees"]
 
 
 def rendered_part(name, text):
@@ -152,8 +153,9 @@ def rows_of(data, backend, draft):
 
 def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
     # The claim checks' negative control: re-measured files in which the training text's table
-    # agrees more than the big model's own, or batching gains more with the batch size, leave
-    # no false sentence standing: one line names the claim, and nothing is written.
+    # agrees more than the big model's own, batching gains more with the batch size, or 2 threads
+    # pay beside a busy program leave no false sentence standing: one line names the claim, and
+    # nothing is written.
     def own_text_agrees_less(data):
         for backend in ("numpy", "torch"):
             for row in rows_of(data, backend, "ngram-big"):
@@ -169,6 +171,11 @@ def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
                 row["speedup"] = 10.0
     with pytest.raises(render["RenderError"], match="The speed-up falls with the batch size"):
         rendered_with(tmp_path / "again", "batch_curve", rises_with_batch)
+
+    def two_threads_pay_beside_a_spinner(data):
+        data["one core busy / plain decoding, 200 characters / 2 threads"] = 1.0
+    with pytest.raises(render["RenderError"], match="every larger pass is slower on 2 threads"):
+        rendered_with(tmp_path / "threads", "threads", two_threads_pay_beside_a_spinner)
 
 
 def test_a_conclusion_written_from_the_data_follows_it(tmp_path):

@@ -132,7 +132,8 @@ def compare(args, target, draft_names, folder, log):
                         # Where a round's time goes, per new character (microseconds).
                         "draft_us": stats.draft_time / stats.new_tokens * 1e6,
                         "check_us": stats.target_time / stats.new_tokens * 1e6,
-                        "loop_us": statistics.median(outside) / n_new * 1e6})
+                        "loop_us": statistics.median(outside) / n_new * 1e6,
+                        "spread": spreads[-1]})   # machine.spread of the paired ratios
             note = busy.note(spreads)
             if note:
                 busy_notes.append(f"{backend}, {name}: {note}")
@@ -335,7 +336,7 @@ def run(args, log=print):
     log("\nthe ladder: alpha against draft cost")
     ladder_rows = ladder(target, folder, log, own_runs=32 if args.quick else ngram.OWN_RUNS)
     plot(args, rows, ladder_rows)
-    numbers = {"runs": rows, "ladder": ladder_rows, "backends": backends}
+    numbers = {"runs": rows, "ladder": ladder_rows, "backends": backends, "notes": notes}
     common.save_json(args, "drafters.json", numbers)
     return {"numbers": numbers, "markdown": markdown(rows, ladder_rows, backends, notes)}
 

@@ -240,7 +240,7 @@ class TrainConfig:
     """How to train: the lesson's recipe, AdamW in float32. The defaults, chosen by measurement,
     train Config() in minutes on a CPU (the loss, and why a batch of 20: docs/RESULTS.md,
     "The models"). training.Recipe, what the presets train with, adds Muon, bfloat16 and
-    torch.compile by overriding optimizers(), peak_lr() and loss_function()."""
+    torch.compile by overriding optimizers(), peak_lr(), rate() and loss_function()."""
     steps: int = 1500          # optimizer steps
     batch_size: int = 20       # sequences per step (20 x 128 characters; more: lower loss, slower)
     lr: float = 4e-3           # AdamW's peak learning rate, after a linear warm-up
@@ -260,6 +260,10 @@ class TrainConfig:
     def peak_lr(self, optimizer):
         """The peak of `optimizer`'s schedule; None: lr (decayed to min_lr)."""
         return None
+
+    def rate(self, step, optimizer):
+        """`optimizer`'s learning rate at `step`: learning_rate's warm-up and cosine decay."""
+        return learning_rate(step, self, self.peak_lr(optimizer))
 
     def loss_function(self, model, device, teacher, resume, note):
         """(loss(x, y), what the checkpoint records of it): here in float32, the lesson's."""
@@ -393,7 +397,7 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, device=
             while step < tc.steps and not stop.asked:
                 for optimizer in steppers:
                     for group in optimizer.param_groups:
-                        group["lr"] = learning_rate(step, tc, tc.peak_lr(optimizer))
+                        group["lr"] = tc.rate(step, optimizer)
                 x, y = get_batch("train", train_source, batch_size=tc.batch_size,
                                  block_size=model.c.block_size, generator=generator, device=device)
                 loss = loss_of_batch(x, y)

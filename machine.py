@@ -99,17 +99,29 @@ def describe():
             "cpu": name, "cpu_flags": flags,
             "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "cpu_cores": cpu_cores(),
+            "vectorised": torch.backends.cpu.get_cpu_capability(),   # the kernels torch runs
+            "limited_by": {k: os.environ[k] for k in ISA_LIMITS if os.environ.get(k)},
             "decode_threads": DECODE_THREADS,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+# Environment variables that hold torch (and the libraries under it) to an older instruction
+# set: with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 and
+# --precision float32, a machine with AVX-512 stands in for one without (docs/RESULTS.md,
+# "The models").
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
 def summary(about):
     """describe()'s dict in words: "AMD EPYC, 2 cores with native bfloat16, torch X"
-    (native bfloat16: AVX512-BF16 or AMX, where training multiplies in bfloat16)."""
+    (native bfloat16: AVX512-BF16 or AMX, where training multiplies in bfloat16), and the
+    instruction set torch was held to, if it was."""
     bf16 = "with" if {"avx512_bf16", "amx_bf16"} & set(about["cpu_flags"]) else "without"
     gpu = f", {about['gpu']}" if about.get("gpu") else ""
-    return f"{about['cpu']}, {about['cpu_cores']} cores {bf16} native bfloat16, torch " \
-        f"{about['torch']}{gpu}"
+    limited = f" (held to {about['vectorised']} by {', '.join(about['limited_by'])})" \
+        if about.get("limited_by") else ""
+    return f"{about['cpu']}, {about['cpu_cores']} cores {bf16} native bfloat16{limited}, " \
+        f"torch {about['torch']}{gpu}"
 
 
 # A results file: {"format": RESULTS_FORMAT, "run": provenance(), ...the run's figures}. The

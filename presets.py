@@ -33,16 +33,21 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"  # the repository'
 # learned first names instead of Shakespeare (so it barely ever agrees with the target). And a
 # faster-paying draft: one layer as wide as the target (on a CPU a step costs per layer, hardly
 # per width) trained to imitate the target's distributions (distillation) rather than the text.
-# "train": how a preset trains where it differs from training.Recipe's defaults (AdamW, 1500
-# steps). With Muon the big model reaches AdamW's loss in 600 steps, in a third to a half of the
-# time, and the distilled draft, imitating it, agrees with it as much as before; the lesson's
-# two small drafts keep AdamW, and with it the lesson's figures (docs/RESULTS.md, "Muon").
+# "train": how a preset trains where it differs from training.Recipe's defaults (the lesson's
+# AdamW, cosine decay, 1500 steps). The big model trains with the speedrun's recipe (Muon, a
+# warm-up/stable/decay schedule at twice the rates, zero-initialised projections) for fewer
+# steps, each lever measured by beyond/studies/training.py (docs/RESULTS.md, "The models");
+# the distilled draft starts from the big model's embeddings and first block. The lesson's two
+# small drafts keep AdamW, and with it the lesson's figures.
 DRAFT = {"n_embd": 32, "n_layer": 1, "n_head": 2}
+SPEEDRUN = {"optimizer": "muon", "schedule": "wsd", "min_lr": 0.0, "lr": 8e-3, "muon_lr": 0.04,
+            "init": "zero", "warmup_steps": 20}
 PRESETS = {
-    "big": {"config": {}, "train": {"optimizer": "muon", "steps": 600}},
+    "big": {"config": {}, "train": {**SPEEDRUN, "steps": 550}},
     "draft": {"config": DRAFT},
     "names": {"config": DRAFT, "corpus": "names"},
-    "distilled": {"config": {"n_layer": 1}, "teacher": "big", "train": {"optimizer": "muon"}},
+    "distilled": {"config": {"n_layer": 1}, "teacher": "big",
+                  "train": {"optimizer": "muon", "init": "teacher", "steps": 600}},
 }
 # The presets in other sizes, each keeping its role (corpus, teacher), every preset of a size
 # trained alike: "quick" for the tests and --quick runs (trained in seconds; the big one stays
@@ -123,11 +128,18 @@ def fingerprint(model):
 # The checkpoint cache
 
 
+# Recipe's fields added after models were trained, at the value that was the only behaviour
+# before: left out of settings(), so that a model trained before they existed is still the same
+# training (not retrained for nothing).
+LATER_FIELDS = {"schedule": "cosine", "decay_fraction": 0.4, "init": "gpt2", "newton_schulz": 5}
+
+
 def settings(p):
     """What makes two trainings the same: model shape, training settings, and the data itself.
     Not the thread count nor compiling: they change the last digits of the losses, not what is
     trained. (The precision does change it, a little: it stays.)"""
-    training = {k: v for k, v in asdict(p.training).items() if k not in ("threads", "compile")}
+    training = {k: v for k, v in asdict(p.training).items() if k not in ("threads", "compile")
+                and not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
     return {"config": asdict(p.config.fill_vocab()), "train": training, "corpus": p.corpus,
             "data_sha256": corpus.loaded()["meta"][p.corpus]["sha256"]}
 
@@ -175,7 +187,7 @@ def ensure_trained(p, *, folder=None, device="auto", fresh=False, resume=False, 
             log(f"{path}: trained with other settings; kept it as {backup.name}, training anew")
             state = None
     torch.manual_seed(tc.seed)
-    model = GPT(config)
+    model = tc.initialise(GPT(config), teacher)   # a resumed run's weights replace these
     autocast = speedups(tc, machine.resolve_device(device), width=config.n_embd)[0]
     log(f"training {p.name}: {model.num_params() / 1e6:.2f}M parameters, {tc.steps} steps "
         f"of {tc.batch_size} x {config.block_size} characters from {p.corpus}"

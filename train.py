@@ -3,11 +3,12 @@ train.py: train the lesson's models from the command line, with a checkpoint cac
 
     python train.py                       # every preset: big, draft, names, distilled
     python train.py --preset draft        # one preset
-    python train.py --preset big --optimizer adamw --steps 1500   # the lesson's own recipe
+    python train.py --preset big --optimizer adamw --steps 1500 --schedule cosine --init gpt2 \
+        --lr 4e-3 --min_lr 4e-4 --warmup_steps 50 # the lesson's own recipe (gpt.TrainConfig)
     python train.py -h                    # every flag, from gpt.Config and training.Recipe
 
-Each preset trains with its own settings (presets.py: the big model with Muon for 600 steps,
-the drafts with AdamW for 1500); a flag given here overrides them.
+Each preset trains with its own settings (presets.py: the big model with Muon and the
+speedrun's schedule, the drafts with AdamW for 1500 steps); a flag given here overrides them.
 Checkpoints go to checkpoints/<preset>.pt. Rerunning skips a model already trained with the same
 settings on the same data; an interrupted run (Ctrl-C leaves a usable checkpoint) continues
 where it stopped; --resume continues a finished one to a new --steps; --fresh starts over.

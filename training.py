@@ -1,18 +1,20 @@
 """
 training.py: what the presets train with beyond the lesson's recipe (gpt.train, AdamW in
-float32): Muon for the blocks' weight matrices, matrix products in bfloat16 where the processor
-has them, and torch.compile. gpt.train's loop runs it unchanged: a Recipe is a gpt.TrainConfig
-that gives other optimizers, their schedule's peaks and another loss function.
+float32, cosine decay): Muon for the blocks' weight matrices, a warm-up/stable/decay schedule,
+other initialisations (zero residual projections; a distilled student starting from its
+teacher), matrix products in bfloat16 where the processor has them, and torch.compile.
+gpt.train's loop runs it unchanged: a Recipe is a gpt.TrainConfig that gives other optimizers,
+their schedule and peaks, and another loss function.
 
     from training import Recipe
-    gpt.train(model, config=Recipe(optimizer="muon", steps=600))   # the big preset's recipe
+    recipe = Recipe(optimizer="muon", schedule="wsd", init="zero", steps=550)
+    gpt.train(recipe.initialise(gpt.GPT()), config=recipe)   # about the big preset's recipe
 
 References: K. Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
-torch.autocast (mixed precision) and torch.compile, as the PyTorch documentation describes
-them. Measured here (docs/RESULTS.md, "The models"): with Muon the big model reaches AdamW's
-loss in well under half the steps; bfloat16 products make a step faster on a CPU that has them
-natively (elsewhere training stays in float32); compiling made the first steps slow and the
-rest no faster on that CPU, so it is off unless asked for.
+the modded-nanogpt speedrun (its schedule and zero-initialised projections); torch.autocast
+(mixed precision) and torch.compile, as the PyTorch documentation describes them. Each lever is
+measured by beyond/studies/training.py (docs/RESULTS.md, "The models"); compiling made the
+first steps slow and the rest no faster on a 2-core CPU, so it is off unless asked for.
 """
 
 import contextlib
@@ -37,13 +39,66 @@ class Recipe(gpt.TrainConfig):
     muon_lr: float = 0.02      # Muon's peak learning rate (warmed up and decayed alike)
     precision: str = "auto"    # auto (bfloat16 where the processor has it, else float32), bfloat16 or float32
     compile: bool = False      # torch.compile the model (off by default: it does not pay here)
+    schedule: str = "cosine"   # cosine (the lesson's), or wsd: warm-up, stable, linear decay
+    decay_fraction: float = 0.4  # wsd: the last fraction of the steps, decayed to min_lr
+    init: str = "gpt2"         # gpt2 (GPT's own), zero (residual projections start at 0), or
+    #                            teacher (distillation: the teacher's embeddings and first blocks)
+    newton_schulz: int = 5     # Muon's iterations per step (fewer: cheaper, and worse here)
 
     def __post_init__(self):
-        if self.optimizer not in ("muon", "adamw"):
-            raise ValueError(f"optimizer must be muon or adamw, not {self.optimizer!r}")
-        if self.precision not in ("auto", "bfloat16", "float32"):
-            raise ValueError(f"precision must be auto, bfloat16 or float32, not "
-                             f"{self.precision!r}")
+        choices = {"optimizer": ("muon", "adamw"), "precision": ("auto", "bfloat16", "float32"),
+                   "schedule": ("cosine", "wsd"), "init": ("gpt2", "zero", "teacher")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, "
+                                 f"not {getattr(self, name)!r}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ValueError(f"decay_fraction must be in (0, 1], not {self.decay_fraction}")
+        for name in ("lr", "muon_lr", "batch_size", "eval_every", "eval_batches",
+                     "newton_schulz"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be above 0, not {getattr(self, name)}: "
+                                 f"nothing would train")
+        if not 0 <= self.min_lr <= self.lr or self.warmup_steps < 0:
+            raise ValueError(f"min_lr must be in [0, lr] and warmup_steps at least 0, not "
+                             f"{self.min_lr} and {self.warmup_steps}")
+
+    def initialise(self, model, teacher=None):
+        """A fresh model's weights as `init` says (before training; resuming overwrites them).
+        zero: every block's two residual projections (c_proj) start at zero, so that each block
+        starts as the identity and the first steps learn through the embeddings (as the
+        modded-nanogpt speedrun does). teacher: the student takes the teacher's embeddings,
+        final norm and first n_layer blocks, where their shapes match (same width)."""
+        if self.init == "zero":
+            with torch.no_grad():
+                for block in model.transformer.h:
+                    block.attn.c_proj.weight.zero_()
+                    block.mlp.c_proj.weight.zero_()
+        elif self.init == "teacher":
+            if teacher is None:
+                raise ValueError("init teacher needs a teacher (a preset that distills)")
+            theirs, mine = teacher.state_dict(), model.state_dict()
+            taken = {name: theirs[name] for name in mine
+                     if name in theirs and theirs[name].shape == mine[name].shape}
+            if not taken:
+                raise ValueError("init teacher: the student shares no weight shape with its "
+                                 "teacher (another width)")
+            model.load_state_dict({**mine, **taken})
+        return model
+
+    def rate(self, step, optimizer):
+        """The cosine schedule (gpt.learning_rate), or wsd: the same warm-up, the peak held,
+        then a straight line down to the floor over the last decay_fraction of the steps."""
+        if self.schedule == "cosine":
+            return super().rate(step, optimizer)
+        peak = self.peak_lr(optimizer) or self.lr
+        floor = peak * self.min_lr / self.lr if self.lr else 0.0
+        decay_start = self.steps * (1 - self.decay_fraction)
+        if step < self.warmup_steps:
+            return peak * (step + 1) / self.warmup_steps
+        if step < decay_start:
+            return peak
+        return floor + (peak - floor) * (self.steps - step) / (self.steps - decay_start)
 
     def optimizers(self, model, device):
         """"muon": Muon for the blocks' weight matrices and AdamW for the rest (the embeddings,
@@ -53,7 +108,8 @@ class Recipe(gpt.TrainConfig):
                   and n.startswith("transformer.h.")]
         rest = [(n, p) for n, p in named if id(p) not in set(map(id, hidden))]
         return [gpt.adamw(rest, self, device)] + \
-            ([Muon(hidden, lr=self.muon_lr, weight_decay=self.weight_decay)] if hidden else [])
+            ([Muon(hidden, lr=self.muon_lr, weight_decay=self.weight_decay,
+                   newton_schulz=self.newton_schulz)] if hidden else [])
 
     def peak_lr(self, optimizer):
         return self.muon_lr if isinstance(optimizer, Muon) else None
@@ -98,10 +154,8 @@ class Recipe(gpt.TrainConfig):
 class Muon(torch.optim.Optimizer):
     """Muon: momentum whose step for each weight matrix is orthogonalised, its singular values
     pushed to about 1, so that every direction of the matrix learns at the same rate. For the
-    hidden layers' 2-D weights only (Recipe.optimizers). Here the big model reaches AdamW's loss
-    in well under half the steps, but the small drafts, trained as briefly, end worse
-    (docs/RESULTS.md, "The models"): the big preset trains with it (presets.py), Recipe's
-    default stays AdamW (--optimizer muon).
+    hidden layers' 2-D weights only (Recipe.optimizers). The big preset and the distilled draft
+    train with it (presets.py); Recipe's default stays AdamW (--optimizer muon).
 
     Changes from torch.optim.Muon, which it follows otherwise (its Nesterov momentum, the
     quintic's coefficients, the rate scaled by sqrt(max(1, rows / columns)), decoupled weight
@@ -109,8 +163,9 @@ class Muon(torch.optim.Optimizer):
     bfloat16 emulates, slowly.
     """
 
-    def __init__(self, params, lr=0.02, weight_decay=0.1, momentum=0.95):
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
+    def __init__(self, params, lr=0.02, weight_decay=0.1, momentum=0.95, newton_schulz=5):
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                      newton_schulz=newton_schulz))
 
     @torch.no_grad()
     def step(self):
@@ -123,7 +178,8 @@ class Muon(torch.optim.Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 average = state["momentum_buffer"].lerp_(p.grad, 1 - momentum)  # of gradients
-                update = orthogonalise(p.grad.lerp(average, momentum))  # Nesterov: a look ahead
+                update = orthogonalise(p.grad.lerp(average, momentum),  # Nesterov: a look ahead
+                                       steps=group["newton_schulz"])
                 rows, columns = p.shape
                 p.mul_(1 - lr * group["weight_decay"])
                 p.add_(update, alpha=-lr * max(1.0, rows / columns) ** 0.5)
@@ -154,7 +210,8 @@ def native_bfloat16(device):
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return device.type == "cpu" and any(getattr(torch.cpu, c, lambda: False)() for c in checks)
+    return device.type == "cpu" and torch.backends.cpu.get_cpu_capability() == "AVX512" \
+        and any(getattr(torch.cpu, c, lambda: False)() for c in checks)   # (not held to AVX2)
 
 
 def compiler_missing(device):

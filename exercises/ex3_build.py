@@ -142,6 +142,7 @@ def run(args, log=print):
     costs = {"lesson": args.k * c_lesson + 1, "cached": args.k * c_cached + verify,
              "numpy": args.k * c_numpy + verify}
     predicted = {name: tpp / cost for name, cost in costs.items()}
+    formula_tpp = sd.expected_tokens_per_pass(agreement, args.k)
     lesson_tpp = sd.expected_tokens_per_pass(0.37, args.k)   # the lesson's agreement
     lesson_c = (lesson_tpp - 1) / args.k                      # where lesson_tpp / (k c + 1) = 1
     measured = {
@@ -154,7 +155,7 @@ def run(args, log=print):
         f"{predicted['lesson']:.2f}x predicted. "
         f"**Why about 1x, and why ours differs:** a round writes {tpp:.2f} characters for one "
         f"pass of the big model (the formula says "
-        f"{sd.expected_tokens_per_pass(agreement, args.k):.2f} from the {agreement:.0%} greedy "
+        f"{formula_tpp:.2f} from the {agreement:.0%} greedy "
         f"agreement on held-out text; misses come in runs, so fewer), but it also costs "
         f"{args.k} draft steps. Without a cache a draft step recomputes its whole context and "
         f"costs c = {c_lesson:.2f} target steps here, so a round costs {args.k} x "
@@ -186,7 +187,8 @@ def run(args, log=print):
     common.figure(args, "ex3_build.png", fig)
     numbers = {"k": args.k, "draft": args.draft, "max_new_tokens": n, "identical": True,
                "tokens_per_pass": stats.tokens_per_pass, "acceptance_rate": stats.acceptance_rate,
-               "seconds": seconds, "greedy_agreement": agreement, "c_recompute": c_lesson,
+               "seconds": seconds, "greedy_agreement": agreement,
+               "formula_tokens_per_pass": formula_tpp, "c_recompute": c_lesson,
                "c_cached_torch": c_cached, "c_cached_numpy": c_numpy, "verify_cost": verify,
                "predicted_speedup": predicted, "measured_speedup": measured, "busy": note}
     common.save_json(args, "ex3_build.json", numbers)

@@ -178,6 +178,22 @@ def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
         rendered_with(tmp_path / "threads", "threads", two_threads_pay_beside_a_spinner)
 
 
+def test_the_training_ladders_claims_are_checked(tmp_path):
+    # "The models" says each kept rung lowers the loss and the fewer Newton-Schulz iterations
+    # train worse: a ladder whose rung made it worse, or whose cheap Muon trained better, stops
+    # the rendering (a rung that does not pay must leave the preset, not stand in the table).
+    def a_rung_that_does_not_pay(data):
+        data["ladder"][2]["final"] = data["ladder"][1]["final"] + 0.01
+    with pytest.raises(render["RenderError"], match="each kept rung lowers the loss"):
+        rendered_with(tmp_path, "training", a_rung_that_does_not_pay)
+
+    def cheap_muon_trains_better(data):
+        next(r for r in data["tried"] if r["rung"].startswith("3 Newton"))["final"] = 1.0
+    with pytest.raises(render["RenderError"], match="3 Newton-Schulz iterations instead of 5 "
+                                                    "trains worse"):
+        rendered_with(tmp_path / "again", "training", cheap_muon_trains_better)
+
+
 def test_a_conclusion_written_from_the_data_follows_it(tmp_path):
     # Where the words are the renderer's (a goal met or not, the fastest setup), a re-measure
     # that turns them changes the words: batch 16 at best under the 1.5x goal reads "short of".

@@ -1,6 +1,7 @@
 """Training, checkpoints and the lesson's own snippet."""
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -340,16 +341,30 @@ def test_a_resumed_run_keeps_the_precision_it_started_in(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
-def test_the_training_levers_study_times_each_lever_against_the_first(capsys):
-    # python -m beyond.studies.training: every lever asked for is timed, the first is the 1.00x
-    # baseline, and a lever that is not in the table is a one-line error.
-    from beyond.studies import training
-    rows = training.main(["--levers", "float32,batch 12", "--steps", "1", "--repeats", "1",
-                          "--threads", "1"])
-    assert list(rows) == ["float32", "batch 12"] and rows["float32"]["ratio"] == 1.0
-    assert all(row["ms"] > 0 for row in rows.values())
+def test_the_training_study_prices_each_lever_and_climbs_the_ladder(tmp_path):
+    # python -m beyond.studies.training: every lever asked for is priced, the first is the
+    # 1.00x baseline; each rung trains, is recorded with its curve, and its time to the target
+    # is its steps to the target times its step's price; a lever that is not in the table is a
+    # one-line error.
+    from beyond.studies import training as study
+    path = tmp_path / "training.json"
+    results = study.main(["--levers", "preset,batch 10", "--rungs", "2", "--steps", "2",
+                          "--time_steps", "1", "--repeats", "1", "--threads", "1",
+                          "--no-preset", "--json", str(path)])
+    prices = results["levers"]
+    assert list(prices) == ["preset", "batch 10"] and prices["preset"]["ratio"] == 1.0
+    assert [r["rung"] for r in results["ladder"]] == [name for name, _ in study.LADDER[:2]]
+    assert len(results["tried"]) == len(study.TRIED) and results["preset"] is None
+    for record in results["ladder"] + results["tried"]:
+        assert record["curve"][-1] == [2, record["final"]] and record["steps"] == 2
+        assert record["seconds_to_target"] is None   # two steps never reach 1.70
+    assert json.loads(path.read_text())["ladder"][1]["changes"] == study.LADDER[1][1]
+    # the price of a record that reached the target: its steps times its lever's price
+    record = {"priced_as": "batch 10", "reached_at": 300}
+    study.price([record], prices)
+    assert record["seconds_to_target"] == pytest.approx(300 * prices["batch 10"]["ms"] / 1e3)
     with pytest.raises(ValueError, match="unknown lever 'nope'"):
-        training.main(["--levers", "float32,nope"])
+        study.main(["--levers", "preset,nope", "--rungs", "0"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,7 +466,8 @@ def test_every_training_setting_but_threads_and_compile_makes_another_training()
     other = {"steps": 7, "batch_size": 3, "lr": 1e-3, "min_lr": 1e-5, "warmup_steps": 2,
              "weight_decay": 0.0, "grad_clip": 0.5, "eval_every": 9, "eval_batches": 3,
              "seed": 7, "threads": 2, "optimizer": "muon", "muon_lr": 0.01,
-             "precision": "float32", "compile": True}
+             "precision": "float32", "compile": True, "schedule": "wsd", "decay_fraction": 0.5,
+             "init": "zero", "newton_schulz": 3}
     assert set(other) == set(vars(draft.training))          # every field is tried
     for name, value in other.items():
         changed = replace(draft, training=replace(draft.training, **{name: value}))
@@ -460,7 +476,7 @@ def test_every_training_setting_but_threads_and_compile_makes_another_training()
 
 
 def test_each_preset_trains_with_its_own_settings_and_a_flag_overrides_one(tmp_path, monkeypatch):
-    # The big model trains with Muon for 600 steps, the drafts with AdamW (presets.PRESETS).
+    # The big model trains with Muon, the drafts with AdamW (presets.PRESETS).
     # A train.py flag changes only itself: with TrainConfig's defaults behind every flag, as
     # before, `--steps 4` trained the big model with AdamW (the first assert fails).
     tiny = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "16"]
@@ -483,3 +499,73 @@ def test_each_preset_trains_with_its_own_settings_and_a_flag_overrides_one(tmp_p
                            folder=tmp_path / "e", progress=False, log=lambda *a: None)
     state = gpt.load_checkpoint(tmp_path / "e" / "draft.pt")[1]
     assert state["settings"]["train"]["optimizer"] == "muon" and state["step"] == 6
+
+
+# ----------------------------------------------------------------------------------------------
+# The speedrun's levers (beyond/studies/training.py measures them; presets.py keeps the winners)
+
+
+def test_the_wsd_schedule_warms_up_holds_then_falls_in_a_straight_line_to_the_floor():
+    tc = Recipe(steps=100, warmup_steps=10, lr=1e-2, min_lr=1e-3, muon_lr=0.05, schedule="wsd",
+                decay_fraction=0.4)
+    adam = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    muon = training.Muon([torch.nn.Parameter(torch.zeros(2, 2))])
+    rates = [tc.rate(step, adam) for step in range(100)]
+    assert rates[0] == pytest.approx(1e-3) and rates[9] == pytest.approx(1e-2)   # warm-up
+    assert rates[10:60] == [pytest.approx(1e-2)] * 50                             # held
+    falls = np.diff(rates[60:])
+    assert np.all(falls < 0) and np.allclose(falls, falls[0])                     # a straight line
+    assert rates[99] == pytest.approx(1e-3 + 9e-3 / 40)                           # near the floor
+    assert tc.rate(60, muon) == pytest.approx(0.05) and tc.rate(100, muon) == pytest.approx(5e-3)
+    # negative control: the lesson's cosine never holds its peak
+    cosine = replace(tc, schedule="cosine")
+    assert cosine.rate(40, adam) < 1e-2 and cosine.rate(40, adam) == gpt.learning_rate(40, cosine)
+
+
+def test_initialisations_zero_and_teacher():
+    torch.manual_seed(0)
+    gpt2 = Recipe().initialise(GPT(tiny_config()))
+    assert all(b.mlp.c_proj.weight.abs().sum() > 0 for b in gpt2.transformer.h)   # control
+    zero = Recipe(init="zero").initialise(GPT(tiny_config()))
+    for block in zero.transformer.h:
+        assert not block.attn.c_proj.weight.any() and not block.mlp.c_proj.weight.any()
+    # a one-layer student of a two-layer teacher of its width: the teacher's first block, its
+    # embeddings and final norm; its own weights nowhere
+    teacher, student = fresh_model(1), GPT(tiny_config(n_layer=1))
+    Recipe(init="teacher").initialise(student, teacher)
+    theirs = teacher.state_dict()
+    assert all(torch.equal(w, theirs[name]) for name, w in student.state_dict().items())
+    with pytest.raises(ValueError, match="shares no weight shape"):
+        Recipe(init="teacher").initialise(GPT(tiny_config(n_embd=48, n_layer=1, n_head=2,
+                                                          vocab_size=7, block_size=8)), teacher)
+    with pytest.raises(ValueError, match="needs a teacher"):
+        Recipe(init="teacher").initialise(student)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"lr": 0.0}, "lr must be above 0"), ({"muon_lr": -1.0}, "muon_lr must be above 0"),
+    ({"batch_size": 0}, "batch_size must be above 0"), ({"schedule": "linear"}, "schedule must be"),
+    ({"init": "xavier"}, "init must be gpt2, zero or teacher"),
+    ({"decay_fraction": 0.0}, "decay_fraction must be in"), ({"newton_schulz": 0}, "newton_schulz"),
+    ({"min_lr": 1.0}, "min_lr must be in"), ({"precision": "fp8"}, "precision must be")])
+def test_a_recipe_that_cannot_train_is_a_one_line_error_before_any_step(changes, message):
+    with pytest.raises(ValueError, match=message):
+        Recipe(**changes)
+
+
+def test_newton_schulz_iterations_reach_muon():
+    tc = Recipe(optimizer="muon", newton_schulz=3)
+    muon = tc.optimizers(fresh_model(), torch.device("cpu"))[1]
+    assert {group["newton_schulz"] for group in muon.param_groups} == {3}
+
+
+def test_a_field_added_later_at_its_old_behaviour_keeps_old_checkpoints_the_same_training():
+    # presets.LATER_FIELDS at their old values are left out of settings (a model trained before
+    # they existed is not retrained); away from it, each one is recorded (control).
+    corpus.prepare()
+    draft = presets.preset("draft")
+    recorded = presets.settings(draft)["train"]
+    assert not set(presets.LATER_FIELDS) & set(recorded)
+    assert all(getattr(draft.training, name) == old for name, old in presets.LATER_FIELDS.items())
+    zero = replace(draft, training=replace(draft.training, init="zero"))
+    assert presets.settings(zero)["train"]["init"] == "zero"

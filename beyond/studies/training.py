@@ -1,24 +1,28 @@
 """
-beyond/studies/training.py: what makes the big model train faster, lever by lever, and what
-each lever does to its loss.
+beyond/studies/training.py: what makes the big model train faster, lever by lever: the ladder
+(each rung adds one lever to the rung above it and trains a fresh big model whole: its
+validation loss along the way, the step at which it first reaches the target, the loss at the
+end) and the price of a step under each lever (timed in turn, on the same machine, in the same
+run). Results in results/training.json (docs/RESULTS.md, "The models", renders it).
 
-    python -m beyond.studies.training                      # step times, interleaved (minutes)
-    python -m beyond.studies.training --full               # and each lever's whole training
-    python -m beyond.studies.training --levers float32,bfloat16 --repeats 5
-    python -m beyond.studies.training --levers adamw,muon --full     # the optimizers, whole
+    python -m beyond.studies.training                  # the ladder and its step times (about 12 minutes)
+    python -m beyond.studies.training --rungs 2 --steps 100    # a short look
+    python -m beyond.studies.training --levers_only --json results/training-prices.json
+                                      # the step prices alone (quiet: docs/RESULTS.md reads them)
 
-A lever is a change of training.Recipe (LEVERS below). Each one trains a fresh big model for
-`steps` steps, in turn with the others (A B C A B C ...: a drift in the machine's speed hits
-every lever alike), `repeats` times; the figure is the median milliseconds of a step and its
-ratio to the first lever's, both on the same machine in the same run. Compiling is timed apart
-(its first step compiles). --full trains each lever for its whole steps (the default's, or the
-lever's own) and adds the validation loss and the whole time: the loss column is what a lever
-costs, and the whole time what it saves where it changes the steps (an optimizer does).
+A lever is a change of training.Recipe. LADDER's rungs are kept, each on top of the one above;
+TRIED are levers tried on top of the last rung and not kept, each alone. Every rung trains the
+same number of steps (the old preset's 600: the loss at a fixed budget), evaluated every 50
+steps on the final evaluation's batches; its time to the target is the steps to its first
+evaluation at or below it times its step's measured price. The last line trains the big preset
+as presets.py keeps it (its own steps), the lesson's command.
 """
 
 import statistics
 import time
 from dataclasses import dataclass, replace
+
+import torch
 
 import cli
 import gpt
@@ -26,85 +30,159 @@ import machine
 import presets
 from training import Recipe
 
-# name -> what it changes in Recipe(); the first one asked for is the baseline
+TARGET = 1.70   # the validation loss the issue asks for: the lesson's big model at its best
+BEFORE = {"optimizer": "muon", "steps": 600}    # the big preset before the ladder (2026-12-03)
+LADDER = [   # (what the rung adds, Recipe's fields it changes)
+    ("the big preset before: Muon, cosine decay, 600 steps", BEFORE),
+    ("warm-up, stable, then a linear decay to 0 over the last 40%",
+     {"schedule": "wsd", "min_lr": 0.0}),
+    ("twice the peak learning rates (Muon 0.04, AdamW 8e-3)", {"muon_lr": 0.04, "lr": 8e-3}),
+    ("residual projections initialised to zero", {"init": "zero"}),
+    ("20 warm-up steps instead of 50", {"warmup_steps": 20}),
+]
+TRIED = [    # on top of the last rung, each alone, not kept; (name, changes, the step's price)
+    ("three times the peak learning rates", {"muon_lr": 0.06, "lr": 1.2e-2}, "preset"),
+    ("batch 10 instead of 20", {"batch_size": 10}, "batch 10"),
+    ("3 Newton-Schulz iterations instead of 5", {"newton_schulz": 3}, "newton-schulz 3"),
+]
+# name -> what it changes in the big preset's Recipe, for the step-price table (--levers)
 LEVERS = {
-    "adamw": {"optimizer": "adamw"},                  # the default: AdamW alone, 1500 steps
-    "muon": {"optimizer": "muon", "steps": 600},      # Muon for the blocks' matrices
+    "preset": {},                                     # the big preset as presets.py keeps it
+    "adamw": {"optimizer": "adamw"},                  # AdamW alone: Muon's price is the rest
     "float32": {"precision": "float32"},
     "bfloat16": {"precision": "bfloat16"},   # autocast: matrix products in bfloat16
-    "auto": {},                              # the default: bfloat16 where it is native
-    "batch 16": {"batch_size": 16},
-    "batch 12": {"batch_size": 12},
+    "batch 10": {"batch_size": 10},
+    "newton-schulz 3": {"newton_schulz": 3},
     "compile": {"compile": True},
-    "compile float32": {"compile": True, "precision": "float32"},
 }
 
 
 @dataclass
 class TrainingArgs:
-    levers: str = "float32,bfloat16,batch 16,compile"  # comma-separated names of LEVERS
-    steps: int = 30            # steps per timed run (after one untimed step)
+    levers: str = "preset,adamw,float32,batch 10,newton-schulz 3"  # comma-separated LEVERS
+    rungs: int = len(LADDER)   # the first this many rungs of the ladder (0: none)
+    tried: bool = True         # and the levers tried on top of the last rung
+    preset: bool = True        # and the big preset as presets.py keeps it, its own steps
+    steps: int = 600           # steps each rung trains (the loss at a fixed budget)
+    time_steps: int = 20       # steps per timed run of a lever (after one untimed step)
     repeats: int = 3           # timed runs per lever (the median is kept)
     threads: int = 0           # torch threads (0: training's own choice)
-    full: bool = False         # also train each lever its whole steps: its loss and its time
+    levers_only: bool = False  # only the step prices, no ladder
+    json: str = "results/training.json"
 
 
-def config_of(name, args):
-    if name not in LEVERS:
-        raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
-    return replace(Recipe(eval_every=10**9, eval_batches=1,
-                          threads=args.threads or machine.training_threads()),
-                   **LEVERS[name])
+def recipe(changes, args):
+    """The big preset's Recipe with `changes` (the ladder's rungs start from BEFORE instead)."""
+    return replace(presets.preset("big").training, threads=args.threads
+                   or machine.training_threads(), **changes)
 
 
 def step_seconds(tc, steps):
     """(seconds of the first step, seconds per step of the next `steps`) of a fresh big model."""
     model = gpt.GPT(presets.preset("big").config)
     started = time.perf_counter()
-    gpt.train(model, steps=1, log_every=0, config=tc)
+    gpt.train(model, steps=1, log_every=0, config=replace(tc, eval_every=10**9))
     first = time.perf_counter() - started
     started = time.perf_counter()
-    gpt.train(model, steps=steps, log_every=0, config=tc)
+    gpt.train(model, steps=steps, log_every=0, config=replace(tc, eval_every=10**9))
     return first, (time.perf_counter() - started) / steps
+
+
+def step_prices(names, args, log):
+    """Each lever's median milliseconds a step and its ratio to the first's, timed in turn
+    (A B C A B C ...: a drift of the machine's speed hits every lever alike)."""
+    for name in names:
+        if name not in LEVERS:
+            raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
+    configs = {name: recipe(LEVERS[name], args) for name in names}
+    times, first = {name: [] for name in names}, {}
+    step_seconds(configs[names[0]], 1)  # the process's first step pays for start-up
+    for _ in range(args.repeats):
+        for name, tc in configs.items():
+            once, per_step = step_seconds(tc, args.time_steps)
+            first.setdefault(name, once)
+            times[name].append(per_step)
+    rows = {name: {"ms": 1e3 * statistics.median(t), "first_step_s": first[name],
+                   "spread": machine.spread(t)} for name, t in times.items()}
+    for name, row in rows.items():
+        row["ratio"] = row["ms"] / rows[names[0]]["ms"]
+        log(f"{name:16s} {row['ms']:6.0f} ms a step ({row['ratio']:.2f}x {names[0]}), first "
+            f"step {row['first_step_s']:.1f} s")
+    return rows
+
+
+def curve_of(tc, log):
+    """Train a fresh big model with tc, evaluating every 50 steps: its record."""
+    torch.manual_seed(tc.seed)   # before the weights, as presets.ensure_trained does
+    model = tc.initialise(gpt.GPT(presets.preset("big").config))
+    curve = []
+    started = time.perf_counter()
+    gpt.train(model, log_every=0, config=replace(tc, eval_every=50),
+              on_eval=lambda step, loss: curve.append([step, round(loss, 4)]))
+    reached = next((step for step, loss in curve if loss <= TARGET), None)
+    return {"steps": tc.steps, "final": curve[-1][1], "reached_at": reached, "curve": curve,
+            "seconds": time.perf_counter() - started}
+
+
+def ladder(args, log):
+    rungs, tc = [], replace(Recipe(), threads=args.threads or machine.training_threads())
+    for name, changes in LADDER[:args.rungs]:
+        tc = replace(tc, **{**changes, "steps": args.steps})
+        rungs.append({"rung": name, "changes": changes, "priced_as": "preset",
+                      **curve_of(tc, log)})
+        log(f"{name}: {rungs[-1]['final']:.3f} after {args.steps} steps, {TARGET} at step "
+            f"{rungs[-1]['reached_at']}")
+    tried = []
+    for name, changes, price in TRIED if args.tried and args.rungs else []:
+        tried.append({"rung": name, "changes": changes, "priced_as": price,
+                      **curve_of(replace(tc, **changes), log)})
+        log(f"  tried, {name}: {tried[-1]['final']:.3f}, {TARGET} at step "
+            f"{tried[-1]['reached_at']}")
+    if not args.preset:
+        return rungs, tried, None
+    preset = recipe({}, args)
+    kept = {"rung": "the big preset (presets.py)", "changes": {}, "priced_as": "preset",
+            **curve_of(preset, log)}
+    log(f"{kept['rung']}: {kept['final']:.3f} after {preset.steps} steps")
+    return rungs, tried, kept
+
+
+def seconds_to_target(record, prices):
+    """A ladder record's seconds to the target: its steps to it times its step's price in
+    `prices` (a run's "levers"); None where it never reached it or its lever was not priced."""
+    lever = prices.get(record["priced_as"])
+    return record["reached_at"] * lever["ms"] / 1e3 if lever and record["reached_at"] else None
+
+
+def price(records, prices):
+    """Each record's seconds to the target at this run's prices."""
+    for record in records:
+        record["seconds_to_target"] = seconds_to_target(record, prices)
 
 
 def run(args, log=print):
     names = [n.strip() for n in args.levers.split(",") if n.strip()]
-    configs = {name: config_of(name, args) for name in names}
-    times, first = {name: [] for name in names}, {}
-    step_seconds(config_of("float32", args), 1)  # the process's first step pays for start-up
     with machine.Busy() as busy:
-        for _ in range(args.repeats):          # round robin
-            for name, tc in configs.items():
-                once, per_step = step_seconds(tc, args.steps)
-                first.setdefault(name, once)
-                times[name].append(per_step)
-    rows = {name: {"ms": 1e3 * statistics.median(t), "first_step_s": first[name]}
-            for name, t in times.items()}
-    base = rows[names[0]]["ms"]
-    for name, row in rows.items():
-        row["ratio"] = row["ms"] / base
-        if args.full:
-            tc = replace(configs[name], eval_every=250, eval_batches=16)
-            started = time.perf_counter()
-            model = gpt.train(gpt.GPT(presets.preset("big").config), log_every=0, config=tc)
-            row["full_s"], row["val_loss"] = time.perf_counter() - started, model.val_loss
-        log(f"{name:16s} {row['ms']:6.0f} ms a step ({row['ratio']:.2f}x {names[0]}), first "
-            f"step {row['first_step_s']:.1f} s" + (f"; {configs[name].steps} steps "
-                                                   f"{row['full_s']:.0f} s, validation loss "
-                                                   f"{row['val_loss']:.3f}" if args.full else ""))
-    note = busy.note([machine.spread(t) for t in times.values()])
+        prices = step_prices(names, args, log)
+        rungs, tried, kept = ([], [], None) if args.levers_only else ladder(args, log)
+    price(rungs + tried + ([kept] if kept else []), prices)
+    note = busy.note([row["spread"] for row in prices.values()])
     if note:
         log(note)
-    return rows
+    results = {"target": TARGET, "levers": prices, "ladder": rungs, "tried": tried,
+               "preset": kept}
+    if args.json:
+        log(f"wrote {machine.write_results(args.json, results, busy=note)}")
+    return results
 
 
 def main(argv=None):
     parser = cli.Parser(description=__doc__.strip().split("\n\n")[0])
     cli.add_fields(parser, TrainingArgs, title="flags")
     args = cli.take(TrainingArgs, parser.parse_args(argv))
-    if args.steps < 1 or args.repeats < 1:
-        raise ValueError("--steps and --repeats must be at least 1")
+    if min(args.steps, args.time_steps, args.repeats) < 1 or not 0 <= args.rungs <= len(LADDER):
+        raise ValueError(f"--steps, --time_steps and --repeats must be at least 1, --rungs "
+                         f"0 to {len(LADDER)}")
     return run(args)
 
 

@@ -1,10 +1,12 @@
 """Threads and busy-machine notes: decoding runs on one torch thread and gives the count back;
 a program spinning on a core is noticed; unsteady timings are noticed."""
 
+import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,8 @@ import torch
 import machine
 import speculative as sd
 from conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class ThreadSpy(torch.nn.Module):
@@ -140,3 +144,24 @@ def test_a_notebook_gets_one_line_updated_in_place(monkeypatch):
     assert len(shown) == 1                            # one output ...
     assert 15 <= len(updates) <= 25                   # ... redrawn every 0.5 s, not every step
     assert "100/100 steps" in updates[-1] and "left" not in updates[-1]
+
+
+def test_a_machine_held_to_an_older_instruction_set_says_so():
+    # The stand-in for a machine without AVX-512 (docs/RESULTS.md, "The models") is named as such
+    # wherever its runs are quoted; a machine as it is says nothing of it (the control).
+    about = {**machine.describe(), "cpu": "AMD EPYC", "cpu_cores": 2, "torch": "2.13.0+cpu",
+             "cpu_flags": ["avx2", "avx512f", "avx512_bf16"], "gpu": None}
+    plain = machine.summary({**about, "limited_by": {}})
+    assert plain == "AMD EPYC, 2 cores with native bfloat16, torch 2.13.0+cpu"
+    held = machine.summary({**about, "vectorised": "AVX2",
+                            "limited_by": {"ATEN_CPU_CAPABILITY": "avx2"}})
+    assert "held to AVX2 by ATEN_CPU_CAPABILITY" in held
+
+
+@pytest.mark.slow  # a subprocess
+def test_held_to_avx2_training_does_not_take_bfloat16_for_native():
+    # With torch held to AVX2, "auto" trains in float32: its bfloat16 kernels are out of reach.
+    code = "import training; print(training.native_bfloat16('cpu'))"
+    held = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}, cwd=ROOT)
+    assert held.stdout.strip() == "False", held.stderr

@@ -179,19 +179,19 @@ def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
 
 
 def test_the_training_ladders_claims_are_checked(tmp_path):
-    # "The models" says each kept rung lowers the loss and the fewer Newton-Schulz iterations
-    # train worse: a ladder whose rung made it worse, or whose cheap Muon trained better, stops
-    # the rendering (a rung that does not pay must leave the preset, not stand in the table).
-    def a_rung_that_does_not_pay(data):
-        data["ladder"][2]["final"] = data["ladder"][1]["final"] + 0.01
-    with pytest.raises(render["RenderError"], match="each kept rung lowers the loss"):
-        rendered_with(tmp_path, "training", a_rung_that_does_not_pay)
-
+    # "The models" says the fewer Newton-Schulz iterations are cheaper and train worse, and the
+    # big preset reaches the target: a ladder whose cheap Muon trained better, or a preset that
+    # missed the target, stops the rendering.
     def cheap_muon_trains_better(data):
         next(r for r in data["tried"] if r["rung"].startswith("3 Newton"))["final"] = 1.0
     with pytest.raises(render["RenderError"], match="3 Newton-Schulz iterations instead of 5 "
                                                     "trains worse"):
-        rendered_with(tmp_path / "again", "training", cheap_muon_trains_better)
+        rendered_with(tmp_path, "training", cheap_muon_trains_better)
+
+    def a_preset_that_misses(data):
+        data["preset"]["final"] = data["target"] + 0.01
+    with pytest.raises(render["RenderError"], match="the big preset reaches the target"):
+        rendered_with(tmp_path / "again", "training", a_preset_that_misses)
 
 
 def test_a_conclusion_written_from_the_data_follows_it(tmp_path):

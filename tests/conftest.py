@@ -1,8 +1,10 @@
 """Shared fixtures. The whole suite runs offline on a small corpus this file writes itself:
 SPECDEC_DATA points corpus.py at a temporary folder before anything reads data."""
 
+import fcntl
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +60,50 @@ def run_script(tmp_path):
         return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, text=True,
                               capture_output=True, timeout=timeout, input=input)
     return run
+
+
+def made_once(tmp_path_factory, name, make):
+    """The folder `name`, made by make(folder) once per test run: by the first worker of
+    pytest-xdist that asks for it, while the others wait (a lock file beside it); every test of
+    the run reads the same one. Copy it before changing it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent                                  # the run's folder, above the workers'
+    folder, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def student_build(tmp_path_factory):
+    """The student repository as `python -m classroom build` writes it, proven both ways (build.py),
+    once per run: test_classroom.py and the student's walk copy it."""
+    from classroom import walk
+    return made_once(tmp_path_factory, "student-build", walk.student_repository) / "student"
+
+
+@pytest.fixture(scope="session")
+def quick_models(tmp_path_factory):
+    """The presets' quick size, trained once per run into <folder>/quick, where the notebooks look
+    (SPECDEC_QUICK=1, SPECDEC_CHECKPOINTS=folder)."""
+    import presets
+
+    def train(folder):
+        for name in presets.PRESETS:
+            presets.ensure_trained(presets.preset(name, "quick"), folder=folder / "quick",
+                                   progress=False, log=lambda *a: None)
+    return made_once(tmp_path_factory, "quick-models", train)
+
+
+@pytest.fixture(scope="module")
+def quick_checkpoints(quick_models, tmp_path_factory):
+    """A test file's own copy of the quick models (its runs may save tables beside them)."""
+    return shutil.copytree(quick_models, tmp_path_factory.mktemp("checkpoints") / "copy")
 
 
 def tiny_config(**changes):

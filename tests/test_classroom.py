@@ -68,10 +68,10 @@ def test_the_fixtures_window_rule_is_the_projects():
 
 
 @pytest.fixture(scope="module")
-def student_repo(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("class") / "speculative-class"
-    build.build(dest, log=lambda *a: None)
-    return dest
+def student_repo(student_build, tmp_path_factory):
+    # build.build's repository (conftest.py builds it once per run), copied: checks run in it
+    return shutil.copytree(student_build, tmp_path_factory.mktemp("class") / "speculative-class",
+                           symlinks=True)
 
 
 def test_build_writes_a_complete_student_repository(student_repo):

@@ -4,10 +4,12 @@ SPECDEC_DATA points corpus.py at a temporary folder before anything reads data."
 import fcntl
 import os
 import random
+import runpy
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,38 @@ def run_script(tmp_path):
         env = {**os.environ, "SPECDEC_DATA": str(DATA), "NO_COLOR": "1"}
         return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, text=True,
                               capture_output=True, timeout=timeout, input=input)
+    return run
+
+
+@pytest.fixture
+def run_here(monkeypatch, capsys):
+    """run_script's command line run in this process instead, through the script's own main
+    guard (runpy, as `python` does): for one that ends before it computes anything (a bad flag,
+    -h), without an interpreter and torch to start. Returns a CompletedProcess; an exception
+    that would print a traceback fails the test."""
+    def run(*args):
+        args = [str(a) for a in args]
+        module = args[1] if args[0] == "-m" else None
+        argv = args[2:] if module else args[1:]
+        monkeypatch.setenv("NO_COLOR", "1")
+        monkeypatch.chdir(ROOT)
+        monkeypatch.setattr(sys, "argv", [module or args[0], *argv])
+        capsys.readouterr()
+        try:
+            with warnings.catch_warnings():    # runpy's note on a module imported here already
+                warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+                if module:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(str(ROOT / args[0]), run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code
+            if isinstance(code, str):                     # Python prints it, exit status 1
+                print(code, file=sys.stderr)
+                code = 1
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code or 0, said.out, said.err)
     return run
 
 

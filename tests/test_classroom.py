@@ -150,10 +150,10 @@ def test_the_student_repository_holds_no_numpy_forward_pass(version, student_rep
         assert softmax_of_attention == ["fast_numpy.py"]
 
 
-def test_unknown_exercise_and_part_are_one_line_errors(run_script):
+def test_unknown_exercise_and_part_are_one_line_errors(run_here):
     for args, words in ((["check", "7"], "no exercise '7'"), (["check", "--part", "9z"],
                                                              "no part '9z'")):
-        done = run_script("-m", "classroom", *args)
+        done = run_here("-m", "classroom", *args)
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1
 

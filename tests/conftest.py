@@ -157,6 +157,22 @@ def quick_run(exercise, section, folder):
     return args, result
 
 
+# The order the files start in, under pytest-xdist (--dist loadfile: a file runs whole on one
+# worker; xdist's own order, by number of tests, is turned off in pyproject.toml). The longest
+# first, so that the workers finish together; each worker holds two files at a time, so on two
+# cores the first and third go to one worker, the second and fourth to the other: the two walks
+# apart, and the walk that builds the student repository beside a file that does not need it.
+# The files not named follow in their own order.
+LONGEST_FIRST = ["test_walk.py", "test_hostile_zoo.py", "test_notebooks.py", "test_walk_blank.py",
+                 "test_cli.py", "test_classroom.py", "test_speculative.py", "test_exercises.py",
+                 "test_grader_zoo.py", "test_tree.py", "test_sampling_costs.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: files stay whole
+
+
 def pytest_configure(config):
     """One torch thread per test process: pytest-xdist already puts a worker on every core,
     and two threads each would fight over them (machine.py). Tests that need more set and

@@ -1,11 +1,15 @@
 """Shared fixtures. The whole suite runs offline on a small corpus this file writes itself:
 SPECDEC_DATA points corpus.py at a temporary folder before anything reads data."""
 
+import fcntl
 import os
 import random
+import runpy
+import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -60,6 +64,82 @@ def run_script(tmp_path):
     return run
 
 
+@pytest.fixture
+def run_here(monkeypatch, capsys):
+    """run_script's command line run in this process instead, through the script's own main
+    guard (runpy, as `python` does): for one that ends before it computes anything (a bad flag,
+    -h), without an interpreter and torch to start. Returns a CompletedProcess; an exception
+    that would print a traceback fails the test."""
+    def run(*args):
+        args = [str(a) for a in args]
+        module = args[1] if args[0] == "-m" else None
+        argv = args[2:] if module else args[1:]
+        monkeypatch.setenv("NO_COLOR", "1")
+        monkeypatch.chdir(ROOT)
+        monkeypatch.setattr(sys, "argv", [module or args[0], *argv])
+        capsys.readouterr()
+        try:
+            with warnings.catch_warnings():    # runpy's note on a module imported here already
+                warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+                if module:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(str(ROOT / args[0]), run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code
+            if isinstance(code, str):                     # Python prints it, exit status 1
+                print(code, file=sys.stderr)
+                code = 1
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code or 0, said.out, said.err)
+    return run
+
+
+def made_once(tmp_path_factory, name, make):
+    """The folder `name`, made by make(folder) once per test run: by the first worker of
+    pytest-xdist that asks for it, while the others wait (a lock file beside it); every test of
+    the run reads the same one. Copy it before changing it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent                                  # the run's folder, above the workers'
+    folder, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def student_build(tmp_path_factory):
+    """The student repository as `python -m classroom build` writes it, proven both ways (build.py),
+    once per run: test_classroom.py and the student's walk copy it."""
+    from classroom import walk
+    return made_once(tmp_path_factory, "student-build", walk.student_repository) / "student"
+
+
+@pytest.fixture(scope="session")
+def quick_models(tmp_path_factory):
+    """The presets' quick size, trained once per run into <folder>/quick, where the notebooks look
+    (SPECDEC_QUICK=1, SPECDEC_CHECKPOINTS=folder)."""
+    import presets
+
+    def train(folder):
+        for name in presets.PRESETS:
+            presets.ensure_trained(presets.preset(name, "quick"), folder=folder / "quick",
+                                   progress=False, log=lambda *a: None)
+    return made_once(tmp_path_factory, "quick-models", train)
+
+
+@pytest.fixture(scope="module")
+def quick_checkpoints(quick_models, tmp_path_factory):
+    """A test file's own copy of the quick models (its runs may save tables beside them)."""
+    return shutil.copytree(quick_models, tmp_path_factory.mktemp("checkpoints") / "copy")
+
+
 def tiny_config(**changes):
     """A model small enough to train in seconds."""
     from gpt import Config
@@ -75,6 +155,35 @@ def quick_run(exercise, section, folder):
     result = exercise.run(args, log=lambda *a: None)
     report.record(args, section, result, log=None)
     return args, result
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_kernel_package_left_behind():
+    """Each test file ends with ipykernel as imported as it found it. Running a notebook here
+    (nbclient) imports ipykernel into this process (jupyter_client finds the kernel's spec
+    there), and machine.in_notebook takes a process that has imported it for a notebook's
+    kernel: a later file's training would then draw a notebook's progress line and fail."""
+    before = "ipykernel" in sys.modules
+    yield
+    if not before:
+        for name in [n for n in sys.modules if n == "ipykernel" or n.startswith("ipykernel.")]:
+            del sys.modules[name]
+
+
+# The order the files start in, under pytest-xdist (--dist loadfile: a file runs whole on one
+# worker; xdist's own order, by number of tests, is turned off in pyproject.toml). The longest
+# first, so that the workers finish together; each worker holds two files at a time, so on two
+# cores the first and third go to one worker, the second and fourth to the other: the two walks
+# apart, and the walk that builds the student repository beside a file that does not need it.
+# The files not named follow in their own order.
+LONGEST_FIRST = ["test_walk.py", "test_hostile_zoo.py", "test_notebooks.py", "test_walk_blank.py",
+                 "test_cli.py", "test_classroom.py", "test_speculative.py", "test_exercises.py",
+                 "test_grader_zoo.py", "test_tree.py", "test_sampling_costs.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: files stay whole
 
 
 def pytest_configure(config):

@@ -68,10 +68,10 @@ def test_the_fixtures_window_rule_is_the_projects():
 
 
 @pytest.fixture(scope="module")
-def student_repo(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("class") / "speculative-class"
-    build.build(dest, log=lambda *a: None)
-    return dest
+def student_repo(student_build, tmp_path_factory):
+    # build.build's repository (conftest.py builds it once per run), copied: checks run in it
+    return shutil.copytree(student_build, tmp_path_factory.mktemp("class") / "speculative-class",
+                           symlinks=True)
 
 
 def test_build_writes_a_complete_student_repository(student_repo):
@@ -150,10 +150,10 @@ def test_the_student_repository_holds_no_numpy_forward_pass(version, student_rep
         assert softmax_of_attention == ["fast_numpy.py"]
 
 
-def test_unknown_exercise_and_part_are_one_line_errors(run_script):
+def test_unknown_exercise_and_part_are_one_line_errors(run_here):
     for args, words in ((["check", "7"], "no exercise '7'"), (["check", "--part", "9z"],
                                                              "no part '9z'")):
-        done = run_script("-m", "classroom", *args)
+        done = run_here("-m", "classroom", *args)
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1
 

@@ -26,12 +26,12 @@ def one_line_error(result, *words):
     (["--steps", "0"], ["--steps must be at least 1"]),
     (["--threads", "-1"], ["--threads is 0"]),
 ])
-def test_train_bad_input(run_script, args, words):
-    one_line_error(run_script("train.py", *args), *words)
+def test_train_bad_input(run_here, args, words):
+    one_line_error(run_here("train.py", *args), *words)
 
 
-def test_train_help_lists_the_config_fields(run_script):
-    result = run_script("train.py", "-h")
+def test_train_help_lists_the_config_fields(run_here):
+    result = run_here("train.py", "-h")
     assert result.returncode == 0
     for flag in ["--n_layer", "--block_size", "--lr", "--steps", "--preset", "--device", "--resume"]:
         assert flag in result.stdout
@@ -62,8 +62,8 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--prompt", ""], ["the prompt is empty"]),
     (["--adaptive", "sometimes"], ["--adaptive is off, heuristic, best or confidence"]),
 ])
-def test_speculative_bad_input(run_script, tmp_path, args, words):
-    one_line_error(run_script("speculative.py", "--checkpoints", tmp_path, *args), *words)
+def test_speculative_bad_input(run_here, tmp_path, args, words):
+    one_line_error(run_here("speculative.py", "--checkpoints", tmp_path, *args), *words)
 
 
 def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
@@ -170,5 +170,5 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     (["--ks", "0"], ["--ks takes whole numbers >= 1"]),
     (["--drafts", "huge"], ["unknown draft 'huge'"]),
 ])
-def test_benchmark_bad_input_is_refused_before_anything_runs(run_script, tmp_path, args, words):
-    one_line_error(run_script("-m", "beyond.benchmark", "--checkpoints", tmp_path, *args), *words)
+def test_benchmark_bad_input_is_refused_before_anything_runs(run_here, tmp_path, args, words):
+    one_line_error(run_here("-m", "beyond.benchmark", "--checkpoints", tmp_path, *args), *words)

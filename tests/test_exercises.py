@@ -124,8 +124,8 @@ def test_the_own_text_note_says_what_was_measured():
     assert "keeps" not in own_text_note(runs[:1], ladder)         # ngram-big not compared
 
 
-def test_exercise_bad_input_is_one_line(run_script):
-    result = run_script("-m", "exercises.ex2_derive", "--alpha", "1.5")
+def test_exercise_bad_input_is_one_line(run_here):
+    result = run_here("-m", "exercises.ex2_derive", "--alpha", "1.5")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "error: --alpha must be in [0, 1), not 1.5"
 
@@ -135,15 +135,15 @@ def test_exercise_bad_input_is_one_line(run_script):
     (["-m", "beyond.studies.drafters", "--backends", "jax"], "a backend is torch or numpy"),
     (["-m", "beyond.studies.drafters", "--repeats", "0"], "--repeats must be at least 1"),
     (["-m", "beyond.studies.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
-def test_comparison_flags_out_of_range_are_one_line(run_script, command, words):
-    result = run_script(*command)
+def test_comparison_flags_out_of_range_are_one_line(run_here, command, words):
+    result = run_here(*command)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_exercise_help(run_script):
+def test_exercise_help(run_here):
     for n in ["ex1_watch", "ex2_derive", "ex3_build", "ex4_break", "ex5_gpu"]:
-        result = run_script("-m", f"exercises.{n}", "-h")
+        result = run_here("-m", f"exercises.{n}", "-h")
         assert result.returncode == 0 and "--seed" in result.stdout and "--quick" in result.stdout
 
 
@@ -245,8 +245,8 @@ def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
     assert common.to_train(["heads"], tmp_path) == []
 
 
-def test_exercise_4_names_its_drafts_or_says_which_it_knows(run_script):
-    result = run_script("-m", "exercises.ex4_break", "--drafts", "draft,big")
+def test_exercise_4_names_its_drafts_or_says_which_it_knows(run_here):
+    result = run_here("-m", "exercises.ex4_break", "--drafts", "draft,big")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--drafts takes draft, names, distilled" in result.stderr
 

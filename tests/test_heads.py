@@ -206,6 +206,6 @@ def test_agreement_is_a_fraction_per_head(target, heads):  # noqa: F811
 
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
-def test_the_command_line_rejects_bad_flags_in_one_line(run_script):
+def test_the_command_line_rejects_bad_flags_in_one_line(run_here):
     from test_cli import one_line_error
-    one_line_error(run_script("-m", "beyond.heads", "--heads", "0"), "--heads must be at least 1")
+    one_line_error(run_here("-m", "beyond.heads", "--heads", "0"), "--heads must be at least 1")

@@ -424,8 +424,8 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
                             "cached token needs 65 of the big model's 64 positions"),
 ])
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
-def test_study_bad_flags_are_one_line_errors(run_script, tmp_path, flags, message):
-    result = run_script("-m", "beyond.studies.trees", "--quick", "--checkpoints",
+def test_study_bad_flags_are_one_line_errors(run_here, tmp_path, flags, message):
+    result = run_here("-m", "beyond.studies.trees", "--quick", "--checkpoints",
                         tmp_path, "--results", tmp_path, *flags)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -450,8 +450,11 @@ class Pace:
 
 
 def in_notebook():
-    """Are we inside a Jupyter kernel (rather than a terminal)?"""
-    return "ipykernel" in sys.modules and not sys.stderr.isatty()
+    """Are we inside a Jupyter kernel (rather than a terminal, or a program that only imported
+    ipykernel, as one that runs notebooks through nbclient does)?"""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None and not sys.stderr.isatty()
 
 
 class ProgressLine:

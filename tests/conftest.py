@@ -157,19 +157,6 @@ def quick_run(exercise, section, folder):
     return args, result
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_kernel_package_left_behind():
-    """Each test file ends with ipykernel as imported as it found it. Running a notebook here
-    (nbclient) imports ipykernel into this process (jupyter_client finds the kernel's spec
-    there), and machine.in_notebook takes a process that has imported it for a notebook's
-    kernel: a later file's training would then draw a notebook's progress line and fail."""
-    before = "ipykernel" in sys.modules
-    yield
-    if not before:
-        for name in [n for n in sys.modules if n == "ipykernel" or n.startswith("ipykernel.")]:
-            del sys.modules[name]
-
-
 # The order the files start in, under pytest-xdist (--dist loadfile: a file runs whole on one
 # worker; xdist's own order, by number of tests, is turned off in pyproject.toml). The longest
 # first, so that the workers finish together; each worker holds two files at a time, so on two

@@ -165,3 +165,15 @@ def test_held_to_avx2_training_does_not_take_bfloat16_for_native():
     held = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}, cwd=ROOT)
     assert held.stdout.strip() == "False", held.stderr
+
+
+def test_only_a_kernel_is_a_notebook(monkeypatch):
+    # A program that imported ipykernel (as one that runs notebooks through nbclient does) is no
+    # notebook: before, it drew a notebook's progress line for a later training, and failed.
+    import IPython
+    import ipykernel  # noqa: F401
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert not machine.in_notebook()
+    # control: a shell with a kernel, as inside Jupyter, is one
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
+    assert machine.in_notebook()

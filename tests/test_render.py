@@ -98,26 +98,6 @@ NOT_MEASURED = {
     # of beyond/studies/trees.py, not a measurement)
     "docs/RESULTS.md": ["0.15", "0.08"],
 }
-# docs/RESULTS.md: every section but the rest of "The models" (transcribed by hand from older
-# runs, each with its date, until its study writes a results file).
-RENDERED_SECTIONS = ["## How long the commands take", "## The models",
-                     "## Speculative decoding from the command line", "## The benchmark",
-                     "## Every drafter compared", "## With Hugging Face transformers",
-                     "## Batches", "## Sampling's price list", "## Threads, and a busy machine",
-                     "## Token trees"]
-
-
-def rendered_part(name, text):
-    if name != "docs/RESULTS.md":
-        return text
-    sections = re.split(r"(?m)^(?=## )", text)
-    part = [s for s in sections if s.startswith(tuple(RENDERED_SECTIONS))]
-    models = part[1]   # The models: up to the note that the rest of it is transcribed
-    part[1] = models.split("*The rest of this section is transcribed by hand")[0]
-    assert part[1] != models, "The models: where does the transcribed part start?"
-    return "".join(part)
-
-
 def hand_typed(text):
     text = re.sub(r"```.*?```", "", text, flags=re.S)           # commands, quoted code
     text = render["BLOCK"].sub("", text)
@@ -126,7 +106,7 @@ def hand_typed(text):
 
 @pytest.mark.parametrize("name", list(NOT_MEASURED))
 def test_no_measured_figure_in_the_rendered_documents_is_typed_by_hand(name):
-    text = hand_typed(rendered_part(name, (ROOT / name).read_text()))
+    text = hand_typed((ROOT / name).read_text())
     found = [m[0] for m in MEASURED.finditer(text) if m[0] not in NOT_MEASURED[name]]
     assert not found, f"{name}: figures typed by hand (mark them, rendered from a results " \
                       f"file): {found}"

@@ -30,8 +30,6 @@ import ast
 import re
 from pathlib import Path
 
-import nbformat
-
 from classroom import parts, regions
 from classroom.submissions import ROOT
 
@@ -122,6 +120,11 @@ def reference_import(body):
 def read(path, version="student", root=ROOT):
     """The notebook of source `path`: the student version (blank your-turn cells), the solved
     one, or the source as it is (your-turn cells import the reference)."""
+    # nbformat here, not at the top: its JSON schema checker is slow to import (python -X
+    # importtime shows it), and every kernel would pay for it in `%load_ext classroom.yourturn`,
+    # which reads the sources only, and so would `make check` (nbclient and nbconvert below,
+    # the same way).
+    import nbformat
     if version not in VERSIONS:
         raise ValueError(f"no notebook version {version!r}; choose one of {VERSIONS}")
     notebook = nbformat.v4.new_notebook()
@@ -156,6 +159,7 @@ def write(folder=None, version="student", root=ROOT, overwrite=False):
     version, solved-notebooks/ for the solved one). A student notebook that exists is kept
     unless overwrite: it may hold the student's work. A solved one is rewritten, but never over
     a file that is not a solved notebook."""
+    import nbformat
     folder = Path(folder or (SOLVED_FOLDER if version == "solved" else STUDENT_FOLDER))
     folder.mkdir(parents=True, exist_ok=True)
     written = []

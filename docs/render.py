@@ -184,9 +184,9 @@ def training_on_two(runs):
 # The main job and training
 
 
-def stage_table(runs):
+def stage_table(runs, nothing="lesson", again="lesson-again"):
     """The main job's stages from nothing and again, each with its forecast."""
-    nothing, again = runs["lesson"], runs["lesson-again"]
+    nothing, again = runs[nothing], runs[again]
 
     def cell(record):
         if record is None:
@@ -204,7 +204,9 @@ def stage_table(runs):
                  f"**{machine.duration(nothing['total_s'])}** (forecast at the start "
                  f"{machine.duration(nothing['forecast_s'])})" if nothing.get("forecast_s")
                  else f"**{machine.duration(nothing['total_s'])}**",
-                 f"**{machine.duration(again['total_s'])}**"])
+                 f"**{machine.duration(again['total_s'])}** (forecast "
+                 f"{machine.duration(again['forecast_s'])})" if again.get("forecast_s")
+                 else f"**{machine.duration(again['total_s'])}**"])
     return table(["stage", "from nothing (training the models it needs first)",
                   "again (models cached)"], rows)
 
@@ -298,11 +300,16 @@ LEVER_WORDS = {"preset": "the big preset's step", "adamw": "AdamW for every matr
                "compile": "torch.compile"}
 
 
-def lever_table(runs):
-    prices = runs["training-prices"]["levers"]
-    rows = [[LEVER_WORDS.get(name, name), f"{row['ms']:.0f}", times(row["ratio"])]
-            for name, row in prices.items()]
-    return table(["step", "ms (median)", "against the first"], rows)
+def lever_table(runs, name="training-prices"):
+    """Each lever's step: its price, its arithmetic and the share of the machine's float32
+    matrix product speed it reaches (beyond/studies/training.py, arithmetic)."""
+    run = runs[name]
+    peak = run["peak"]["peak_gflops"]
+    rows = [[LEVER_WORDS.get(lever, lever), f"{row['ms']:.0f}", times(row["ratio"]),
+             f"{row['gflop']:.1f}", f"{row['gflop'] / row['ms'] * 1e3:.0f}",
+             f"{row['of_peak']:.0%}"] for lever, row in run["levers"].items()]
+    return table(["step", "ms (median)", "against the first", "GFLOP a step", "GFLOP/s",
+                  f"of the float32 product peak ({peak:.0f} GFLOP/s)"], rows)
 
 
 def held_to_avx2(runs):
@@ -312,6 +319,32 @@ def held_to_avx2(runs):
 
 
 GOAL_LOSS, GOAL_SECONDS = 1.70, 60   # the speedrun's goal (issue 35): 1.70 in a minute there
+
+
+def steps_in_goal(runs):
+    """How many of the big preset's steps, at their price held to AVX2, fit in the goal's
+    seconds; the sentence that quotes it says they are fewer than the preset needs."""
+    steps = int(GOAL_SECONDS / (runs["training-prices-avx2"]["levers"]["preset"]["ms"] / 1e3))
+    claim(steps < runs["training"]["preset"]["reached_at"],
+          "fewer steps than the preset needs fit in the goal's time")
+    return str(steps)
+
+
+def faster_step_needed(runs):
+    """How many times faster than its price held to AVX2 the preset's step would have to be
+    for its steps to the target to fit in the goal's seconds. The sentence that quotes it says
+    no rung or lever tried reaches the target in that time at those prices, and that a step
+    uses under half of the machine's float32 product speed: both checked."""
+    prices = runs["training-prices-avx2"]["levers"]
+    study = runs["training"]
+    for record in study["ladder"] + study["tried"] + [study["preset"]]:
+        claim(record["reached_at"] is None or record["reached_at"]
+              * prices[record["priced_as"]]["ms"] / 1e3 > GOAL_SECONDS,
+              "no lever above reaches the target in a minute there")
+    claim(all(row["of_peak"] < 0.5 for row in prices.values()),
+          "a step uses under half of the machine's float32 product speed")
+    needed = study["preset"]["reached_at"] * prices["preset"]["ms"] / 1e3 / GOAL_SECONDS
+    return f"{needed:.1f}"
 
 
 def avx2_goal(runs):
@@ -374,6 +407,13 @@ FIGURES = {
     "avx2.big.steps": lambda r: str(held_to_avx2(r)["steps"]),
     "avx2.command.time": lambda r: machine.duration(r["train-avx2"]["run"]["seconds"]),
     "avx2.goal": avx2_goal,
+    "avx2.steps_in_goal": steps_in_goal,
+    "avx2.faster_step": faster_step_needed,
+    "avx2.preset_of_peak": lambda r: f"{r['training-prices-avx2']['levers']['preset']['of_peak']:.0%}",
+    "avx2.needed_of_peak": lambda r: "{:.0%}".format(
+        float(faster_step_needed(r)) * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
+    "avx2.goal_seconds": lambda r: str(GOAL_SECONDS),
+    "training.preset.reached": lambda r: str(r["training"]["preset"]["reached_at"]),
     # exercises 3 and 4 of that run
     "ex3.kept": lambda r: percent(r["ex3_build"]["acceptance_rate"]),
     "ex3.pass": lambda r: f"{r['ex3_build']['tokens_per_pass']:.2f}",
@@ -403,11 +443,16 @@ BLOCKS = {
     "lesson.stages": stage_table,
     "lesson.provenance": lambda r: provenance(r, "lesson") + "\n" + provenance(r, "lesson-again")
     + "\n",
+    "lesson.stages.avx2": lambda r: stage_table(r, "lesson-avx2", "lesson-again-avx2"),
+    "lesson.provenance.avx2": lambda r: provenance(r, "lesson-avx2") + "\n"
+    + provenance(r, "lesson-again-avx2") + "\n",
     "models.table": models_table,
     "training.ladder": ladder_table,
     "training.levers": lever_table,
+    "training.levers.avx2": lambda r: lever_table(r, "training-prices-avx2"),
     "training.provenance": lambda r: "\n".join(provenance(r, name) for name in
-                                                ("training", "training-prices", "train-avx2")) + "\n",
+                                                ("training", "training-prices",
+                                                 "training-prices-avx2", "train-avx2")) + "\n",
     "studies.table": studies_table,
     "studies.provenance": lambda r: provenance(r, "studies") + "\n",
     "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",

@@ -161,7 +161,7 @@ def test_a_claim_the_data_contradicts_stops_the_rendering(tmp_path):
 def test_the_training_ladders_claims_are_checked(tmp_path):
     # "The models" says the fewer Newton-Schulz iterations are cheaper and train worse, and the
     # big preset reaches the target: a ladder whose cheap Muon trained better, or a preset that
-    # missed the target, stops the rendering.
+    # missed the target, stops the rendering ...
     def cheap_muon_trains_better(data):
         next(r for r in data["tried"] if r["rung"].startswith("3 Newton"))["final"] = 1.0
     with pytest.raises(render["RenderError"], match="3 Newton-Schulz iterations instead of 5 "
@@ -172,6 +172,23 @@ def test_the_training_ladders_claims_are_checked(tmp_path):
         data["preset"]["final"] = data["target"] + 0.01
     with pytest.raises(render["RenderError"], match="the big preset reaches the target"):
         rendered_with(tmp_path / "again", "training", a_preset_that_misses)
+
+    # ... and, for the kind without AVX-512, that no lever reaches the target in a minute at
+    # the prices held to AVX2 and that a step uses under half of the machine's product speed
+    def batch_10_reaches_it_early(data):
+        next(r for r in data["tried"] if r["rung"].startswith("batch 10"))["reached_at"] = 100
+    with pytest.raises(render["RenderError"], match="no lever above reaches the target"):
+        rendered_with(tmp_path / "early", "training", batch_10_reaches_it_early)
+
+    def a_step_five_times_cheaper(data):
+        data["levers"]["preset"]["ms"] /= 5
+    with pytest.raises(render["RenderError"], match="fewer steps than the preset needs"):
+        rendered_with(tmp_path / "cheap", "training-prices-avx2", a_step_five_times_cheaper)
+
+    def a_step_near_the_peak(data):
+        data["levers"]["adamw"]["of_peak"] = 0.9
+    with pytest.raises(render["RenderError"], match="under half of the machine's"):
+        rendered_with(tmp_path / "peak", "training-prices-avx2", a_step_near_the_peak)
 
 
 def test_a_conclusion_written_from_the_data_follows_it(tmp_path):

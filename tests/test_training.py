@@ -367,6 +367,39 @@ def test_the_training_study_prices_each_lever_and_climbs_the_ladder(tmp_path):
         study.main(["--levers", "preset,nope", "--rungs", "0"])
 
 
+@pytest.mark.slow  # the big model under torch's FLOP counter: not in make test-fast
+def test_a_steps_counted_arithmetic_is_what_torchs_flop_counter_counts():
+    # The training study's FLOP a step (beyond/studies/training.py, step_flops), set against
+    # the machine's peak in docs/RESULTS.md, against torch's own count of one forward and
+    # backward of the big model: within 1% (the counter knows every matrix product; the study
+    # leaves out nothing but element-wise work); Muon's share, against the counter's count of
+    # its Newton-Schulz iterations on every matrix it updates, exactly. Control: the forward
+    # alone (what a count without the backward gives) is far off.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    from beyond.studies import training as study
+    tc = replace(presets.preset("big").training, batch_size=2)
+    model = GPT(presets.preset("big").config)
+    x = torch.randint(0, model.c.vocab_size, (tc.batch_size, model.c.block_size))
+    # attention as plain matrix products: the counter does not see into the fused CPU kernel
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as forward_and_backward:
+        _, loss = model(x, x)
+        loss.backward()
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as forward_only, \
+            torch.no_grad():
+        model(x, x)
+    adamw = study.step_flops(replace(tc, optimizer="adamw"))
+    assert adamw == pytest.approx(forward_and_backward.get_total_flops(), rel=0.01)
+    assert adamw != pytest.approx(forward_only.get_total_flops(), rel=0.5)
+    muon = study.step_flops(tc)
+    hidden = next(o for o in tc.optimizers(model, torch.device("cpu"))
+                  if isinstance(o, training.Muon))
+    with FlopCounterMode(display=False) as orthogonalising:
+        for p in hidden.param_groups[0]["params"]:
+            training.orthogonalise(torch.randn(p.shape), steps=tc.newton_schulz)
+    assert muon - adamw == orthogonalising.get_total_flops()
+
+
 # ----------------------------------------------------------------------------------------------
 # Muon: the optimizer of the blocks' matrices
 

@@ -3,7 +3,8 @@ beyond/studies/training.py: what makes the big model train faster, lever by leve
 (each rung adds one lever to the rung above it and trains a fresh big model whole: its
 validation loss along the way, the step at which it first reaches the target, the loss at the
 end) and the price of a step under each lever (timed in turn, on the same machine, in the same
-run). Results in results/training.json (docs/RESULTS.md, "The models", renders it).
+run), with its arithmetic against the machine's float32 matrix product speed. Results in
+results/training.json (docs/RESULTS.md, "The models", renders it).
 
     python -m beyond.studies.training                  # the ladder and its step times (about 12 minutes)
     python -m beyond.studies.training --rungs 2 --steps 100    # a short look
@@ -28,7 +29,7 @@ import cli
 import gpt
 import machine
 import presets
-from training import Recipe
+from training import Muon, Recipe
 
 TARGET = 1.70   # the validation loss the issue asks for: the lesson's big model at its best
 BEFORE = {"optimizer": "muon", "steps": 600}    # the big preset before the ladder (2026-12-03)
@@ -111,6 +112,47 @@ def step_prices(names, args, log):
     return rows
 
 
+def step_flops(tc):
+    """The arithmetic of one training step of the big model under tc, in floating-point
+    operations: forward and backward (three times the forward's two per multiply-add) through
+    every weight matrix and the attention's two products (T x T per head), and Muon's
+    Newton-Schulz iterations on the matrices it updates (for sides m <= n, 4 m^2 n + 2 m^3 per
+    iteration: X X^T, its square, the product with X). Layer norms, softmax, GELU and AdamW
+    are left out: a few percent."""
+    model = gpt.GPT(presets.preset("big").config)
+    c, tokens = model.c, tc.batch_size * model.c.block_size
+    matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    attention = 2 * 2 * c.block_size * c.n_embd * c.n_layer        # a token's, forward
+    flops = 3 * tokens * (2 * matrices + attention)
+    for optimizer in tc.optimizers(model, torch.device("cpu")):
+        if isinstance(optimizer, Muon):
+            for p in (p for group in optimizer.param_groups for p in group["params"]):
+                m, n = sorted(p.shape)
+                flops += tc.newton_schulz * (4 * m * m * n + 2 * m ** 3)
+    return flops
+
+
+def matmul_peak(threads, size=2048, repeats=5):
+    """The machine's float32 matrix product speed, in FLOP/s: the median of `repeats` products
+    of two size x size matrices on `threads` torch threads, after one untimed."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    seconds = statistics.median(machine.times_of(lambda: a @ b, repeats + 1, threads)[1:])
+    return 2 * size ** 3 / seconds
+
+
+def arithmetic(prices, args, log):
+    """Each lever's FLOP a step and the speed its measured step reaches, against the float32
+    matrix product peak of the same threads: how far a step is from the machine's arithmetic."""
+    threads = args.threads or machine.training_threads()
+    peak = matmul_peak(threads)
+    log(f"float32 matrix products: {peak / 1e9:.0f} GFLOP/s on {threads} thread(s)")
+    for name, row in prices.items():
+        row["gflop"] = step_flops(recipe(LEVERS[name], args)) / 1e9
+        row["of_peak"] = row["gflop"] / (row["ms"] / 1e3) / (peak / 1e9)
+        log(f"{name:16s} {row['gflop']:5.1f} GFLOP a step: {row['of_peak']:.0%} of that peak")
+    return {"peak_gflops": peak / 1e9, "threads": threads}
+
+
 def curve_of(tc, log):
     """Train a fresh big model with tc, evaluating every 50 steps: its record."""
     torch.manual_seed(tc.seed)   # before the weights, as presets.ensure_trained does
@@ -164,13 +206,14 @@ def run(args, log=print):
     names = [n.strip() for n in args.levers.split(",") if n.strip()]
     with machine.Busy() as busy:
         prices = step_prices(names, args, log)
+        peak = arithmetic(prices, args, log)
         rungs, tried, kept = ([], [], None) if args.levers_only else ladder(args, log)
     price(rungs + tried + ([kept] if kept else []), prices)
     note = busy.note([row["spread"] for row in prices.values()])
     if note:
         log(note)
-    results = {"target": TARGET, "levers": prices, "ladder": rungs, "tried": tried,
-               "preset": kept}
+    results = {"target": TARGET, "levers": prices, "peak": peak, "ladder": rungs,
+               "tried": tried, "preset": kept}
     if args.json:
         log(f"wrote {machine.write_results(args.json, results, busy=note)}")
     return results

@@ -9,7 +9,7 @@ N      ?=
 
 # The lesson's own dependencies only. Without compiling every installed file (pip's default:
 # most of torch's, never imported here), then importing what the lesson imports, which compiles
-# just that: 31-70 s from nothing on 2 busy cores, against 84-119 s before (docs/RESULTS.md).
+# just that: the set-up then takes a fraction of pip's default time.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -59,7 +59,7 @@ benchmark: setup     ## plain vs speculative decoding, every setup (a few minute
 docs: setup          ## the documents' measured figures, rendered from the runs in docs/results/ (python docs/render.py -h)
 	$(PY) docs/render.py
 
-gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (about 5 minutes)
+gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (minutes: it trains a GPU-sized pair first)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu
 
 test: setup $(VENV)/.installed-test  ## the test suite: offline, tiny models (its time: docs/RESULTS.md)

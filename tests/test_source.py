@@ -190,8 +190,14 @@ NOT_MEASURED = {
 
 def figures(root):
     """(file, line, figure) for each figure MEASURED finds in a comment or a triple-quoted
-    string (docstrings; not f-strings, whose text is output) of the project's .py files."""
+    string (docstrings; not f-strings, whose text is output) of the project's .py files, and in
+    the Makefile's comments and its targets' help (after ##)."""
     root, found = Path(root), []
+    makefile = Path(root) / "Makefile"
+    for number, line in enumerate(makefile.read_text().splitlines() if makefile.exists() else [],
+                                  1):
+        prose = line[line.index("#"):] if "#" in line else ""
+        found += [("Makefile", number, match[0]) for match in MEASURED.finditer(prose)]
     for path in sorted(Path(root).rglob("*.py")):
         parts = path.relative_to(root).parts
         if FIGURES_SKIP & set(parts) or any(p.startswith(".") or p.endswith(".egg-info")
@@ -264,9 +270,12 @@ def test_a_measured_figure_in_a_comment_or_docstring_is_reported(tmp_path):
                           "SPEED = '3.5x'  # a plain string: not prose\n",
         "machine.py": '"""duration(): "40 s"; but the big model\'s loss, 1.923, was measured."""\n',
         "tests/test_x.py": "# 2.5x: the tests are not scanned\n",
-        "docs/render.py": "# 1.673: nor the documents\n"})
+        "docs/render.py": "# 1.673: nor the documents\n",
+        "Makefile": "# set-up: 31 s from nothing\nlesson:  ## the lesson (about 5 min)\n"
+                    "\tpython -m exercises --steps 1500\n"})
     assert measured_figures(root, {"machine.py": ["40 s"]}) == [
-        "machine.py:1: 1.923", "speculative.py:1: 3.5x", "speculative.py:2: 99 ms"]
+        "Makefile:1: 31 s", "Makefile:2: 5 min", "machine.py:1: 1.923",
+        "speculative.py:1: 3.5x", "speculative.py:2: 99 ms"]
     assert measured_figures(root, {}) == [
-        "machine.py:1: 40 s", "machine.py:1: 1.923", "speculative.py:1: 3.5x",
-        "speculative.py:2: 99 ms"]
+        "Makefile:1: 31 s", "Makefile:2: 5 min", "machine.py:1: 40 s", "machine.py:1: 1.923",
+        "speculative.py:1: 3.5x", "speculative.py:2: 99 ms"]

@@ -393,15 +393,22 @@ def batch_curve(big, small, measure, repeats, title):
 cpu_batch, busy_note = batch_curve(target, distilled, measure, 5 if QUICK else 8,
                         f"Predicted speed-up, k = {K}, alpha {alpha:.2f}, CPU")
 first, last = cpu_batch[BATCHES[0]], cpu_batch[BATCHES[-1]]
-assert last["one"] > first["one"] and last[K + 1] > first[K + 1] or QUICK
-assert last["predicted"] < first["predicted"] or QUICK or busy_note  # a busy clock: no verdict
+assert last["one"] > first["one"] and last[K + 1] > first[K + 1] or QUICK or busy_note
+print(f"batch {BATCHES[0]} -> {BATCHES[-1]}: verify cost {first[K + 1]:.2f} -> "
+      f"{last[K + 1]:.2f}, c {first['c']:.2f} -> {last['c']:.2f}, predicted speed-up "
+      f"{first['predicted']:.2f}x -> {last['predicted']:.2f}x")
 
 # %% [markdown]
-# As the batch grows the one-token pass takes longer, checking five tokens per sequence costs
-# more of them, and the predicted speed-up falls (not always smoothly: large batches are noisy,
-# the more so on a busy machine). The overhead that made extra tokens cheap is paid once per
-# pass and is soon a small part of a large pass. So speculative decoding is a tool for latency
-# (few users waiting for their text) more than for throughput.
+# As the batch grows the one-token pass takes longer and checking five tokens per sequence
+# costs more of them (not always smoothly: large batches are noisy, the more so on a busy
+# machine). The overhead that made extra tokens cheap is paid once per pass and is soon a small
+# part of a large pass. Whether the predicted speed-up falls with it depends on the draft too:
+# on a CPU the draft's pass is mostly overhead at batch 1, so its cost relative to the target's,
+# `c`, shrinks as the batch grows, and that can hold the prediction level over this range (the
+# last line shows both moving on your machine). On a device that fills up, the verify cost
+# reaches `k + 1` while `c` cannot fall below the two models' ratio of arithmetic, and the gain
+# goes. So speculative decoding is a tool for latency (few users waiting for their text) more
+# than for throughput.
 #
 # ## On a GPU
 #

@@ -7,6 +7,7 @@ The student's own notebooks, filled in order in the student repository: tests/te
 import ast
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +129,16 @@ def test_the_solved_notebooks_say_so_and_are_rewritten(tmp_path):
     written[0].write_text(written[0].read_text().replace("Setup", "Old setup", 1))
     assert len(notebooks.write(tmp_path, "solved")) == len(SOURCES)
     assert "Old setup" not in written[0].read_text()
+
+
+def test_a_kernel_loading_the_extension_does_not_import_nbformat():
+    # nbformat's schema checker is slow to import, and every kernel loads classroom.yourturn
+    # (as does `make check`, through classroom.notebooks): only building a notebook needs it.
+    # Control: building one imports it, so the probe sees an import where there is one.
+    def imports_nbformat(code):
+        probe = f"import sys\n{code}\nprint('nbformat' in sys.modules)"
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              cwd=ROOT, check=True).stdout.strip() == "True"
+    assert not imports_nbformat("import classroom.yourturn, classroom.__main__")
+    assert imports_nbformat("from classroom import notebooks\n"
+                            "notebooks.read(notebooks.sources()[0])")

@@ -200,13 +200,12 @@ def stage_table(runs, nothing="lesson", again="lesson-again"):
     for label, record in zip(labels, nothing["stages"]):
         twin = next((s for s in again["stages"] if s["label"].startswith(label)), None)
         rows.append([label, cell(record), cell(twin)])
-    rows.append(["**the job** (`python -m exercises`)",
-                 f"**{machine.duration(nothing['total_s'])}** (forecast at the start "
-                 f"{machine.duration(nothing['forecast_s'])})" if nothing.get("forecast_s")
-                 else f"**{machine.duration(nothing['total_s'])}**",
-                 f"**{machine.duration(again['total_s'])}** (forecast "
-                 f"{machine.duration(again['forecast_s'])})" if again.get("forecast_s")
-                 else f"**{machine.duration(again['total_s'])}**"])
+    def whole(run, said):
+        took = f"**{machine.duration(run['total_s'])}**"
+        return took + (f" ({said} {machine.duration(run['forecast_s'])})"
+                       if run.get("forecast_s") else "")
+    rows.append(["**the job** (`python -m exercises`)", whole(nothing, "forecast at the start"),
+                 whole(again, "forecast")])
     return table(["stage", "from nothing (training the models it needs first)",
                   "again (models cached)"], rows)
 
@@ -343,8 +342,7 @@ def faster_step_needed(runs):
               "no lever above reaches the target in a minute there")
     claim(all(row["of_peak"] < 0.5 for row in prices.values()),
           "a step uses under half of the machine's float32 product speed")
-    needed = study["preset"]["reached_at"] * prices["preset"]["ms"] / 1e3 / GOAL_SECONDS
-    return f"{needed:.1f}"
+    return study["preset"]["reached_at"] * prices["preset"]["ms"] / 1e3 / GOAL_SECONDS
 
 
 def avx2_goal(runs):
@@ -408,10 +406,10 @@ FIGURES = {
     "avx2.command.time": lambda r: machine.duration(r["train-avx2"]["run"]["seconds"]),
     "avx2.goal": avx2_goal,
     "avx2.steps_in_goal": steps_in_goal,
-    "avx2.faster_step": faster_step_needed,
-    "avx2.preset_of_peak": lambda r: f"{r['training-prices-avx2']['levers']['preset']['of_peak']:.0%}",
-    "avx2.needed_of_peak": lambda r: "{:.0%}".format(
-        float(faster_step_needed(r)) * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
+    "avx2.faster_step": lambda r: f"{faster_step_needed(r):.1f}",
+    "avx2.preset_of_peak": lambda r: percent(r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
+    "avx2.needed_of_peak": lambda r: percent(
+        faster_step_needed(r) * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
     "avx2.goal_seconds": lambda r: str(GOAL_SECONDS),
     "training.preset.reached": lambda r: str(r["training"]["preset"]["reached_at"]),
     # exercises 3 and 4 of that run

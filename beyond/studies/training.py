@@ -6,20 +6,23 @@ end) and the price of a step under each lever (timed in turn, on the same machin
 run), with its arithmetic against the machine's float32 matrix product speed. Results in
 results/training.json (docs/RESULTS.md, "The models", renders it).
 
-    python -m beyond.studies.training                  # the ladder and its step times (about 12 minutes)
+    python -m beyond.studies.training        # the ladder and its step prices (a big model a row)
     python -m beyond.studies.training --rungs 2 --steps 100    # a short look
     python -m beyond.studies.training --levers_only --json results/training-prices.json
                                       # the step prices alone (quiet: docs/RESULTS.md reads them)
 
 A lever is a change of training.Recipe. LADDER's rungs are kept, each on top of the one above;
-TRIED are levers tried on top of the last rung and not kept, each alone. Every rung trains the
-same number of steps (the old preset's 600: the loss at a fixed budget), evaluated every 50
-steps on the final evaluation's batches; its time to the target is the steps to its first
-evaluation at or below it times its step's measured price. The last line trains the big preset
-as presets.py keeps it (its own steps), the lesson's command.
+TRIED are levers tried on top of the last rung and not kept, each alone (the last: fewer
+steps). Every rung trains the same number of steps (the old preset's 600: the loss at a fixed
+budget), evaluated every 50 steps on the final evaluation's batches; its time to the target is
+the steps to its first evaluation at or below it times its step's measured price. The last line
+trains the big preset as presets.py keeps it (its own steps), the lesson's command.
 """
 
+import contextlib
+import os
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, replace
 
@@ -45,6 +48,9 @@ TRIED = [    # on top of the last rung, each alone, not kept; (name, changes, th
     ("three times the peak learning rates", {"muon_lr": 0.06, "lr": 1.2e-2}, "preset"),
     ("batch 10 instead of 20", {"batch_size": 10}, "batch 10"),
     ("3 Newton-Schulz iterations instead of 5", {"newton_schulz": 3}, "newton-schulz 3"),
+    # fewer steps, the whole schedule in them: a little more than a minute holds without
+    # AVX-512 (docs/RESULTS.md: the step's price held to AVX2; batch 10's 600 steps above too)
+    ("the same recipe fitted into fewer steps", {"steps": 330}, "preset"),
 ]
 # name -> what it changes in the big preset's Recipe, for the step-price table (--levers)
 LEVERS = {
@@ -60,7 +66,7 @@ LEVERS = {
 
 @dataclass
 class TrainingArgs:
-    levers: str = "preset,adamw,float32,batch 10,newton-schulz 3"  # comma-separated LEVERS
+    levers: str = "preset,adamw,float32,batch 10,newton-schulz 3,compile"  # comma-separated LEVERS
     rungs: int = len(LADDER)   # the first this many rungs of the ladder (0: none)
     tried: bool = True         # and the levers tried on top of the last rung
     preset: bool = True        # and the big preset as presets.py keeps it, its own steps
@@ -89,20 +95,39 @@ def step_seconds(tc, steps):
     return first, (time.perf_counter() - started) / steps
 
 
+@contextlib.contextmanager
+def cold_compiler_cache():
+    """torch.compile's cache on disk in a new, empty folder for the while: a compiled lever's
+    first step pays the whole compilation, as on a machine that never compiled the model (the
+    cache an earlier run left would make it look seconds cheap)."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="inductor-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+
+
 def step_prices(names, args, log):
     """Each lever's median milliseconds a step and its ratio to the first's, timed in turn
-    (A B C A B C ...: a drift of the machine's speed hits every lever alike)."""
+    (A B C A B C ...: a drift of the machine's speed hits every lever alike), and the seconds
+    of its first step (compiling, for torch.compile: from a cold cache)."""
     for name in names:
         if name not in LEVERS:
             raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
     configs = {name: recipe(LEVERS[name], args) for name in names}
     times, first = {name: [] for name in names}, {}
     step_seconds(configs[names[0]], 1)  # the process's first step pays for start-up
-    for _ in range(args.repeats):
-        for name, tc in configs.items():
-            once, per_step = step_seconds(tc, args.time_steps)
-            first.setdefault(name, once)
-            times[name].append(per_step)
+    with cold_compiler_cache():
+        for _ in range(args.repeats):
+            for name, tc in configs.items():
+                once, per_step = step_seconds(tc, args.time_steps)
+                first.setdefault(name, once)
+                times[name].append(per_step)
     rows = {name: {"ms": 1e3 * statistics.median(t), "first_step_s": first[name],
                    "spread": machine.spread(t)} for name, t in times.items()}
     for name, row in rows.items():
@@ -176,6 +201,8 @@ def ladder(args, log):
             f"{rungs[-1]['reached_at']}")
     tried = []
     for name, changes, price in TRIED if args.tried and args.rungs else []:
+        if "steps" in changes:                      # never more than the rungs (a short look)
+            changes = {**changes, "steps": min(changes["steps"], args.steps)}
         tried.append({"rung": name, "changes": changes, "priced_as": price,
                       **curve_of(replace(tc, **changes), log)})
         log(f"  tried, {name}: {tried[-1]['final']:.3f}, {TARGET} at step "
@@ -204,6 +231,9 @@ def price(records, prices):
 
 def run(args, log=print):
     names = [n.strip() for n in args.levers.split(",") if n.strip()]
+    # one thread count for the whole run, recorded with the peak: the ladder's losses repeat
+    # to the last digit at the same count, and differ in the last digits between counts
+    args = replace(args, threads=args.threads or machine.training_threads())
     with machine.Busy() as busy:
         prices = step_prices(names, args, log)
         peak = arithmetic(prices, args, log)

@@ -79,9 +79,9 @@ class TrainingArgs:
 
 
 def recipe(changes, args):
-    """The big preset's Recipe with `changes` (the ladder's rungs start from BEFORE instead)."""
-    return replace(presets.preset("big").training, threads=args.threads
-                   or machine.training_threads(), **changes)
+    """The big preset's Recipe with `changes` (the ladder's rungs start from BEFORE instead), on
+    the run's threads (run() chose them)."""
+    return replace(presets.preset("big").training, threads=args.threads, **changes)
 
 
 def step_seconds(tc, steps):
@@ -168,7 +168,7 @@ def matmul_peak(threads, size=2048, repeats=5):
 def arithmetic(prices, args, log):
     """Each lever's FLOP a step and the speed its measured step reaches, against the float32
     matrix product peak of the same threads: how far a step is from the machine's arithmetic."""
-    threads = args.threads or machine.training_threads()
+    threads = args.threads
     peak = matmul_peak(threads)
     log(f"float32 matrix products: {peak / 1e9:.0f} GFLOP/s on {threads} thread(s)")
     for name, row in prices.items():
@@ -192,7 +192,7 @@ def curve_of(tc, log):
 
 
 def ladder(args, log):
-    rungs, tc = [], replace(Recipe(), threads=args.threads or machine.training_threads())
+    rungs, tc = [], replace(Recipe(), threads=args.threads)
     for name, changes in LADDER[:args.rungs]:
         tc = replace(tc, **{**changes, "steps": args.steps})
         rungs.append({"rung": name, "changes": changes, "priced_as": "preset",
@@ -231,8 +231,8 @@ def price(records, prices):
 
 def run(args, log=print):
     names = [n.strip() for n in args.levers.split(",") if n.strip()]
-    # one thread count for the whole run, recorded with the peak: the ladder's losses repeat
-    # to the last digit at the same count, and differ in the last digits between counts
+    # one thread count for the whole run, chosen here once and recorded with the peak: the
+    # ladder's losses repeat to the last digit at the same count, and differ between counts
     args = replace(args, threads=args.threads or machine.training_threads())
     with machine.Busy() as busy:
         prices = step_prices(names, args, log)

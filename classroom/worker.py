@@ -78,6 +78,9 @@ def describe(root):
     def one_line(error):
         if isinstance(error, NotImplementedError):         # "not started": its message alone
             return str(error) or "not written yet"
+        if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in BLOCKED:
+            # absent from exercise 3's sandbox: say why, where the student sees it
+            return f"import {error.name}: {BLOCKED[error.name.split('.')[0]]}"
         if isinstance(error, MemoryError):
             return ("MemoryError: the code asked for more memory than a check allows "
                     f"({sandbox.MEMORY // 1024 ** 3} GB)")

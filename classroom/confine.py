@@ -17,7 +17,7 @@ a mount namespace and forks the worker, which is PID 1 there:
   no_new_privs is bubblewrap's, and no user namespace can be made (the zygote set the sandbox's
   limit to 0), so no capability can be had in a new one either.
 
-Linux only, through libc (ctypes): Python 3.11 has no os.unshare.
+Linux only, through libc (ctypes): os.unshare is newer than the oldest Python this runs on.
 """
 
 import ctypes

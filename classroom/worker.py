@@ -236,7 +236,7 @@ def zygote(control, project, preload, gid=None):
             users.add(request.get("uid"))
             reply = {"pid": pid}
         else:
-            for _ in range(50 if request.get("ended") else 0):   # its own exit, within 0.5 s
+            for _ in range(50 if request.get("ended") else 0):   # its own exit, for a moment
                 if os.waitid(os.P_PID, request["pid"], os.WEXITED | os.WNOHANG | os.WNOWAIT):
                     break
                 time.sleep(0.01)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import cli
 import corpus
 import machine
+from classroom import yourturn  # the notebooks' own reading of a stub's message
 from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
@@ -61,7 +62,6 @@ def to_do(n, error):
     """One line for exercise n stopped by `error`, when that is a stub of a part not written
     yet (the student repository's NotImplementedError): the part, the notebook cell and the
     file where it is written. None for any other error."""
-    from classroom import yourturn   # the notebooks' own reading of a stub's message
     part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
     if part is None:
         return None

@@ -27,7 +27,7 @@ $(VENV)/.installed-%: $(STAMP)
 
 setup: $(STAMP)      ## a virtual environment in .venv with what the lesson needs
 
-lesson: setup        ## corpora, the models the exercises use (cached), the five exercises, results/report.md
+lesson: setup        ## corpora, every model the exercises and notebooks use (cached), then the five exercises (one line for each still to do), results/report.md
 	$(PY) -m exercises
 
 studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve, token trees (python -m beyond.studies -h)

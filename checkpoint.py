@@ -7,7 +7,8 @@ loss, the corpus and the training's settings, optimizers and random state (enoug
 exactly); beside it, an .npz with the same weights as plain NumPy arrays for exercise 3
 (numpy_speculative.load: no pickle, no torch). gpt.train writes both at every evaluation;
 gpt.load_checkpoint reads one back into a model. A checkpoint that is missing, unreadable, of
-an older format or made for another vocabulary is a one-line CheckpointError saying what to do.
+an older format, without its .npz or made for another vocabulary is a one-line CheckpointError
+saying which and what to do.
 """
 
 import json
@@ -100,9 +101,12 @@ def load_model(path, build, device="cpu", hint=None):
     except Exception as e:  # truncated, not a torch file, or not one of ours
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}); "
                               f"delete it and {fix}") from None
-    if state.get("format") != FORMAT or not isinstance(state.get("optimizer"), list) or \
-            not path.with_suffix(".npz").exists():  # (before Muon; before the .npz beside it)
+    if state.get("format") != FORMAT or not isinstance(state.get("optimizer"), list):
         raise CheckpointError(f"{path} is a checkpoint of an older format; retrain it: {fix}")
+    npz = path.with_suffix(".npz")
+    if not npz.exists():   # written beside it with every save (older ones had none)
+        raise CheckpointError(f"{npz.name} missing beside {path} (the same weights for NumPy, "
+                              f"which exercise 3 reads); {fix}")
     if state["vocab"] != corpus.vocab():
         raise CheckpointError(
             f"{path} was trained with a different vocabulary ({len(state['vocab'])} characters) "

@@ -169,8 +169,10 @@ project's own decoding (the checks block both). The library's fast NumPy forward
 uses the torch model. Read
 each function's docstring first; the functions around yours are complete and show the
 conventions (shapes, names, the window rule).
-When your exercise 2-5 functions pass, `python -m exercises.ex2_derive` (and the others) run the
-lesson's experiments with your code; `make lesson` trains the models (minutes) and runs them all.
+`make lesson` trains every model the exercises and notebooks use (minutes, once), then runs the
+lesson's experiments with your code: each exercise whose parts you have written runs, and each
+one still to do prints one line naming the part and where to write it (results/report.md lists
+them too); `make exercise N=2` runs one the same way.
 
 ## By hand
 

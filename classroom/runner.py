@@ -37,6 +37,7 @@ from classroom.submissions import ROOT
 
 PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20  # seconds per check and seed (an honest check takes a second or two)
+GRACE = 2     # seconds past a check's limit before the grader kills its worker outright
 LARGEST = 10 ** 6  # the largest whole number a call back to a reference takes (see bounded)
 
 
@@ -117,8 +118,6 @@ class RemoteContext(checks.Context):
     def __init__(self, seed, fixture_dir, peer, check, references):
         super().__init__(seed, fixture_dir)
         self.worker = wire.Remote(peer, 1)
-        if check.torch_free:
-            self.worker.block_torch()
         if references:
             self.worker.use_references([(key, wire.Exposed(bounded(function)))
                                         for key, function in references.items()])
@@ -270,7 +269,11 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
     with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
             tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
         fixture_dirs = {seed: fixtures_of(seed) for seed in seeds}
-        project = sandbox.project_copy(Path(copies) / "project", root)
+        # Two copies: the student version with the student's files for the checks that may use
+        # the whole library, and for exercise 3's only what they may use (TORCH_FREE_FILES)
+        projects = {False: sandbox.project_copy(Path(copies) / "project", root),
+                    True: sandbox.project_copy(Path(copies) / "numpy-only", root,
+                                               only=sandbox.TORCH_FREE_FILES)}
         tasks = []
         for result in results:
             file = parts.BY_ID[result.check.part].file
@@ -289,7 +292,7 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
         def zygote(torch_free):
             with starting:
                 if torch_free not in zygotes:
-                    zygotes[torch_free] = z = sandbox.Zygote(project, scratch,
+                    zygotes[torch_free] = z = sandbox.Zygote(projects[torch_free], scratch,
                                                              torch=not torch_free,
                                                              grading=grading)
                     if z.how == "user" and not sandbox.cgroups() and not watches:
@@ -313,52 +316,63 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
                 n = next(numbers)
             ours, theirs = socket.socketpair()
             sandbox.expect_credentials(ours)
-            # A process of its own, in a session of its own (and, sandboxed, in the zygote's PID
-            # namespace), in cgroups of its own where they can be made: when the check ends,
-            # all of it is killed. Its output goes to a file that no student sees.
-            with open(Path(scratch) / f"{check.name}-{seed}.log", "w+") as log:
-                pid, group, ctx = None, None, None
-                try:
-                    pid = zygote(check.torch_free).spawn(theirs.fileno(), log, n)
-                    theirs.close()
-                    for watch in watches:
-                        watch.watch(sandbox.check_uid(n))
-                    ours.settimeout(left)
-                    group = sandbox.check_group(str(n))
-                    if group is not None:
-                        group.add(sandbox.peer_pid(ours))
-                    else:
-                        sandbox.peer_pid(ours)
-                    peer = wire.Peer(ours, lends_anything=False,
-                                     deadline=time.monotonic() + left)
-                    ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
-                                        references(check.part))
-                    outcome = checks.run_check(check, ctx, root)
-                except (wire.Timeout, socket.timeout):
-                    stalled.add(check.part)
-                    cause = checks.why_stuck(check.part, ctx.recorders if ctx else [])
-                    outcome = {"status": "timeout", "message":
-                               f"did not finish within {left:.0f} s: {cause}"}
-                except (wire.Gone, wire.ProtocolError, OSError):
-                    outcome = {"status": "crashed"}
-                finally:
-                    theirs.close()
-                    ours.close()                    # the worker's end of the socket ...
-                    try:                                    # ... and its process group
-                        code = zygote(check.torch_free).kill(pid, n) if pid else None
-                    except wire.Gone:
-                        code = None
-                    memory = group is not None and group.out_of_memory()
-                    memory = any([w.forget(sandbox.check_uid(n)) for w in watches]) or memory
-                    if group is not None:
-                        group.close()                       # ... and all in its cgroups
-                if outcome["status"] == "crashed":
-                    log.seek(0)
-                    lines = log.read(1 << 20).strip().splitlines() or ["no output"]
-                    outcome["message"] = (
-                        f"the check's processes used more than {sandbox.MEMORY >> 30} GB "
-                        "together: killed" if memory else f"the check's process ended (exit "
-                        f"{code}) before reporting: {lines[-1][:300]}")
+            # A process of its own, in a session of its own (and, sandboxed, in PID and mount
+            # namespaces of its own: confine.py), in cgroups of its own where they can be made:
+            # when the check ends, all of it is killed. Its output goes into a pipe read here.
+            output = sandbox.Output()
+            pid, group, ctx, worker, watchdog, outcome = None, None, None, None, None, None
+            try:
+                pid = zygote(check.torch_free).spawn(theirs.fileno(), output.write_end, n)
+                theirs.close()
+                output.sent()
+                for watch in watches:
+                    watch.watch(sandbox.check_uid(n))
+                ours.settimeout(left)
+                group = sandbox.check_group(str(n))
+                worker = sandbox.Handle(sandbox.peer_pid(ours))
+                if group is not None:
+                    group.add(worker.pid)
+                # The deadline is kept here, whatever the worker does: at its end the worker is
+                # killed (in bubblewrap with its whole PID namespace), so every wait here ends.
+                watchdog = threading.Timer(left + GRACE, worker.kill)
+                watchdog.start()
+                peer = wire.Peer(ours, lends_anything=False, deadline=time.monotonic() + left)
+                ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
+                                    references(check.part))
+                outcome = checks.run_check(check, ctx, root)
+            except (wire.Timeout, socket.timeout):
+                stalled.add(check.part)
+                cause = checks.why_stuck(check.part, ctx.recorders if ctx else [])
+                outcome = {"status": "timeout", "message":
+                           f"did not finish within {left:.0f} s: {cause}"}
+            except (wire.Gone, wire.ProtocolError, OSError):
+                outcome = {"status": "crashed"}
+            finally:
+                theirs.close()
+                ours.close()                        # the worker's end of the socket ...
+                if watchdog is not None:
+                    watchdog.cancel()
+                ended = outcome is not None and outcome["status"] == "crashed"
+                if worker is not None and not ended:
+                    worker.kill()                   # ... the worker, from here ...
+                try:                                # ... its process group, by the zygote
+                    code = zygote(check.torch_free).kill(pid, n, ended) if pid else None
+                except wire.Gone:
+                    code = None
+                if worker is not None:
+                    worker.kill()
+                memory = group is not None and group.out_of_memory()
+                memory = any([w.forget(sandbox.check_uid(n)) for w in watches]) or memory
+                if group is not None:
+                    group.close()                   # ... and all in its cgroups
+                if worker is not None:
+                    worker.close()
+            if outcome["status"] == "crashed":
+                outcome["message"] = (
+                    f"the check's processes used more than {sandbox.MEMORY >> 30} GB "
+                    "together: killed" if memory else f"the check's process ended (exit "
+                    f"{code}) before reporting: {output.last_line()[:300]}")
+            output.sent()
             result.outcomes[seed] = outcome
 
         try:

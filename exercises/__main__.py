@@ -5,9 +5,13 @@ The main job: the lesson, end to end. `make lesson` runs this after setting up.
     python -m exercises --only 3 4      # exercises 3 and 4 alone (make exercise N=3: one)
     python -m exercises --quick         # tiny models: what the tests run
 
-Each exercise trains the models it uses when it first needs them (once: they are cached in
-checkpoints/): the big model, its draft and the names draft. The whole lesson (no --only) then
-trains the one model the notebooks add, the distilled draft, so that no notebook has to.
+First it trains the models the exercises use that are not trained yet (once: they are cached in
+checkpoints/): the big model, its draft and the names draft; the whole lesson (no --only) also
+the one model the notebooks add, the distilled draft, so that no notebook has to. Then the
+exercises run. In the student repository an exercise that calls a part not written yet (its
+stub raises NotImplementedError) stops there with one line naming the part, the notebook cell
+and the file where it is written, and the next exercise runs; results/report.md lists it under
+"Still to do", and the job exits 0 (unwritten work is not an error).
 The studies past the lesson (every drafter compared, transformers, sampling's price list, the
 batch curve, token trees) run by their own commands, all of them by `python -m beyond.studies` (make
 studies); the report links to their sections once they have run.
@@ -39,16 +43,44 @@ NOTEBOOK_MODELS = ["big", "draft", "names", "distilled"]
 
 
 def stages(exercise_args, folder, notebooks=True):
-    """(label, keys) per exercise: the models it trains first (those it uses that are not
-    trained yet, nor trained by an earlier exercise), then the exercise itself; and, with
-    notebooks, a last stage that trains what the notebooks use besides.
-    exercise_args: {n: that exercise's Args}."""
-    steps = [(f"exercise {n}: {EXERCISES[n][0]}", EXERCISES[n][1].models(args), n)
-             for n, args in exercise_args.items()]
-    if notebooks:
-        steps.append(("the notebooks' models", NOTEBOOK_MODELS, "notebooks"))
+    """(label, keys) per stage: first the models the exercises use (and, with notebooks, those
+    the notebooks use besides) that are not trained yet, then each exercise. Training comes
+    first so that an exercise stopped by a part not written yet leaves every model trained.
+    exercise_args: {n: that exercise's Args}. The models' stage is keyed "notebooks" after its
+    own work, loading them (what the reference runs timed under that key); it is left out when
+    there is nothing to train."""
+    used = [m for n, args in exercise_args.items() for m in EXERCISES[n][1].models(args)]
+    used = list(dict.fromkeys(used + (NOTEBOOK_MODELS if notebooks else [])))
+    steps = [("the models", used, "notebooks")] + \
+        [(f"exercise {n}: {EXERCISES[n][0]}", [], n) for n in exercise_args]
     planned = common.plan(steps, folder)
-    return planned[:-1] if notebooks and planned[-1][1] == ["notebooks"] else planned  # trained
+    return planned[1:] if planned[0][1] == ["notebooks"] else planned   # all trained already
+
+
+def to_do(n, error):
+    """One line for exercise n stopped by `error`, when that is a stub of a part not written
+    yet (the student repository's NotImplementedError): the part, the notebook cell and the
+    file where it is written. None for any other error."""
+    from classroom import yourturn   # the notebooks' own reading of a stub's message
+    part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
+    if part is None:
+        return None
+    return (f"exercise {n} ({EXERCISES[n][0]}) is still to do: it needs part {part.id} "
+            f"({', '.join(part.functions)}); write it in {yourturn.place(part)} or in "
+            f"{part.file}, then `make check N={part.exercise}` checks it")
+
+
+def run_exercise(n, args, log=print):
+    """Exercise n's section of the report, or, when a part it calls is not written yet, a
+    section that says so (one line, also logged). Any other error goes on up."""
+    try:
+        return EXERCISES[n][1].run(args, log=log)
+    except NotImplementedError as e:
+        line = to_do(n, e)
+        if line is None:
+            raise
+        log(line)
+        return {"numbers": {}, "to_do": line, "markdown": f"Not run: {line}."}
 
 
 def lesson(args):
@@ -62,18 +94,24 @@ def lesson(args):
     whole = args.only == list(EXERCISES)
     planned = stages(exercise_args, common.checkpoint_folder(args), notebooks=whole)
     progress = common.Progress(planned, forecast=not args.quick)
+    if len(planned) > len(exercise_args):      # the models first, where one is missing
+        progress.start()
+        names = [k for k in planned[0][1] if k != "notebooks"]
+        common.load_models(args, names, log=print)
     sections = {}
     for n, module_args in exercise_args.items():
         progress.start()
-        sections[n] = EXERCISES[n][1].run(module_args, log=print)
+        sections[n] = run_exercise(n, module_args, log=print)
         path = report.record(args, n, sections[n], log=None)
-    if len(planned) > len(exercise_args):     # the notebooks' models, where one is missing
-        progress.start()
-        common.load_models(args, NOTEBOOK_MODELS, log=print)
-    figures = {"exercises": args.only, "quick": args.quick, "corpora_s": corpora_s,
-               **progress.results(common.TRAINED)}
+    left = [n for n, section in sections.items() if "to_do" in section]
+    figures = {"exercises": args.only, "to_do": left, "quick": args.quick,
+               "corpora_s": corpora_s, **progress.results(common.TRAINED)}
     common.save_json(args, "lesson.json", figures, busy=busy.stop().note())
     print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
+    if left:
+        print(f"still to do: exercise{'s' if len(left) > 1 else ''} "
+              f"{', '.join(map(str, left))} (each line above says which part and where; "
+              f"{path} lists them)")
     print(f"Past the lesson: {report.studies_line(args)}")
     return sections
 

@@ -77,6 +77,7 @@ def write(args):
         f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.",
         "",
         f"Past the lesson: {studies_line(args)}", "",
+        *still_to_do(sections),
         "## Models", "", trained_models(args), "",
         "## The lesson's numbers and ours", "", summary(sections), "",
     ]
@@ -89,6 +90,14 @@ def write(args):
     path = common.results_dir(args) / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def still_to_do(sections):
+    """The report's lines on the exercises whose latest run stopped at a part not written yet
+    (exercises/__main__.py's run_exercise): a heading and one line each; none when there are
+    none."""
+    left = [f"- {section['to_do']}" for section in sections.values() if "to_do" in section]
+    return ["## Still to do", "", *left, ""] if left else []
 
 
 def anchor(title):
@@ -126,7 +135,7 @@ def trained_models(args):
 def summary(sections):
     """The lesson's numbers, the formulas' and ours, side by side."""
     rows = []
-    n = {k: v["numbers"] for k, v in sections.items()}
+    n = {k: v["numbers"] for k, v in sections.items() if "to_do" not in v}
     if 2 in n:
         alpha, k = n[2]["alpha"], n[2]["k"]
         rows.append([f"tokens per pass, alpha {alpha}, k {k}",

@@ -220,22 +220,23 @@ def test_the_report_anchor_is_the_headings():
 
 
 def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
-    # From nothing, the lesson trains the big model and its draft before exercise 1, the names
-    # draft before exercise 4, the distilled draft after the exercises (the notebooks use it),
-    # and never the heads; the studies train those first. Controls: exercise 4 asked for the
-    # distilled draft trains it there (and the last stage goes); one exercise alone trains
-    # only what it uses.
-    from exercises import common, ex4_break
+    # From nothing, the lesson trains every model first (the big model and its draft, the names
+    # draft, the distilled draft the notebooks use), then runs the exercises, and never trains
+    # the heads; the studies train those first. Controls: one exercise alone trains only what
+    # it uses; with every model trained the models' stage goes.
+    from exercises import common
     args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
     plan = dict(lesson.stages(args, tmp_path))
     keys = [key for stage in plan.values() for key in stage]
-    assert keys == ["big", "draft", 1, 2, 3, "names", 4, 5, "distilled", "notebooks"]
-    assert "training big, draft first" in next(iter(plan))
-    args[4] = ex4_break.Args(drafts="draft,names,distilled")
-    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]][5:] == \
-        ["names", "distilled", 4, 5]
+    assert keys == ["big", "draft", "names", "distilled", "notebooks", 1, 2, 3, 4, 5]
+    assert "training big, draft, names, distilled first" in next(iter(plan))
     assert [k for s in lesson.stages({3: args[3]}, tmp_path, notebooks=False)
-            for k in s[1]] == ["big", "draft", 3]
+            for k in s[1]] == ["big", "draft", "notebooks", 3]
+    for name in lesson.NOTEBOOK_MODELS:
+        (tmp_path / f"{name}.pt").touch()
+    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]] == [1, 2, 3, 4, 5]
+    for name in lesson.NOTEBOOK_MODELS:
+        (tmp_path / f"{name}.pt").unlink()
     first = studies.stages(studies.Args(), list(studies.STUDIES), tmp_path)[0][1]
     assert first[:1] == ["big"] and {"distilled", "heads"} <= set(first)
     assert common.to_train(["distilled"], tmp_path) == ["big", "distilled"]   # teacher first

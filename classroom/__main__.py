@@ -132,16 +132,42 @@ def refuse_without_sandbox(args):
 
 
 def grade(args):
+    """One submission into results.json, which is written whatever happens once grading has
+    begun: a grade that raises still leaves one, with what it knew and a top-level output that
+    says what went wrong (then the error goes on, for its one line and exit status)."""
     refuse_without_sandbox(args)
-    notes = []
-    results, missing = grade_one(args.submission, args.part, notes)
-    print(runner.table(results) + "".join(f"\nnote: {note}" for note in notes))
-    data = runner.gradescope_json(results)
-    if notes:
-        data["output"] = "\n".join(notes)
-    Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    notes, data = [], {"score": 0, "tests": [], "stdout_visibility": "hidden"}
+    try:
+        results, missing = grade_one(args.submission, args.part, notes)
+        print(runner.table(results) + "".join(f"\nnote: {runner.shown(n)}" for n in notes))
+        data = runner.gradescope_json(results)
+    except BaseException as e:
+        notes.append(f"not graded: {e}" if isinstance(e, SubmissionError) else
+                     f"not graded: the grader stopped ({type(e).__name__}: {e}): regrade it")
+        raise
+    finally:
+        if notes:
+            data["output"] = "\n".join(runner.shown(note) for note in notes)
+        Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {args.out}")
     return 0
+
+
+COLUMNS = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
+
+
+def row_names(submissions):
+    """{submission: its row's name}: the entry's whole name (dup/ and dup.zip are two rows,
+    "dup" and "dup.zip"), shown() whole; two names that escape alike get " (2)", " (3)"."""
+    names, taken = {}, set()
+    for submission in submissions:
+        name = runner.shown(submission.name, cap=0)
+        unique, n = name, 1
+        while unique in taken:
+            n += 1
+            unique = f"{name} ({n})"
+        names[submission], taken = unique, taken | {unique}
+    return names
 
 
 def grade_all(args):
@@ -150,8 +176,12 @@ def grade_all(args):
         raise ValueError(f"{folder} is not a folder of submissions")
     refuse_without_sandbox(args)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="classroom-submissions-") as private:
+    names = row_names(submissions)
+    with tempfile.TemporaryDirectory(prefix="classroom-submissions-") as private, \
+            open(args.csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, restval="")
+        writer.writeheader()
+        f.flush()
         # Every submission copied first (its student files only), into a folder of the
         # grader's alone: what a graded submission's code does cannot change the next one's.
         copies = {}
@@ -163,30 +193,34 @@ def grade_all(args):
             except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
                 copies[submission] = e, notes
         for submission in submissions:
-            student = submission.stem
-            copy, notes = copies[submission]
-            try:
-                if isinstance(copy, Exception):
-                    raise copy
-                results, _ = grade_one(copy, notes=notes)
-            except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
-                reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
-                print(f"{student}: not graded: {reason}")
-                rows.append({"student": student, "note": f"not graded: {reason}"})  # not 0
-                continue
-            row = {"student": student, "total": sum(r.score for r in results),
-                   "note": "; ".join(notes)}
-            for part in parts.PARTS:
-                row[part.id] = sum(r.score for r in results if r.check.part == part.id)
-            rows.append(row)
-            print(f"{student}: {row['total']} points" + (f" ({row['note']})" if notes else ""))
-    columns = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, columns, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv} ({len(rows)} students)")
+            # Each row is written as soon as it is known: a submission that stops the grader
+            # costs its own row only.
+            row = grade_row(names[submission], *copies[submission])
+            writer.writerow(row)
+            f.flush()
+            said = row["note"] if row["total"] == "" else f"{row['total']} points" + (
+                f" ({row['note']})" if row["note"] else "")
+            print(f"{row['student']}: {said}")
+    print(f"wrote {args.csv} ({len(submissions)} students)")
     return 0
+
+
+def grade_row(student, copy, notes):
+    """The CSV row of one student's private copy (or of the error that kept it from being
+    made): a part's points in its column, notes shown() in the last; "not graded: why", with
+    blank points (not 0), when it cannot be graded at all."""
+    try:
+        if isinstance(copy, Exception):
+            raise copy
+        results, _ = grade_one(copy, notes=notes)
+    except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
+        reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
+        return {"student": student, "total": "", "note": f"not graded: {runner.shown(reason)}"}
+    row = {"student": student, "total": sum(r.score for r in results),
+           "note": "; ".join(runner.shown(note) for note in notes)}
+    for part in parts.PARTS:
+        row[part.id] = sum(r.score for r in results if r.check.part == part.id)
+    return row
 
 
 def notebooks_command(args):

@@ -156,18 +156,12 @@ class _Overridden:
 
 
 def run_check(check, ctx, root=None):
-    """Run one check: {"status": ..., and what went wrong}. Errors are one line each. Raises
-    wire.Timeout and wire.Gone (the worker's end), for the runner to report."""
+    """Run one check: {"status": ..., and what went wrong, as text}. Errors are one line each.
+    Raises wire.Timeout and wire.Gone (the worker's end), for the runner to report. The text may
+    quote the student's values: runner.shown() makes it fit to print (escaped, SHOWN characters)."""
     outcome = _run_check(check, ctx, root)
-    return {key: short(value) if key != "status" else value for key, value in outcome.items()}
-
-
-def short(value):
-    """What a student reads of one field, SHOWN characters at most."""
-    value = value if isinstance(value, str) else str(value)
-    if len(value) <= SHOWN:
-        return value
-    return f"{value[:SHOWN]}... ({len(value):,} characters in all)"
+    return {key: value if isinstance(value, str) else str(value)
+            for key, value in outcome.items()}
 
 
 def _run_check(check, ctx, root):

@@ -73,7 +73,9 @@ class Result:
 
     def lines(self, reveal_hidden=True):
         """What went wrong, in a few lines (nothing when it passed). reveal_hidden=False: what a
-        hidden seed's run said stays out (it may quote the hidden inputs); only that it failed."""
+        hidden seed's run said stays out (it may quote the hidden inputs); only that it failed.
+        Every field is shown(): it may be the student's text (an exception's message, a value
+        returned, a hint that quotes one, what the worker printed before it crashed)."""
         for seed, o in sorted(self.outcomes.items(), key=lambda item: item[0] != PUBLIC_SEED):
             if o["status"] == "pass":
                 continue
@@ -82,10 +84,30 @@ class Result:
                 return [f"{o['status']} on the hidden seed (what it said is shown after the "
                         "grades are published)"]
             if o["status"] == "fail":
-                out = [f"expected{which}: {o['expected']}", f"got: {o['got']}"]
-                return out + ([f"hint: {o['hint']}"] if o.get("hint") else [])
-            return [o.get("message", o["status"]) + which]
+                out = [f"expected{which}: {shown(o['expected'])}", f"got: {shown(o['got'])}"]
+                return out + ([f"hint: {shown(o['hint'])}"] if o.get("hint") else [])
+            return [shown(o.get("message", o["status"])) + which]
         return []
+
+
+def escaped(text):
+    """text as one line of printable characters: a newline as the two characters \\n, every
+    other control or format character (an ANSI escape's ESC, a carriage return, a
+    right-to-left override) as Python writes it in a string (\\x1b, \\r, \\u202e), so that
+    nothing a student writes can move the cursor, hide, colour or forge a line of what the
+    grader prints."""
+    return "".join(ch if ch.isprintable() or ch == " " else
+                   ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def shown(value, cap=None):
+    """What the grader prints of a text that may be the student's: escaped(), and cut at `cap`
+    characters (checks.SHOWN by default; 0: whole) with how long it was."""
+    cap = checks.SHOWN if cap is None else cap
+    text = escaped(value if isinstance(value, str) else str(value))
+    if not cap or len(text) <= cap:
+        return text
+    return f"{text[:cap]}... ({len(text):,} characters in all)"
 
 
 class RemoteContext(checks.Context):

@@ -257,8 +257,8 @@ def test_grade_all_grades_the_others_when_one_zip_is_corrupt(tmp_path, monkeypat
     grades = tmp_path / "grades.csv"
     assert main(["grade-all", str(folder), "--csv", str(grades)]) == 0
     rows = {r["student"]: r for r in csv.DictReader(grades.open())}
-    assert rows["alice"]["note"].startswith("not graded") and rows["alice"]["total"] == ""
-    assert rows["alice"]["2a"] == "" and rows["bob"]["total"] == "3" and rows["bob"]["2a"] == "3"
+    assert rows["alice.zip"]["note"].startswith("not graded") and rows["alice.zip"]["total"] == ""
+    assert rows["alice.zip"]["2a"] == "" and rows["bob"]["total"] == "3" and rows["bob"]["2a"] == "3"
 
 
 def test_teachers_md_has_the_points_table_and_the_whole_zoo():

@@ -5,6 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
+# `make exercise N=9`, `make check N=x`: one line saying what N may be, before any set-up.
+ifneq ($(filter exercise check,$(MAKECMDGOALS)),)
+ifneq ($(filter-out 1 2 3 4 5 $(if $(filter check,$(MAKECMDGOALS)),all),$(N))$(word 2,$(N)),)
+$(error no exercise N=$(N): N is one of 1 to 5, e.g. make $(firstword $(filter exercise check,$(MAKECMDGOALS))) N=3)
+endif
+endif
+
 .PHONY: setup lesson studies train exercise check notebooks notebooks-solved notebooks-check benchmark docs gpu-check test test-fast clean
 
 # The lesson's own dependencies only. Without compiling every installed file (pip's default:

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import cli
-from classroom import build, notebooks, parts, runner, sandbox, walk
+from classroom import build, notebooks, parts, runner, sandbox, walk, yourturn
 from classroom.submissions import (ROOT, SubmissionError, broken_files, private_copy,
                                    scratch_dir, with_blank_files, workspace)
 
@@ -81,10 +81,36 @@ def exercise_number(text):
     return int(text)
 
 
+def not_started(part, part_results):
+    """One line for a part that no check of could start, each stopped by the part's own stub
+    (as the student repository comes; a check skipped on this machine aside): what to write and
+    where, the notebook cell and the file; runner.table shows it instead of the part's checks.
+    None for any other part (or one with no results here)."""
+    outcomes = [o for r in part_results for o in r.outcomes.values() if o["status"] != "skipped"]
+    if not outcomes or any(o["status"] != "not started" or yourturn.waiting_for(
+            NotImplementedError(o.get("message", ""))) is not part for o in outcomes):
+        return None
+    try:                                                 # its functions still stubs
+        defined = yourturn.definitions(Path(ROOT, part.file).read_text())
+        functions = [f for f in part.functions if f in defined and
+                     yourturn.is_stub(defined[f][0])]
+    except (OSError, SyntaxError, ValueError):
+        functions = []
+    functions = functions or list(part.functions)
+    return (f"not started: write {', '.join(functions)} (part {part.id}) in "
+            f"{yourturn.place(part)} or in {part.file}")
+
+
 def check(args):
     selected = runner.select(exercise_number(args.exercise), args.part)
+    if not selected:
+        raise ValueError(f"part {args.part} is not in exercise {args.exercise}; "
+                         f"choose one of its parts or leave the exercise out")
     results = runner.run_checks(ROOT, selected, [runner.PUBLIC_SEED], grading=False)
-    print(runner.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+    instead = {p.id: not_started(p, [r for r in results if r.check.part == p.id])
+               for p in parts.PARTS}
+    print(runner.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
+                       instead=instead))
     if args.report_only:
         return 0
     if args.strict:
@@ -126,7 +152,6 @@ def refuse_without_sandbox(args):
     """One line, before any work, where no sandbox is possible and --unsafe is not given."""
     if args.unsafe:
         sandbox.allow_unsafe()
-    sandbox.protect(getattr(args, "submission", None) or args.folder)
     with tempfile.TemporaryDirectory(prefix="classroom-probe-") as scratch:
         sandbox.isolation(scratch, grading=True)
 

@@ -3,10 +3,10 @@ classroom/build.py: the student repository and the Gradescope autograder, made f
 
 build(dest) copies the project, replaces every solution region with a NotImplementedError
 (regions.py), removes the hidden checks, the project's own tests and the teachers' notes,
-clears notebook outputs, and writes a student README, a CI script and a GitHub Classroom
-workflow with one step per graded part. Then it proves itself both ways and refuses to finish
-otherwise: every check passes on the reference, and every check that carries points fails on
-the student version.
+clears notebook outputs, and writes a student README, a CI script, a GitHub Classroom
+workflow with one step per graded part, and the file that marks the repository as the student's
+(STUDENT_MARK). Then it proves itself both ways and refuses to finish otherwise: every check
+passes on the reference, and every check that carries points fails on the student version.
 """
 
 import os
@@ -17,8 +17,11 @@ import zipfile
 from pathlib import Path
 
 from classroom import checks, notebooks, parts, runner
-from classroom.submissions import ROOT, project_files, student_text, teachers_only
+from classroom.submissions import ROOT, STUDENT_MARK, project_files, student_text, teachers_only
 
+# What makes a repository the student's, decided once: this file, which build writes into the
+# student repository only (yourturn.py reads it). Never a file's content: a student may paste a
+# cell that still holds the solution markers, and a file saved from it is still theirs.
 class BuildError(ValueError):
     """The student version is not what it must be; the message names the check."""
 
@@ -36,8 +39,7 @@ def write_student_repository(dest, root=ROOT):
         if relative == ".ci/run":
             continue
         target.write_text(student_text(relative, f.read_text()))
-        # executable or not, as here; open to read (a grade as root may have closed this
-        # repository to other users: sandbox.hide)
+        # executable or not, as here, and open to read whatever this process's umask
         target.chmod(0o755 if f.stat().st_mode & stat.S_IXUSR else 0o644)
     # The student notebooks, ready to open (and committed there, unlike here).
     notebooks.write(dest / "notebooks", "student", root=root)
@@ -52,6 +54,9 @@ def write_student_repository(dest, root=ROOT):
     workflow = dest / ".github" / "workflows" / "classroom.yml"
     workflow.parent.mkdir(parents=True)
     workflow.write_text(classroom_workflow())
+    (dest / STUDENT_MARK).write_text("Written by `python -m classroom build`: this is a student "
+                                     "repository, where the notebooks save your answers into "
+                                     "the graded files. Keep it.\n")
     return dest
 
 
@@ -153,7 +158,9 @@ check` all use it, and the check cell after it runs the same checks as `make che
 also write a function in its file directly: a notebook whose cell is still blank uses the file's,
 and a notebook never overwrites a function you changed in the file (its cell says so in one
 line; `%%answer 3b --replace` as the cell's first line saves the cell's over it). A cell that
-does not compile or raises saves nothing and says why in one line. A cell that needs a part you
+does not compile or raises saves nothing and says why in one line, and so does one whose function
+uses a helper, an import or a value that its file does not define (the grader reads the file
+alone: put it inside the function). A cell that needs a part you
 have not written yet prints one line naming it and where to write it, and the notebook goes on.
 After editing a file by hand, restart the notebook's kernel so that it reads the file again.
 

@@ -273,19 +273,23 @@ def judge(greedy_verdict, draft_tokens, choices, case=""):
                    f"({got[0]}, {text([got[1]])!r})", hint)
 
 
-def fix_1a_first(ctx):
-    """" Fix 1a first: ..." when the student's own greedy_verdict, which replay and
-    speculative_greedy may call, is wrong or not written ("" when it is right, or when the
-    grader gives those parts its reference instead: runner.references)."""
-    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
-    rng = np.random.default_rng(1)
-    try:
-        for _ in range(50):
-            judge(greedy_verdict, *random_round(rng))
-    except (Fail, NotImplementedError, wire.StudentError):
-        return ("; fix 1a first: your greedy_verdict, which this part's code may call, fails "
-                "its own checks")
-    return ""
+def fix_first(ctx, function, tests, hint, how="this part's code may call"):
+    """`hint`, preceded by "fix X first: ..." when the student's `function` (X: its part, or the
+    function where its part has several), which the code that failed calls, fails one of
+    `tests` (checks of its own, run here on the same ctx): a part that calls a wrong earlier one
+    says so before anything else. Where the grader gives the failing part its reference for
+    another part's function (runner.references), that reference passes and nothing is added."""
+    for test in tests:
+        try:
+            test(ctx)
+        except (Fail, NotImplementedError, wire.StudentError) as e:
+            part = parts.part_of(function)
+            name = part.id if part.functions == (function,) else function
+            # a check's own report says why; a test that is no check (layer_norm's) says it here
+            why = "" if test.__name__ in CHECKS or not isinstance(e, Fail) else f" ({e.hint})"
+            return (f"fix {name} first: your {function}, which {how}, fails {test.__name__}"
+                    f"{why}; then: {hint}")
+    return hint
 
 
 @check("1a", 2, torch_free=True)
@@ -305,6 +309,9 @@ def verdict_at_the_edges(ctx):
         judge(greedy_verdict, draft_tokens, choices, f"{case}: ")
 
 
+VERDICT_CHECKS = (verdict_on_random_rounds, verdict_at_the_edges)   # 1a's, for fix_first
+
+
 @check("1b", 2, torch_free=True)
 def replay_writes_the_text(ctx):
     replay = ctx.student("numpy_speculative").replay
@@ -319,8 +326,8 @@ def replay_writes_the_text(ctx):
         if not isinstance(got, (list, tuple)) or list(got) != want:
             raise Fail(f"{text(want)!r} from prompt {text(prompt)!r} and {len(rounds)} rounds",
                        repr(text(got)) if isinstance(got, (list, tuple)) else repr(got),
-                       "each round adds its kept guesses, then the big model's own token"
-                       + fix_1a_first(ctx))
+                       fix_first(ctx, "greedy_verdict", VERDICT_CHECKS, "each round adds its "
+                                 "kept guesses, then the big model's own token"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -362,6 +369,45 @@ def tokens_per_pass_limits(ctx):
         raise Fail("tokens per pass grows with k", "it does not", "")
 
 
+TOKENS_CHECKS = (tokens_per_pass_is_the_sum, tokens_per_pass_limits)   # 2a's, for fix_first
+
+
+def round_law(alpha, k):
+    """P(one round writes n tokens), n = 1 .. k + 1: alpha^(n-1) (1 - alpha) for n <= k (n - 1
+    guesses kept, then a rejection), alpha^k for k + 1 (every guess kept, then the bonus)."""
+    return np.array([alpha ** (n - 1) * (1 - alpha) for n in range(1, k + 1)] + [alpha ** k])
+
+
+def simulates_rounds(ctx, simulate, alpha, k, runs, salt, law=True):
+    """Fail unless simulate is a simulation: `runs` runs of one round each (a fresh rng each)
+    write a whole number of tokens, 1 to k + 1 (the closed form plus noise does not), and (law)
+    as often as the process writes them (round_law, by chi-square). One round is where the
+    process shows: its tokens are the round's own, not an average. Its standard error, 0/0 for
+    one round, is not read."""
+    counts = np.zeros(k + 1)
+    for run in range(runs):
+        result = simulate(alpha, k, 1, ctx.worker_rng(salt + run))
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("simulate returns (mean, standard error)", repr(result)[:80])
+        tokens = a_float(result[0], "simulate")
+        if tokens != round(tokens) or not 1 <= tokens <= k + 1:
+            raise Fail(f"a simulation of one round (alpha {alpha:.3f}, k {k}) writes a whole "
+                       f"number of tokens, 1 to {k + 1}", f"{tokens!r}",
+                       "simulate each round: keep guesses while rng.random() < alpha, stop at "
+                       "the first rejection, add the target's own token; return the mean of "
+                       "the rounds' tokens (the formula plus noise is not a simulation)")
+        counts[int(tokens) - 1] += 1
+    want = round_law(alpha, k)
+    if law and chi_square_fails(counts, want):
+        n = int(np.abs(counts / runs - want).argmax())
+        raise Fail(f"the tokens of one round as often as the process writes them: n with "
+                   f"probability alpha^(n-1) (1 - alpha) for n <= k, alpha^k for n = k + 1 "
+                   f"(alpha {alpha:.3f}, k {k})", f"{n + 1} tokens in {counts[n] / runs:.3f} "
+                   f"of {runs} one-round runs; the process: {want[n]:.3f}",
+                   "each round on its own: keep draft tokens up to the first rejection (each "
+                   "accepted with probability alpha), then the target's own token")
+
+
 @check("2b", 2)
 def simulation_agrees_with_the_formula(ctx):
     simulate = ctx.student("exercises.ex2_derive").simulate
@@ -387,11 +433,14 @@ def simulation_agrees_with_the_formula(ctx):
             raise Fail(f"standard error about {sd / math.sqrt(rounds):.4f} (the spread of tokens "
                        f"per round over the square root of {rounds:,} rounds)", f"{se:.4f}",
                        "std(tokens) / sqrt(rounds)")
+        if i < 2:                          # the mean is right: is it a simulation's?
+            simulates_rounds(ctx, simulate, alpha, k, 400, 1000 * (i + 1))
 
 
 @check("2b", 1)
 def simulation_draws_from_the_given_rng(ctx):
     simulate = ctx.student("exercises.ex2_derive").simulate
+    simulates_rounds(ctx, simulate, 0.6, 4, 20, 100, law=False)   # whole rounds, then the rng
     same = [simulate(0.6, 4, 2000, np.random.default_rng(7))[0] for _ in range(2)]
     other = [simulate(0.6, 4, 2000, np.random.default_rng(s))[0] for s in (8, 9, 10)]
     if same[0] != same[1] or len(set(map(float, other + same[:1]))) < 3:
@@ -404,9 +453,18 @@ def simulation_draws_from_the_given_rng(ctx):
 # Exercise 3: build, with NumPy alone
 
 
-def logits_close(got, want, what, width_scaled=None):
-    """Fail unless got is want within 1e-5. width_scaled: the logits of attention scaled by
-    sqrt(C) instead of sqrt(head size), to name that mistake."""
+WIDTH_SCALED = ("these are the logits of attention scaled by sqrt(C), the model's width: scale "
+                "each head's scores by sqrt(head size) = sqrt(C / n_head)")
+FROM_ZERO = ("these are the logits of positions that start at 0 in every call: the new tokens "
+             "sit at positions cache.length, cache.length + 1, ... (wpe[start:start + T])")
+NO_MASK = ("these are the logits of attention without its causal mask: token i may attend to "
+           "itself and the tokens before it only (set the later ones' scores to -inf)")
+
+
+def logits_close(got, want, what, suspects=(), hint=None):
+    """Fail unless got is want within 1e-5. suspects: (logits, hint) of known mistakes (logits:
+    an array, a function that makes it, only then, or None): when got is one of them, its hint
+    names the mistake; else `hint` (what the check measured), else the usual suspects."""
     got = np.asarray(got)
     if got.shape != want.shape:
         raise Fail(f"{what}: logits of shape {want.shape} (new tokens, vocabulary)",
@@ -417,13 +475,75 @@ def logits_close(got, want, what, width_scaled=None):
     error = float(np.abs(got - want).max())
     if error > 1e-5:
         row = int(np.abs(got - want).max(-1).argmax())
-        hint = ("positions start at cache.length; attention may look at earlier tokens only; "
-                "LayerNorm uses the variance, not the std")
-        if width_scaled is not None and np.abs(got - width_scaled).max() < 1e-5:
-            hint = ("these are the logits of attention scaled by sqrt(C), the model's width: "
-                    "scale each head's scores by sqrt(head size) = sqrt(C / n_head)")
+        for logits, named in suspects:
+            logits = logits() if callable(logits) else logits
+            if logits is not None and np.abs(got - logits).max() < 1e-5:
+                hint = named
+                break
+        hint = hint or ("positions start at cache.length; attention may look at earlier tokens "
+                        "only; LayerNorm uses the variance, not the std")
         raise Fail(f"{what}: the torch model's logits within 1e-5", f"off by {error:.2g} (first "
                    f"at new token {row})", hint)
+
+
+def layer_norm_normalises(ctx):
+    """The student's layer_norm on rows of mean 1 and spread 3 with a random weight and bias:
+    (x - mean) / sqrt(variance + eps) * weight + bias. Its hint says what the rows came out as."""
+    x = ctx.rng.normal(1, 3, (4, 12))
+    weight, bias = ctx.rng.uniform(0.5, 1.5, 12), ctx.rng.normal(0, 0.5, 12)
+    normal = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    got = np.asarray(ctx.student("numpy_speculative").layer_norm(x, weight, bias), dtype=float)
+    if got.shape != x.shape:
+        raise Fail("layer_norm keeps the shape of x", f"{got.shape}", "one row out per row in")
+    if not np.abs(got - (normal * weight + bias)).max() < 1e-5:
+        rows = (got - bias) / weight               # what it made of the rows before weight, bias
+        mean, variance = float(np.abs(rows.mean(-1)).max()), float(rows.var(-1).mean())
+        raise Fail("rows of mean 0 and variance 1, then times weight plus bias",
+                   f"mean up to {mean:.3g}, variance {variance:.3g}",
+                   "subtract each row's mean" if mean > 1e-4 else
+                   f"rows of variance {variance:.3g}, not 1: divide by "
+                   "sqrt(variance + eps), not by the std" if abs(variance - 1) > 1e-4
+                   else "multiply by weight, then add bias")
+
+
+def forward_close(ctx, got, want, what, suspects=(), hint=None):
+    """logits_close, whose hint says first where the student's layer_norm is wrong."""
+    try:
+        logits_close(got, want, what, suspects, hint)
+    except Fail as e:
+        e.hint = fix_first(ctx, "layer_norm", (layer_norm_normalises,), e.hint, "forward calls")
+        raise
+
+
+def mistaken(ctx, name, tokens, pieces, mistake):
+    """The logits (T, V) of fixture model `name` for tokens fed through one cache in `pieces`
+    (a, b), computed with a known mistake, to name it: "from 0", each call's positions start at
+    0, not at the cache's length; "no mask", every token attends to all of its call's tokens."""
+    import torch
+    model = making.torch_model(ctx.fixture_dir, name)      # a copy of its own, to change
+    if mistake == "no mask":
+        for block in model.transformer.h:
+            block.attn.mask.fill_(True)                    # (the mask a call with a cache uses)
+    cache, wpe, rows = model.new_cache(), model.transformer.wpe.weight, []
+    with torch.no_grad():
+        right = wpe.clone()
+        for a, b in pieces:
+            if mistake == "from 0":
+                wpe[a:b] = right[:b - a]                   # positions a .. b-1 look like 0 ..
+            rows.append(model(torch.tensor([tokens[a:b]]), cache=cache)[0][0].numpy())
+            wpe.copy_(right)
+    return np.concatenate(rows)
+
+
+def over_the_cost(ctx, got, alpha, k, cost):
+    """True when `got`, the student's expected_speedup, is the student's own
+    expected_tokens_per_pass(alpha, k) over the right cost: 2c calls 2a (and its cost is right),
+    so 2c is as wrong as 2a is. (Graded, 2a is the grader's reference and this is False.)"""
+    try:
+        tokens = a_float(ctx.student("speculative").expected_tokens_per_pass(alpha, k), "")
+    except (Fail, NotImplementedError, wire.StudentError):
+        return False
+    return abs(got - tokens / cost) <= 1e-9 * abs(got)
 
 
 @check("2c", 2)
@@ -435,9 +555,13 @@ def speedup_is_tokens_over_cost(ctx):
         want = tokens_per_pass(alpha, k) / (k * c + verify_cost)
         got = a_float(f(alpha, k, c, verify_cost), "expected_speedup")
         if abs(got - want) > 1e-9 * want:
+            hint = ("a round costs k draft steps of c each plus one verification pass of "
+                    "verify_cost target steps")
+            if over_the_cost(ctx, got, alpha, k, k * c + verify_cost):
+                hint = fix_first(ctx, "expected_tokens_per_pass", TOKENS_CHECKS, "the cost, "
+                                 "k c + verify_cost, is right", "expected_speedup calls")
             raise Fail(f"{want:.6f} for alpha {alpha:.3f}, k {k}, c {c:.3f}, verify cost "
-                       f"{verify_cost}", f"{got:.6f}", "a round costs k draft steps of c "
-                       "each plus one verification pass of verify_cost target steps")
+                       f"{verify_cost}", f"{got:.6f}", hint)
         if verify_cost == 1.0 and abs(a_float(f(alpha, k, c), "expected_speedup") - want) > 1e-9:
             raise Fail("verify_cost defaults to 1 (the lesson's formula)", "another default")
 
@@ -448,23 +572,41 @@ def forward_matches_torch(ctx):
     expected = ctx.expected_logits()
     tokens = expected["tokens"].tolist()
     for name in ("target", "draft"):
-        logits_close(ns.forward(ctx.model(name), tokens), expected[name],
-                     f"the {name} model over {len(tokens)} tokens",
-                     expected.get(f"{name}_width_scaled"))
+        forward_close(ctx, ns.forward(ctx.model(name), tokens), expected[name],
+                      f"the {name} model over {len(tokens)} tokens",
+                      [(expected.get(f"{name}_width_scaled"), WIDTH_SCALED),
+                       (lambda name=name: mistaken(ctx, name, tokens, [(0, len(tokens))],
+                                                   "no mask"), NO_MASK)])
 
 
 @check("3a", 2, torch_free=True)
 def forward_continues_its_cache(ctx):
     ns = ctx.student("numpy_speculative")
     expected = ctx.expected_logits()
-    tokens, model = expected["tokens"].tolist(), ctx.model("target")
+    tokens, model, want = expected["tokens"].tolist(), ctx.model("target"), expected["target"]
     cache = ns.Cache(model)
     pieces = [ns.forward(model, tokens[a:b], cache) for a, b in ((0, 5), (5, 6), (6, 11))]
-    logits_close(np.concatenate(pieces), expected["target"][:11],
-                 "tokens fed through one cache in three pieces (5, 1 and 5 tokens)")
+    # mistakes to name, fed in this check's pieces (with positions from 0, the last piece as
+    # after forget_from(6): attention is causal, so its first 5 rows are those of (6, 11))
+    def zero():
+        return mistaken(ctx, "target", tokens, [(0, 5), (5, 6), (6, len(tokens))], "from 0")
+    scaled = expected.get("target_width_scaled")
+    first = np.asarray(pieces[0])
+    started = first.shape == (5, want.shape[1]) and np.abs(first - want[:5]).max() < 1e-5
+    forward_close(ctx, np.concatenate(pieces), want[:11],
+                  "tokens fed through one cache in three pieces (5, 1 and 5 tokens)",
+                  [(lambda: zero()[:11], FROM_ZERO),
+                   (lambda: mistaken(ctx, "target", tokens, [(0, 5), (5, 6), (6, 11)], "no mask"),
+                    NO_MASK), (None if scaled is None else scaled[:11], WIDTH_SCALED)],
+                  "the first 5 tokens, fed to an empty cache, are right, the ones fed after "
+                  "them are not: they sit at positions cache.length + i and attend to the "
+                  "cached keys and values as well as their own" if started else None)
     cache.forget_from(6)
-    logits_close(ns.forward(model, tokens[6:], cache), expected["target"][6:],
-                 "after forget_from(6), the rest fed again")
+    forward_close(ctx, ns.forward(model, tokens[6:], cache), want[6:],
+                  "after forget_from(6), the rest fed again", [(lambda: zero()[6:], FROM_ZERO)],
+                  "the same tokens fed in pieces were right (above): after forget_from(6) the "
+                  "cache must hold the first 6 tokens' keys and values only (keep them in "
+                  "cache.keys and cache.values, which forget_from cuts)")
 
 
 def greedy_run(ctx, draft_name, case, k=None):
@@ -497,7 +639,8 @@ def greedy_run(ctx, draft_name, case, k=None):
                      f"drafting and for verifying alike, as generate() does")
         raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
                    f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
-                   f"differs {where}: {text(tokens[len(prompt):])!r}", hint + fix_1a_first(ctx))
+                   f"differs {where}: {text(tokens[len(prompt):])!r}",
+                   fix_first(ctx, "greedy_verdict", VERDICT_CHECKS, hint))
     return passes, recorder
 
 
@@ -613,6 +756,9 @@ def verify_keeps_the_target_distribution_exactly(ctx):
                            "distribution at the next position")
 
 
+VERIFY_CHECKS = (verify_keeps_the_target_distribution_exactly,)   # verify's, for fix_first
+
+
 def kept_as_often(kept, target, draft, error, how):
     """Fail unless the first guess is kept with the exact rule's probability, sum over tokens of
     min(target, draft), within `error`: a rule that keeps nothing and samples every token from
@@ -692,8 +838,10 @@ def sampling_has_the_target_distribution(ctx):
                        f"{int(counts.sum())} runs: {text(worst)!r} came "
                        f"{counts[worst] / counts.sum():.3f} of the time, the big model "
                        f"gives it {probs[worst]:.3f}",
-                       "the draft must sample its guesses from the same warped distribution "
-                       "that verify() is given (not its argmax, not an unfiltered one)")
+                       fix_first(ctx, "verify", VERIFY_CHECKS, "the draft must sample its "
+                                 "guesses from the same warped distribution that verify() is "
+                                 "given (not its argmax, not an unfiltered one)",
+                                 "speculative_sample calls"))
 
 
 class Draws:
@@ -730,8 +878,9 @@ def sampling_with_a_perfect_draft(ctx):
         if draws.count != done.draws:
             raise Fail(f"{done.draws} draws of rng.random() for {what} ({done.rounds} rounds, "
                        "every guess kept)", f"{draws.count} draws",
-                       "the draft draws one number per guess, verify one per guess tested and "
-                       "one for the token the big model adds")
+                       fix_first(ctx, "verify", VERIFY_CHECKS, "the draft draws one number per "
+                                 "guess, verify one per guess tested and one for the token the "
+                                 "big model adds", "speculative_sample calls"))
         counted_passes(recorder, done, what)
         recorder.reset()
 

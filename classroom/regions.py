@@ -74,5 +74,11 @@ def without_hidden(text):
     return "".join(lines)
 
 
+def without_markers(text):
+    """The text without its solution marker lines (a solved cell pasted into a student's)."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if line.strip() not in (BEGIN, END))
+
+
 def functions_with_solutions(text):
     return [function for _, _, _, function in regions(text)]

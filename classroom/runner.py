@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from classroom import checks, helpers, making, parts, regions, sandbox, wire
-from classroom.submissions import ROOT
+from classroom.submissions import ROOT, is_student_repository
 
 PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20  # seconds per check and seed (an honest check takes a second or two)
@@ -207,7 +207,7 @@ def references(part):
     (helpers.standin) already give exercise 3 the big model's logits."""
     if part not in _references:
         found = {}
-        for other in parts.PARTS:
+        for other in parts.PARTS if not is_student_repository() else ():
             if other.id in (part, "3a"):
                 continue
             path = ROOT / other.file
@@ -264,8 +264,8 @@ def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(),
     jobs = jobs or min(2, os.cpu_count() or 1)
     results = [Result(c) for c in selected]
     end = None if budget is None else time.monotonic() + budget
-    # The scratch folder (logs) is the grader's alone; the copies the workers use lie apart,
-    # in a folder that a worker running as a user of its own may pass (sandbox.py).
+    # The scratch folder is the grader's alone (the views of users of their own: sandbox.py);
+    # the copies of the project lie apart.
     with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
             tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
         fixture_dirs = {seed: fixtures_of(seed) for seed in seeds}
@@ -400,8 +400,9 @@ def select(exercise=None, part=None, hidden=False):
     return chosen
 
 
-def table(results, colour=False):
-    """The report a student reads: one line per check with points, a few lines per failure."""
+def table(results, colour=False, instead=None):
+    """The report a student reads: one line per check with points, a few lines per failure.
+    instead: {part id: one line} shown in place of that part's checks (a part not started)."""
     marks = {"pass": ("pass", "32"), "fail": ("FAIL", "31"), "error": ("ERROR", "31"),
              "timeout": ("TIMEOUT", "31"), "crashed": ("CRASHED", "31"),
              "not started": ("not started", "33"), "missing": ("MISSING", "31"),
@@ -418,6 +419,10 @@ def table(results, colour=False):
         score = sum(r.score for r in part_results)
         total = sum(r.check.points for r in part_results)
         lines.append(f"  {part.id}  {part.title:<62} {score:>2}/{total}")
+        if (instead or {}).get(part_id):
+            line = instead[part_id]
+            lines.append(f"      \033[33m{line}\033[0m" if colour else f"      {line}")
+            continue
         for r in part_results:
             word, code = marks[r.status]
             shown = f"\033[{code}m{word:<11}\033[0m" if colour else f"{word:<11}"

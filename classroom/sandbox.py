@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -76,6 +75,8 @@ PROBE = ("import os, sys; sys.path[:0] = ['/project/classroom']; import confine\
          "sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")  # a worker's confinement
 WORKER_BOOT = ("import sys; sys.path[:0] = ['/project', '/site']; "
                "from classroom.worker import main; main(sys.argv[1:])")
+USER_BOOT = ("import sys; sys.path[:0] = sys.argv[5:6] + sys.argv[7:]; "   # BLANK, then packages
+             "from classroom.worker import main; main(sys.argv[1:7])")
 # What a check may use, by whether it is torch_free (exercise 3: NumPy alone): the packages
 # (with what they need) and, for exercise 3, the only files of the project it sees: the worker
 # and the student's file with the window rule it imports.
@@ -85,9 +86,9 @@ WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/confi
                 "classroom/sandbox.py", "classroom/submissions.py", "classroom/regions.py")
 TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "scorer.py")
 LOG_BYTES = 64 * 1024     # of a process's output kept (the rest is read and dropped)
-ZYGOTE_ANSWER = 15        # seconds the zygote has to answer (it forks or reaps: milliseconds)
+ZYGOTE_START = 300        # seconds the zygote has to start (import torch, on a busy machine)
+ZYGOTE_ANSWER = 15        # seconds it has to answer once started (it forks or reaps: milliseconds)
 _isolation = {}   # cached answer of isolation(): {"how": "bwrap" | "user" | None, "why"}
-_hidden = set()   # the folders hide() has closed, in this process
 
 
 class Refused(ValueError):
@@ -390,14 +391,6 @@ def isolation(scratch, grading=True):
     how = _isolation["how"]
     if how == "user" and not grading:
         return None
-    if grading and not _isolation.get("checked_install"):
-        _isolation["checked_install"] = True
-        copied = [name for name in ("numpy_speculative", "speculative") if
-                  importlib.machinery.PathFinder.find_spec(name, site.getsitepackages())]
-        if copied:
-            print(f"warning: {', '.join(copied)} is installed inside the virtual environment "
-                  "(pip install without -e), where the students' code can read it: reinstall "
-                  "with pip install -e .", file=sys.stderr)
     if grading and how is None and not _isolation.get("consent"):
         raise Refused(f"no sandbox for the students' code here ({_isolation['why']}): it would "
                       "read this machine's files; grade anyway with --unsafe")
@@ -405,66 +398,73 @@ def isolation(scratch, grading=True):
         _isolation["warned"] = True
         if how == "user":
             print(f"note: no user namespaces here ({_isolation['why']}): each check runs as a "
-                  f"user of its own (uid {check_uid(1)} and on), and "
-                  f"{', '.join(map(str, hidden_folders()))} are closed to other users "
-                  "(chmod go-rwx)", file=sys.stderr)
+                  f"user of its own (uid {check_uid(1)} and on), in a folder of its part's "
+                  "allow-list (chroot)", file=sys.stderr)
         else:
             print(f"warning: the students' code runs without isolation ({_isolation['why']});"
                   " it can read this machine's files", file=sys.stderr)
     return how
 
 
-def protect(folder):
-    """Where the workers run as users of their own, close `folder` to them too (the
-    submissions a grade was given: other students' work)."""
-    _isolation.setdefault("protected", set()).add(Path(folder).resolve())
-
-
-def hidden_folders():
-    """What the workers' users must not read: this repository, any copy of the project that
-    holds the virtual environment (the reference that walking up from sys.executable finds),
-    and the submissions given to this grade (protect())."""
-    folders = {ROOT} | _isolation.get("protected", set())
-    for d in python_dirs():
-        folders |= {p for p in Path(d).resolve().parents if (p / "numpy_speculative.py").is_file()}
-    return sorted(folders)
-
-
-def hide(folder, keep=()):
-    """Take group and others' access to `folder` away, all but the way to the folders in
-    `keep` (Python's), which stay as they are. Links are left alone (chmod would follow them)."""
+def view(folder, project, torch_free):
+    """The world of a check's workers as users of their own (no namespaces here): `folder`,
+    which the zygote chroots into once it has imported what it preloads. It holds the same
+    allow-list as bubblewrap's sandbox, each at its host path (so that the modules the zygote
+    imported before are found there again): the project copy, the packages the part may use
+    (package_entries), Python's standard library, and an empty /tmp, the only place a worker's
+    user may write. Files are hard links where they share a file system with `folder` (a
+    worker's user cannot write them: they are the grader's), copies elsewhere; nothing of the
+    machine's is changed."""
     folder = Path(folder)
-    inside = [k for k in keep if folder in k.parents]
-    mode = folder.lstat().st_mode & 0o7777
-    if folder in keep or folder.is_symlink():
-        return
-    if not inside:
-        folder.chmod(mode & ~0o077)
-        return
-    folder.chmod(mode & ~0o077 | 0o011)          # others may pass through, not list
-    for child in folder.iterdir():
-        hide(child, keep)
+    folder.mkdir()
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    sources = [(stdlib, shutil.ignore_patterns("site-packages", "dist-packages", "test")),
+               *((path, None) for path in package_entries(torch_free).values())]
+    for source, ignore in sources:
+        target = mirror(folder, source)
+        if not source.is_dir():
+            link_or_copy(source, target)
+        elif ignore is not None or subprocess.run(["cp", "-al", "--", source, target],
+                                                  capture_output=True).returncode:
+            shutil.rmtree(target, ignore_errors=True)      # (cp's half, on another file system)
+            shutil.copytree(source, target, symlinks=True, ignore=ignore,
+                            copy_function=link_or_copy)     # (cp -al: far faster for torch)
+    project = Path(project).resolve()
+    for source in [project, *sorted(project.rglob("*"))]:    # ours: made open to read
+        target = mirror(folder, source)
+        if source.is_dir():
+            target.mkdir(mode=0o755, exist_ok=True)
+            target.chmod(0o755)
+        elif source.is_file() and not source.is_symlink():
+            shutil.copyfile(source, target)
+            target.chmod(0o644)
+    (folder / "tmp").mkdir(exist_ok=True)       # (the project copy may lie under /tmp)
+    (folder / "tmp").chmod(0o1777)
+    folder.chmod(0o755)
+    return folder
 
 
-def open_to_workers(folder):
-    """The copy the workers' users read: the grader's still, in the grade's group (folders
-    0750, files 0640: not another grade's users), and the way there passable (its temporary
-    folder)."""
-    folder, gid = Path(folder), grade_gid()
-    for path, mode in [(folder.parent, 0o710), (folder, 0o750),
-                       *((p, 0o750 if p.is_dir() else 0o640) for p in folder.rglob("*"))]:
-        os.chown(path, -1, gid)
-        path.chmod(mode)
+def mirror(folder, source):
+    """Where `source` lies in the view `folder`: at its own path, its parents made passable."""
+    target = folder / source.relative_to("/")
+    for parent in reversed(target.relative_to(folder).parents[:-1]):
+        (folder / parent).mkdir(exist_ok=True)
+        (folder / parent).chmod(0o755)
+    return target
 
 
-def prepare_user(project):
-    """Before a zygote starts for users of their own: hide the grader's files, open the copy."""
-    keep = {p for d in python_dirs() for p in (Path(d), Path(d).resolve())}
-    for folder in hidden_folders():
-        if folder not in _hidden:
-            hide(folder, keep)
-            _hidden.add(folder)
-    open_to_workers(project)
+def link_or_copy(source, target):
+    try:
+        os.link(source, target)
+    except OSError:                       # another file system: a copy
+        shutil.copy2(source, target)
+    return target
+
+
+def package_dirs(torch_free):
+    """The folders the allowed packages are installed in (the zygote's path as a user)."""
+    return sorted({str(Path(dist.locate_file("")).resolve()) for name in PACKAGES[torch_free]
+                   for dist in requirements(name)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -700,11 +700,12 @@ def start(project, fd, scratch, output, mode="worker", grading=True, torch_free=
     if how == "bwrap":
         argv = bwrap_command(project, sandboxed_worker(fd, mode), torch_free)
     if how == "user":                   # the zygote starts as root in a blank copy (docstring)
-        prepare_user(project)
         home = Path(scratch) / "blank"
         if not home.exists():
             project_copy(home)
-        argv += [str(grade_gid()), str(home)]
+        world = view(Path(scratch) / f"view-{mode}", project, torch_free)
+        argv = [sys.executable, "-I", "-S", "-B", "-c", USER_BOOT, mode, str(fd), str(project),
+                str(grade_gid()), str(home), str(world), *package_dirs(torch_free)]
     return subprocess.Popen(argv, cwd=home, env=environment(home, how),
                             stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                             pass_fds=(fd,), start_new_session=True), how
@@ -758,19 +759,28 @@ class Zygote:
                                        torch_free=not torch)
         self.output.sent()
         theirs.close()
-        ours.settimeout(ZYGOTE_ANSWER)
         self.control, self.reader = ours, ours.makefile("rb")
-        self.lock = threading.Lock()
+        self.lock, self.gone, self.started = threading.Lock(), None, False
 
     def _ask(self, message, fds=()):
+        """The zygote's answer. One that did not answer in time (stopped, or gone) is killed
+        and never asked again: every later check of its grade ends at once, not a wait each."""
         with self.lock:
-            try:
-                socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
-                line = self.reader.readline()
-            except OSError:
-                line = b""
-        if not line:
-            raise wire.Gone(f"the sandbox's process ended: {self.output.last_line()[:200]}")
+            if self.gone is None:
+                try:
+                    if not self.started:                    # its "ready" line
+                        self.control.settimeout(ZYGOTE_START)
+                        self.started = bool(self.reader.readline())
+                        self.control.settimeout(ZYGOTE_ANSWER)
+                    socket.send_fds(self.control, [json.dumps(message).encode()], list(fds))
+                    line = self.reader.readline()
+                except OSError:
+                    line = b""
+                if not line:
+                    self.gone = f"the sandbox's process ended: {self.output.last_line()[:200]}"
+                    self.end()
+        if self.gone is not None:
+            raise wire.Gone(self.gone)
         return json.loads(line)
 
     def spawn(self, fd, output, n):
@@ -794,6 +804,9 @@ class Zygote:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self.end()
+
+    def end(self):
         try:
             os.killpg(self.process.pid, signal.SIGKILL)      # and, sandboxed, its namespace
         except (ProcessLookupError, PermissionError):

@@ -27,6 +27,13 @@ from pathlib import Path, PurePosixPath
 from classroom import parts, regions
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDENT_MARK = ".classroom-student"    # what `classroom build` writes into a student repository
+
+
+def is_student_repository(root=ROOT):
+    """Whether `root` is a student repository (classroom build made it), not the reference:
+    decided by that mark alone, never by what a file holds."""
+    return Path(root, STUDENT_MARK).is_file()
 NEVER_COPIED = {".git", ".venv", "checkpoints", "__pycache__", ".pytest_cache",
                 ".hypothesis", ".ipynb_checkpoints"}
 MAX_ENTRIES = 50_000          # entries in a submitted zip (a repository with its .git fits)

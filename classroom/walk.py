@@ -30,8 +30,7 @@ TOTAL = re.compile(r"total (\d+)/(\d+) points")
 
 def as_a_student_writes(cell_source):
     """A solved your-turn cell without the solution markers, which a student never writes."""
-    return "".join(line for line in cell_source.splitlines(keepends=True)
-                   if line.strip() not in (regions.BEGIN, regions.END))
+    return regions.without_markers(cell_source)
 
 
 def filled(student, solved, writes=as_a_student_writes):

@@ -3,9 +3,9 @@ classroom/worker.py: the process in which a student's code runs, serving the gra
 
     python -m classroom.worker FD PROJECT
     python -m classroom.worker zygote[-torch] FD PROJECT     (forks one of those per check)
-    python -m classroom.worker zygote[-torch] FD PROJECT GID BLANK
-           (started as root in BLANK, the blank student version; each worker becomes the uid
-           the grader names, in group GID)
+    python -m classroom.worker zygote[-torch] FD PROJECT GID BLANK VIEW
+           (started as root in BLANK, the blank student version, then chrooted into VIEW;
+           each worker becomes the uid the grader names, in group GID)
 
 FD is one end of a socket pair (classroom/wire.py); PROJECT the copy of the student version of
 the project with the submission's files in it. The worker is never given an output path, the
@@ -16,8 +16,9 @@ collects what that code returns, and every figure a check judges (a time on the 
 a count, a frequency) is measured in the grader. One worker serves one check at one seed, under
 its limits (sandbox.py), in a process group of its own that is killed when the check ends;
 workers are forked from a zygote (sandbox.Zygote) that has NumPy (and, for the checks that may
-use it, torch) imported already. Exercise 3's checks run with torch and the project's own
-decoding blocked.
+use it, torch) imported already. Exercise 3's checks run where torch, gpt.py and the project's
+decoding are absent (sandbox.py); only a student's own check, which has no sandbox, blocks them
+in-process, to say so early.
 """
 
 import importlib
@@ -27,7 +28,6 @@ import os
 import signal
 import socket
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -142,26 +142,13 @@ def serve(fd, project):
     peer.serve_forever()
 
 
-NOT_PRELOADED = {"antigravity", "this", "__hello__", "__phello__", "idlelib", "tkinter", "turtle",
-                 "turtledemo", "test", "lib2to3", "ensurepip", "pydoc_data"}  # side effects, or GUI
-
-
-def python_closed():
-    """The standard library's modules, where the workers' user could not read them (Python in a
-    folder closed to other users: /root/.pyenv, say); else nothing to add."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
-    if all(p.stat().st_mode & 0o001 for p in stdlib.parents) and stdlib.stat().st_mode & 0o004:
-        return []
-    return sorted(m for m in sys.stdlib_module_names - NOT_PRELOADED if not m.startswith("_"))
-
-
-def become(project, blank, modules):
+def become(project, blank, world, modules):
     """Started as root in `blank` (the blank student version): import what the student's
-    `modules` import (Python may live where the workers' users cannot read it), forget every
-    module of the blank copy but the grader's own (classroom, and this one, __main__), and move
-    to `project`, where the student's files are. The zygote stays root, to make each worker the
-    user of its check, and runs no student code."""
-    for module in modules + python_closed():
+    `modules` import, forget every module of the blank copy but the grader's own (classroom,
+    and this one, __main__), then move into `world` (sandbox.view: the part's allow-list at the
+    host's paths) for good and to `project` there, where the student's files are. The zygote
+    stays root, to make each worker the user of its check, and runs no student code."""
+    for module in modules:
         try:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001 (a head start only: the worker imports it again)
@@ -172,6 +159,8 @@ def become(project, blank, modules):
         if where.startswith(blank + os.sep) and not own:
             del sys.modules[name]
     sys.path[:] = [project] + [p for p in sys.path if p and os.path.realpath(p) != blank]
+    os.chroot(world)
+    importlib.invalidate_caches()             # the folders on the path are the view's now
     os.chdir(project)
 
 
@@ -201,6 +190,7 @@ def zygote(control, project, preload, gid=None):
     confined = os.environ.get("CLASSROOM_ISOLATION") == "bwrap"
     if confined:
         confine.no_more_user_namespaces()
+    control.sendall(b"{}\n")                            # ready: from now on it answers at once
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(control, 1024, 2)
@@ -219,8 +209,8 @@ def zygote(control, project, preload, gid=None):
                 os.dup2(output, 2)
                 os.close(output)
                 try:
-                    if "torch" not in preload and not confined:
-                        block_torch()        # no sandbox of its own to leave torch out of
+                    if "torch" not in preload and not confined and request.get("uid") is None:
+                        block_torch()   # no sandbox (a student's own check): said early here
                     if confined:                         # in namespaces of its own, as PID 1
                         confine.new_namespaces()
                         if os.fork() != 0:
@@ -268,9 +258,9 @@ def main(argv=None):
     preload = ["numpy"] + (["torch"] if mode == "zygote-torch" else [])
     gid = None
     if user:
-        gid, blank = int(user[0]), user[1]
+        gid, blank, world = int(user[0]), user[1], user[2]
         mine = MODULES.values() if mode == "zygote-torch" else ["numpy_speculative"]
-        become(project, os.path.realpath(blank), preload + list(mine))
+        become(project, os.path.realpath(blank), world, preload + list(mine))
     else:
         os.chdir(project)
         sys.path.insert(0, project)

@@ -11,7 +11,10 @@ Then:
   function with the hash of what the notebook saved, so that a function changed in the file
   since then (by hand, in an editor) is never overwritten: the cell says so in one line, and
   the notebook uses the file's version (`%%answer 1b --replace` saves the cell's over it). A
-  cell that does not compile, raises, or is still the blank stub saves nothing, in one line.
+  cell that does not compile, raises, or is still the blank stub saves nothing, in one line;
+  so does one whose function reads a name its file does not define (a helper or an import of
+  the notebook's: the grader reads the file alone). A pasted solved cell's solution marker
+  lines (regions.py) are left out of the file, in one line.
 - `check("1b")`, the cell after it, runs that part's checks on the saved file, the way `make
   check` does (the same checks, seed and worker processes), and prints the same table.
 - Every other cell runs guarded: when it calls a part that is not written yet, it stops with
@@ -19,7 +22,9 @@ Then:
   notebook goes on; so do later cells that need what such a cell would have made.
 
 In the project's own repository (the solved notebooks, and a learner without a class) nothing is
-written: its files hold the solution regions the student version is made from. There a
+written: its files hold the solution regions the student version is made from. Which repository
+this is, is decided once, by the file `classroom build` writes into the student repository only
+(submissions.STUDENT_MARK), never by a file's content. In the project's own repository a
 your-turn cell's functions stand in for the reference in the notebook's kernel, and the check
 cell grades them there.
 """
@@ -38,7 +43,7 @@ import tempfile
 from pathlib import Path
 
 from classroom import checks, making, notebooks, parts, regions, runner, wire
-from classroom.submissions import ROOT
+from classroom.submissions import ROOT, is_student_repository
 
 MARKER = re.compile(r"^# part (\w+), saved from a notebook \(([0-9a-f]{8})\)")
 STUB_MESSAGES = (re.compile(r"^Exercise \d, part (\w+): write (\w+)"),
@@ -103,10 +108,10 @@ def save(part, wanted, replace=False, root=ROOT):
     Returns {name: what happened}: "saved", "unchanged", "kept the file's" (it was changed
     there since a notebook saved it) or "reference" (the reference repository: never written).
     Nothing is written unless the whole new file compiles."""
+    if is_reference(root):
+        return {name: "reference" for name in wanted}
     path = Path(root, part.file)
     original = path.read_text()
-    if regions.regions(original):
-        return {name: "reference" for name in wanted}
     lines = original.splitlines(keepends=True)
     outcome, edits = {}, []
     for name, text in wanted.items():
@@ -162,21 +167,22 @@ def replace_everywhere(module, name, new, root=ROOT):
                     setattr(other, key, new)
 
 
-def is_reference(part, root=ROOT):
-    """The project's own repository: the part's file holds its solution regions."""
-    return bool(regions.regions(Path(root, part.file).read_text()))
+def is_reference(root=ROOT):
+    """The project's own repository, not a student's: build.py marks the student's."""
+    return not is_student_repository(root)
 
 
-def undefined_globals(function):
-    """The global names a function reads that its module does not define (a helper or an import
-    that lives only in the notebook, say)."""
+def undefined_globals(function, namespace=None):
+    """The global names a function reads that `namespace` (its own module's by default) does not
+    define (a helper or an import that lives only in the notebook, say)."""
     names, codes = set(), [function.__code__]
     while codes:
         code = codes.pop()
         names |= {i.argval for i in dis.get_instructions(code)
                   if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
         codes += [c for c in code.co_consts if hasattr(c, "co_code")]
-    return sorted(n for n in names if n not in function.__globals__ and not hasattr(builtins, n))
+    namespace = function.__globals__ if namespace is None else namespace
+    return sorted(n for n in names if n not in namespace and not hasattr(builtins, n))
 
 
 def answer(part_id, cell, user_ns, replace=False, root=ROOT):
@@ -192,6 +198,11 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
         exec(code, user_ns)
     except Exception as e:  # the student's top-level code: one line, the notebook goes on
         return f"{where}: the cell raised {type(e).__name__}: {e}. Nothing was saved"
+    # Markers pasted from a solved cell would make the saved file look like the reference's
+    # (to runner.references and to anyone reading it): they go (after exec, so that an error's
+    # line number is the cell's own).
+    bare = regions.without_markers(cell)
+    dropped, cell = bare != cell, bare
     defined = definitions(cell)
     absent = [name for name in part.functions if name not in defined]
     if absent:
@@ -200,7 +211,7 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     written = {name: "".join(cell_lines[first - 1:last]).rstrip("\n") + "\n"
                for name, (node, first, last) in defined.items()
                if name in part.functions and not is_stub(node)}
-    if is_reference(part, root):
+    if is_reference(root):
         # The project's own files hold the reference answers: the cell's functions stand in
         # for them in this kernel only, and check() grades them here.
         if not written:
@@ -212,6 +223,16 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
                 f"your {', '.join(written)} is used and checked in this notebook only (in a "
                 "student repository it is saved into its file)")
     try:
+        # A function that reads a name its file does not define fails in the grader, which
+        # reads the file alone. Refusing is simpler and safer than copying the notebook's
+        # definitions into the file: a re-run would have to find and replace them, one could
+        # shadow a name the file defines, and a value may come from the notebook's state.
+        module = importlib.import_module(module_of(part))
+        unknown = [f"{name} uses {', '.join(missing)}" for name in written
+                   if (missing := undefined_globals(user_ns[name], vars(module)))]
+        if unknown:
+            return (f"{where}: {'; '.join(unknown)}, which {part.file} does not define: put it "
+                    "inside the function (the grader reads the file alone). Nothing was saved")
         outcome = save(part, written, replace, root) if written else {}
         loaded = load_from_file(part, part.functions, root)
     except KeyError as e:
@@ -226,6 +247,9 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     if done:
         lines.append(f"{where}: saved {', '.join(done)} into {part.file} (the check below and "
                      "make check grade it there)")
+        if dropped:
+            lines.append(f"{where}: left the cell's {regions.BEGIN} / {regions.END} lines out "
+                         "of it (a student's file holds none)")
     kept = [name for name, how in outcome.items() if how == "kept the file's"]
     if kept:
         lines.append(f"{where}: {part.file}'s {', '.join(kept)} was changed in the file since "
@@ -240,11 +264,6 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
         lines.append(f"{where}: not started: write "
                      f"{', '.join(n for n in blank if n not in from_file)} in the cell above, "
                      "then run it again")
-    for name in written:
-        missing = undefined_globals(loaded[name])
-        if missing:
-            lines.append(f"{where}: {name} uses {', '.join(missing)}, which {part.file} does "
-                         "not define: put it inside the function (the grader reads the file)")
     return "\n".join(lines)
 
 
@@ -294,7 +313,7 @@ def check(part_id, root=ROOT):
     each within the grader's time limit. A part whose check ran out of time stands aside in
     this kernel until its cell runs again (Stalled)."""
     part = parts.BY_ID[part_id]
-    if is_reference(part, root):
+    if is_reference(root):
         from IPython import get_ipython
         user_ns = get_ipython().user_ns if get_ipython() else {}
         functions = {name: user_ns[name] for p in parts.PARTS for name in p.functions

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import cli
 import corpus
 import machine
-from classroom import yourturn  # the notebooks' own reading of a stub's message
 from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
+from exercises.stubs import to_do   # the line for a part not written yet
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
@@ -56,18 +56,6 @@ def stages(exercise_args, folder, notebooks=True):
         [(f"exercise {n}: {EXERCISES[n][0]}", [], n) for n in exercise_args]
     planned = common.plan(steps, folder)
     return planned[1:] if planned[0][1] == ["notebooks"] else planned   # all trained already
-
-
-def to_do(n, error):
-    """One line for exercise n stopped by `error`, when that is a stub of a part not written
-    yet (the student repository's NotImplementedError): the part, the notebook cell and the
-    file where it is written. None for any other error."""
-    part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
-    if part is None:
-        return None
-    return (f"exercise {n} ({EXERCISES[n][0]}) is still to do: it needs part {part.id} "
-            f"({', '.join(part.functions)}); write it in {yourturn.place(part)} or in "
-            f"{part.file}, then `make check N={part.exercise}` checks it")
 
 
 def run_exercise(n, args, log=print):
@@ -117,7 +105,8 @@ def lesson(args):
 
 
 def main(argv=None):
-    parser = cli.Parser(description=__doc__.split("\n\n")[0].strip())
+    parser = cli.Parser(prog="python -m exercises",
+                        description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--only", type=int, nargs="+", default=None, choices=list(EXERCISES),
                         metavar="N", help="these exercises alone (1-5)")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")

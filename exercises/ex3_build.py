@@ -210,4 +210,5 @@ def main(argv=None):
 
 if __name__ == "__main__":
     import cli
-    cli.run(main)
+    from exercises import stubs
+    cli.run(stubs.main_of(3, main))   # a part not written yet: one line, exit 0

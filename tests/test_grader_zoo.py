@@ -344,3 +344,77 @@ def test_fix_1a_first_when_1b_fails_because_of_1a(references, tmp_path, monkeypa
         assert "fix 1a first" in message, message
     else:
         assert all(r.status == "pass" for r in results), message
+
+
+# ----------------------------------------------------------------------------------------------
+# A part that calls a wrong one says so first, and 3a's hint names the mistake it measured
+# (issue 42). Each bug with its message's words; `absent`: words of the other hints, which this
+# one must not get (a control: the hint fits what was measured, not a fixed list). Run as a
+# student's own check: no reference stands in for another part's function.
+
+WRONG_1A = ("numpy_speculative.py", "    return kept, target_choices[kept]",
+            "    return kept, target_choices[kept - 1]")
+WRONG_2A = ("speculative.py", "    return (1 - alpha ** (k + 1)) / (1 - alpha)",
+            "    return (1 - alpha ** k) / (1 - alpha)")
+NOT_CACHED = [("numpy_speculative.py", "cache.keys[layer] = np.concatenate([cache.keys[layer], k])",
+               "cache.keys[layer] = k"),
+              ("numpy_speculative.py",
+               "cache.values[layer] = np.concatenate([cache.values[layer], v])",
+               "cache.values[layer] = v")]
+MEASURED = ["fix layer_norm first", "positions that start at 0", "without its causal mask",
+            "fed to an empty cache, are right", "scaled by sqrt(C)"]
+
+
+@pytest.mark.parametrize("case, part, edits, catcher, words, absent", [
+    ("2c on a wrong 2a", "2c", [WRONG_2A], "speedup_is_tokens_over_cost",
+     ["fix 2a first", "tokens_per_pass_is_the_sum", "k c + verify_cost, is right"], []),
+    ("2c on a wrong 2a, its own cost wrong too (control)", "2c",
+     [WRONG_2A, ("speculative.py", "(k * c + verify_cost)", "(c + verify_cost)")],
+     "speedup_is_tokens_over_cost", ["a round costs k draft steps"], ["fix 2a first"]),
+    ("3b on a wrong 1a", "3b", [WRONG_1A], "greedy_is_the_big_models_output",
+     ["fix 1a first", "verdict_on_random_rounds", "greedy output"], []),
+    ("3c's decoder on a wrong verify", "3c", [ZOO[0][2:4]],
+     "sampling_has_the_target_distribution",
+     ["fix verify first", "verify_keeps_the_target_distribution_exactly"], []),
+    ("3c's decoder wrong itself, verify right (control)", "3c", [ZOO[1][2:4]],
+     "sampling_has_the_target_distribution", ["the draft must sample"], ["fix verify first"]),
+    ("3c's draws on a verify that draws none", "3c", [ZOO[7][2:4]],
+     "sampling_with_a_perfect_draft", ["fix verify first", "draws of rng.random()"], []),
+    ("3a LayerNorm by the std", "3a", [("numpy_speculative.py", "x.var(-1, keepdims=True)",
+                                        "x.std(-1, keepdims=True)")],
+     "forward_matches_torch", ["fix layer_norm first", "rows of variance", "not by the std"],
+     MEASURED[1:]),
+    ("3a positions from 0", "3a", [("numpy_speculative.py",
+                                    'p["transformer.wpe.weight"][start:start + T]',
+                                    'p["transformer.wpe.weight"][:T]')],
+     "forward_continues_its_cache", [MEASURED[1], "cache.length"],
+     MEASURED[:1] + MEASURED[2:]),
+    ("3a no causal mask", "3a", [("numpy_speculative.py",
+                                  "        scores = np.where(visible, scores, -np.inf)\n", "")],
+     "forward_matches_torch", [MEASURED[2]], MEASURED[:2] + MEASURED[3:]),
+    ("3a keys and values not kept in the cache", "3a", NOT_CACHED,
+     "forward_continues_its_cache", [MEASURED[3]], MEASURED[:3] + MEASURED[4:]),
+])
+def test_a_hint_says_what_to_fix_first(case, part, edits, catcher, words, absent, tmp_path,
+                                       monkeypatch):
+    monkeypatch.setattr(runner, "references", lambda part: {})
+    submission = copy_project(tmp_path / "submission")
+    for file, old, new in [(e if len(e) == 3 else ("numpy_speculative.py", *e)) for e in edits]:
+        source = (submission / file).read_text()
+        assert source.count(old) == 1, (case, old)
+        (submission / file).write_text(source.replace(old, new))
+    ws, missing = workspace(submission, tmp_path / "scratch")
+    results = {r.check.name: r for r in runner.run_checks(ws, runner.select(part=part), [0],
+                                                          missing=missing)}
+    message = " ".join(results[catcher].lines())
+    assert results[catcher].status == "fail", (case, message)
+    for word in words:
+        assert word in message, (case, word, message)
+    for word in absent:
+        assert word not in message, (case, word, message)
+
+
+def test_2c_on_a_wrong_2a_passes_when_graded(tmp_path):
+    # The control of "fix 2a first": graded, 2c gets the grader's 2a (runner.references).
+    results, lines = grade_part(tmp_path, "2c", WRONG_2A)
+    assert all(r.status == "pass" for r in results), lines

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from classroom import parts, regions, runner, sandbox
+from classroom import checks, parts, regions, runner, sandbox
 from classroom.submissions import ROOT, copy_project, workspace
 
 pytestmark = pytest.mark.slow  # attacks graded in every sandbox mode: not in make test-fast
@@ -130,7 +130,8 @@ def _what_i_see():
             "above the interpreter": any(ups), "seed": os.environ.get("CLASSROOM_SEED"),
             "tmp": sorted(os.listdir("/tmp"))[:2], "autograder": os.path.exists("/autograder"),
             "grader's process": any(b"pytest" in open(f"/proc/{p}/cmdline", "rb").read()
-                                    for p in os.listdir("/proc") if p.isdigit()),
+                                    for p in (os.listdir("/proc") if os.path.isdir("/proc")
+                                              else []) if p.isdigit()),
             "hidden checks": "HIDDEN_SEED" in open(
                 os.path.join(os.getcwd(), "classroom", "checks.py")).read()}
 '''
@@ -153,8 +154,9 @@ def test_the_students_code_sees_no_secret(isolation, tmp_path, monkeypatch):
         return
     secrets = {"reference": False, "above the interpreter": False, "seed": None,
                "autograder": False, "hidden checks": False}
-    if isolation == "user":         # it sees the machine's /tmp and processes, not the secrets
-        assert {key: seen[key] for key in secrets} == secrets, seen
+    if isolation == "user":         # chrooted: no /proc, a /tmp of its own (the way to the copy)
+        assert all(name.startswith("classroom-copy-") for name in seen.pop("tmp")), seen
+        assert seen == {**secrets, "grader's process": False}, seen
         return
     # /tmp is empty, but for the way to the virtual environment where that lies under /tmp (a
     # clone in /tmp: bubblewrap mounts the interpreter's folder at its own path, and no more)
@@ -338,6 +340,50 @@ def test_a_forward_pass_that_hard_codes_two_heads_fails_the_hidden_seed(tmp_path
 
 
 # ----------------------------------------------------------------------------------------------
+# A simulation that simulates nothing (issue 42): the closed form plus noise of the right size
+# drawn from the given rng, and the standard error from the formula, scored 3/3 on 2b. Honest
+# simulations, whichever way they draw, keep every point.
+
+
+FORMULA_PLUS_NOISE = '''mean = (1 - alpha ** (k + 1)) / (1 - alpha)                # no round simulated
+    sd = np.sqrt(sum((2 * i + 1) * alpha ** i for i in range(k + 1)) - mean ** 2)
+    return float(mean + rng.normal() * sd / np.sqrt(rounds)), float(sd / np.sqrt(rounds))'''
+PER_GUESS = '''tokens = []
+    for _ in range(rounds):
+        n = 1                                       # the target's own token
+        while n <= k and rng.random() < alpha:      # guess n kept, until the first rejection
+            n += 1
+        tokens.append(n)
+    tokens = np.array(tokens)
+    return float(tokens.mean()), float(tokens.std(ddof=1) / np.sqrt(rounds))'''
+PER_ROUND = '''tokens = np.minimum(rng.geometric(1 - alpha, rounds), k + 1)  # up to the first rejection
+    return float(tokens.mean()), float(tokens.std(ddof=1) / np.sqrt(rounds))'''
+
+
+@pytest.mark.parametrize("simulation, defence, points", [
+    (FORMULA_PLUS_NOISE, True, 0),
+    (FORMULA_PLUS_NOISE, False, 3),       # the control: the checks without simulates_rounds
+    (PER_GUESS, True, 3), (PER_ROUND, True, 3),
+    (None, True, 3),                      # the reference: vectorised (its s.e. of 1 round: nan)
+], ids=["formula-plus-noise", "negative-control", "per-guess", "per-round-geometric",
+        "reference"])
+def test_a_simulation_that_is_the_formula_plus_noise_earns_nothing(simulation, defence, points,
+                                                                   tmp_path, monkeypatch):
+    if not defence:
+        monkeypatch.setattr(checks, "simulates_rounds", lambda *args, **kwargs: None)
+    if simulation is None:
+        submission = reference_submission(tmp_path / "submission")
+    else:
+        submission = blank_submission(tmp_path / "submission")
+        edit(submission, "exercises/ex2_derive.py", stub("simulate"), simulation)
+    results, score = run(tmp_path, submission, "2b", seeds=(0, HIDDEN))
+    lines = [(r.check.name, r.status, r.lines()) for r in results]
+    assert score == points, lines
+    if points == 0:
+        assert all("a whole number of tokens" in " ".join(r.lines()) for r in results), lines
+
+
+# ----------------------------------------------------------------------------------------------
 # Processes that outlive their check
 
 
@@ -346,7 +392,11 @@ import os as _os, time as _time
 if _os.fork() == 0:                      # a daemon: its own session, out of the check's group
     _os.setsid()
     if _os.fork() == 0:
-        _os.execvp("sleep", ["sleep", "MARK"])
+        try:
+            _os.execvp("sleep", ["sleep", "MARK"])
+        except OSError:              # no programs where it runs (a chroot's view): Python sleeps
+            __import__("ctypes").CDLL(None).prctl(15, b"MARK", 0, 0, 0)    # PR_SET_NAME
+            _time.sleep(MARK)
     _os._exit(0)
 _time.sleep(1)                           # (while the test sees it start)
 '''
@@ -356,7 +406,8 @@ def sleepers(mark):
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and mark in (proc / "cmdline").read_bytes().decode():
+            if proc.name.isdigit() and mark in ((proc / "cmdline").read_bytes().decode()
+                                                + (proc / "comm").read_text()):
                 found.append(int(proc.name))
         except OSError:
             pass
@@ -941,3 +992,41 @@ def test_a_submission_that_sleeps_everywhere_waits_one_limit_per_part_and_job(or
         # 11 limits, less a few hundredths of a second that each timer may fire early (21.94 s
         # for 22 once, with a limit of 2 s)
         assert elapsed >= 0.95 * len(parts.PARTS) * limit, elapsed
+
+
+def test_grade_all_ends_past_a_submission_whose_sandbox_stops(tmp_path, monkeypatch):
+    # However a submission might stop its grade's sandbox process (a zygote that answers no
+    # more: no route is left to a student, see test_sandbox_view.py), the grader kills it at
+    # its first unanswered request, the rest of that grade's checks end at once, and the other
+    # students' rows are right. The zygote is stopped here by the test itself (SIGSTOP).
+    use_sandbox("plain", monkeypatch)
+    monkeypatch.setattr(sandbox, "ZYGOTE_ANSWER", 2)
+    folder = tmp_path / "submissions"
+    copy_project(folder / "alice")
+    copy_project(folder / "bob")
+    copy_project(folder / "carol")
+    (folder / "bob" / "speculative.py").write_text((folder / "bob" / "speculative.py")
+                                                   .read_text() + "\n# STOP MY SANDBOX\n")
+    start, waits = sandbox.Zygote.__init__, []
+
+    def stopped_for_bob(self, project, *args, **kwargs):
+        start(self, project, *args, **kwargs)
+        mine = Path(project) / "speculative.py"
+        if mine.is_file() and "STOP MY SANDBOX" in mine.read_text():
+            os.kill(self.process.pid, signal.SIGSTOP)
+            read = self.reader.readline
+            self.reader = type("Counted", (), {"close": self.reader.close,
+                                               "readline": staticmethod(
+                                                   lambda: waits.append(1) or read())})()
+    monkeypatch.setattr(sandbox.Zygote, "__init__", stopped_for_bob)
+    select = runner.select
+    monkeypatch.setattr(runner, "select", lambda **kw: select(exercise=2, hidden=True))
+    from classroom.__main__ import main
+    grades = tmp_path / "grades.csv"
+    assert main(["grade-all", str(folder), "--csv", str(grades)]) == 0
+    import csv
+    rows = {r["student"]: r for r in csv.DictReader(grades.open())}
+    full = sum(c.points for c in select(exercise=2, hidden=True))
+    assert rows["alice"]["total"] == rows["carol"]["total"] == str(full), rows
+    assert rows["bob"]["total"] == "0", rows
+    assert len(waits) == 1          # one wait for the stopped zygote, not one per check and seed

@@ -8,7 +8,6 @@ namespaces) reaches what it must not."""
 import json
 import site
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -106,6 +105,60 @@ def test_a_check_sees_its_allow_list_and_nothing_else(torch_free, tmp_path, monk
                                  "dev", "proc", "tmp", "python", "site", "project"}, view["root"]
 
 
+LOOK_CHROOTED = '''
+
+def _what_i_see():
+    import os, sys
+    project, sites, stdlib = os.getcwd(), SITES, os.path.dirname(os.__file__)
+    files, writable = [], []
+    for folder, _, names in os.walk("/"):
+        if os.access(folder, os.W_OK) and not folder.startswith("/tmp"):
+            writable.append(folder)
+        files += [os.path.join(folder, n) for n in names if "__pycache__" not in folder]
+    inside = lambda f, top: f.startswith(top.rstrip("/") + "/")
+    return {"site": sorted({n for d in sites if os.path.isdir(d) for n in os.listdir(d)}),
+            "project": sorted(os.path.relpath(f, project) for f in files if inside(f, project)
+                              and (f.endswith("/gpt.py") or "/tests/" in f or "TEACHERS" in f
+                                   or SMALL)),
+            "elsewhere": [f for f in files if not (inside(f, project) or inside(f, stdlib)
+                                                   or any(inside(f, d) for d in sites))],
+            "writable": writable, "proc": os.path.exists("/proc"), "uid": os.getuid(),
+            "open folders": [fd for fd in range(1024) if _is_folder(fd)]}   # a way out of chroot
+
+
+def _is_folder(fd):
+    import os, stat
+    try:
+        return stat.S_ISDIR(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+'''
+
+
+@pytest.mark.parametrize("torch_free", [True, False], ids=["exercise-3", "exercise-2"])
+def test_as_users_of_their_own_a_check_sees_its_allow_list_and_nothing_else(torch_free, tmp_path,
+                                                                          monkeypatch):
+    # Where namespaces are refused (the grader as root: Gradescope), each check's user is
+    # chrooted into a view that holds what bubblewrap's sandbox holds: the same allow-list.
+    use_sandbox("user", monkeypatch)
+    submission = blank_submission(tmp_path / "submission")
+    file, function, part = (("numpy_speculative.py", "forward", "3a") if torch_free else
+                            ("speculative.py", "expected_tokens_per_pass", "2a"))
+    edit(submission, file, stub(function),
+         "raise ValueError('SEEN ' + __import__('json').dumps(_what_i_see()))")
+    (submission / file).write_text((submission / file).read_text() + LOOK_CHROOTED.replace(
+        "SITES", repr(sandbox.package_dirs(torch_free))).replace("SMALL", repr(torch_free)))
+    view = seen(run(tmp_path, submission, part)[0])
+    assert view["site"] == sorted(sandbox.package_entries(torch_free)), view["site"]
+    assert any(name.startswith("torch") for name in view["site"]) != torch_free
+    if torch_free:
+        assert view["project"] == sorted(sandbox.TORCH_FREE_FILES), view["project"]
+    else:
+        assert view["project"] == ["gpt.py"], view["project"]
+    assert view["elsewhere"] == [] and view["writable"] == [], view
+    assert not view["proc"] and view["uid"] != 0 and view["open folders"] == []
+
+
 # ----------------------------------------------------------------------------------------------
 # Exercise 3 without NumPy: torch by any route
 
@@ -121,7 +174,8 @@ ROUTES = {
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
-@pytest.mark.parametrize("isolation", ["bwrap", "plain"], ids=["grader", "negative-control"])
+@pytest.mark.parametrize("isolation", ["bwrap", "user", "plain"],
+                         ids=["grader", "grader-as-users-of-their-own", "negative-control"])
 def test_exercise_3_cannot_reach_torch(route, isolation, tmp_path, monkeypatch):
     # The forward pass is the reference's, but it first takes torch: it scores only where torch
     # can be had (the control: plain processes, where a finder in-process was all that stood).
@@ -152,7 +206,7 @@ def _reachable():
     import ctypes, os, signal
     libc = ctypes.CDLL(None, use_errno=True)
     found = []
-    for pid in range(1, 400):
+    for pid in sorted({*range(1, 400), os.getppid()} - {0}):    # the parent: the zygote
         if pid == os.getpid():
             continue
         try:
@@ -167,11 +221,14 @@ def _reachable():
 '''
 
 
-@pytest.mark.parametrize("confined", [True, False], ids=["grader", "negative-control"])
-def test_a_check_reaches_no_process_but_its_own(confined, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["bwrap", "user", "control"],
+                         ids=["grader", "grader-as-users-of-their-own", "negative-control"])
+def test_a_check_reaches_no_process_but_its_own(mode, tmp_path, monkeypatch):
     # The control: bubblewrap as before issue 42 (the checks in the zygote's PID namespace),
-    # where the zygote can be signalled, and so stopped, by a student's code.
-    use_sandbox("bwrap", monkeypatch)
+    # where the zygote can be signalled, and so stopped, by a student's code. As users of their
+    # own, the zygote is root and each other check another user: none can be signalled.
+    use_sandbox("user" if mode == "user" else "bwrap", monkeypatch)
+    confined = mode != "control"
     if not confined:
         command = sandbox.bwrap_command
         monkeypatch.setattr(sandbox, "bwrap_command",

@@ -3,7 +3,9 @@ trains every model the exercises and the notebooks use first, then runs the exer
 parts are written; each one that calls a part not written yet is one line naming the part, the
 notebook cell and the file, and the job ends well (exit 0), with results/report.md saying what
 is still to do. In quick mode (tiny models), the stubs put in place of the solutions as
-`python -m classroom build` writes them (the same NotImplementedError messages)."""
+`python -m classroom build` writes them (the same NotImplementedError messages). The README's
+other commands there (make exercise N=.., make check, make notebooks, an exercise's own command
+line) the same way, through the repository's own Makefile; a bad N is one line."""
 
 import importlib
 import json
@@ -14,7 +16,7 @@ import sys
 
 import pytest
 
-from classroom import build, parts
+from classroom import build, parts, yourturn
 from exercises import __main__ as lesson
 from exercises import common
 
@@ -131,3 +133,132 @@ def test_notebook_2s_first_cell_then_trains_nothing(stub_lesson, tmp_path, monke
     common.notebook_models(["big", "draft", "distilled"])
     assert set(written()) == set(before) and written()["big.pt"] == before["big.pt"]
     assert written()["distilled.pt"] != before["distilled.pt"]
+
+
+# The README's other commands in the student repository, on its stubs, through its own Makefile
+# (the lesson's quick models: a stand-in .venv whose python is this one, with --quick for the
+# exercises). Each unwritten part is one line naming it, its notebook cell and its file; exit 0,
+# no traceback, no make error. A bad N is one line saying what N may be.
+
+STAND_IN = """#!/bin/sh
+if [ "$1 $2" = "-m exercises" ]; then exec {python} "$@" --quick; fi
+exec {python} "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def make(stub_lesson):
+    """make TARGET ... in the student repository, its set-up done (a stand-in .venv): the
+    finished process. The quick models are the ones the lesson trained there."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    repo = stub_lesson[1]
+    python = repo / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(STAND_IN.format(python=sys.executable))
+    python.chmod(0o755)
+    for stamp in ("installed", "installed-notebooks", "installed-test"):
+        (repo / ".venv" / f".{stamp}").touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
+    def run(*args):
+        return subprocess.run(["make", *args], cwd=repo, text=True, capture_output=True,
+                              timeout=300, env={**env, "NO_COLOR": "1"})
+    return run
+
+
+def clean(done):
+    said = done.stdout + done.stderr
+    assert "Traceback" not in said and "make: ***" not in said and "Error" not in said, said
+    return said
+
+
+def part_lines(said, part):
+    """The lines that name this part, as make exercise and make check write them."""
+    return [line for line in said.splitlines() if f"part {part.id} " in line or
+            f"(part {part.id})" in line]
+
+
+def says_where(line, part):
+    return yourturn.place(part) in line and part.file in line
+
+
+FIRST_PART = {1: "1a", 2: "2a", 3: "1a", 4: "4a", 5: "5a"}   # the part each exercise calls first
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_make_exercise_on_stubs_is_one_line(make, n):
+    done = make("exercise", f"N={n}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = clean(done)
+    part = parts.BY_ID[FIRST_PART[n]]
+    lines = [line for line in said.splitlines() if "is still to do: it needs" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"exercise {n} ") and \
+        f"part {part.id} ({', '.join(part.functions)})" in lines[0] and says_where(lines[0], part)
+    assert f"still to do: exercise {n} " in said
+
+
+def test_each_exercises_own_command_line_on_stubs_is_one_line(stub_lesson):
+    # python -m exercises.ex5_gpu (the README's, by hand) and its four siblings: before, a stub
+    # ended them with "error: ..." and exit status 2 (make gpu-check: a make error).
+    repo = stub_lesson[1]
+    for n, module in enumerate(["ex1_watch", "ex2_derive", "ex3_build", "ex4_break", "ex5_gpu"],
+                               start=1):
+        done = subprocess.run([sys.executable, "-m", f"exercises.{module}", "--quick"],
+                              cwd=repo, text=True, capture_output=True, timeout=300,
+                              env={**os.environ, "NO_COLOR": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        said = clean(done)
+        part = parts.BY_ID[FIRST_PART[n]]
+        assert done.stderr == "" and len(part_lines(said, part)) == 1, said
+        assert said.rstrip().splitlines()[-1].startswith(f"exercise {n} (") and \
+            says_where(said, part)
+
+
+@pytest.mark.parametrize("n", [None, 3])
+def test_make_check_on_stubs_is_one_line_per_part(make, n):
+    done = make("check", *([f"N={n}"] if n else []))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = clean(done)
+    chosen = [p for p in parts.PARTS if n in (None, p.exercise)]
+    for part in chosen:
+        lines = part_lines(said, part)
+        assert len(lines) == 1 and lines[0].strip().startswith("not started: write ") and \
+            says_where(lines[0], part), (part.id, lines)
+    # not a row and the stub's message for each check of a part
+    assert "see its docstring" not in said and said.count("not started") == len(chosen)
+    assert "layer_norm, attention, mlp, forward (part 3a)" in said
+    assert f"total 0/{18 if n else 41} points" in said
+
+
+def test_make_notebooks_first_step_on_stubs_is_one_line(make, stub_lesson):
+    # make notebooks: `python -m classroom notebooks`, then Jupyter Lab (not opened here)
+    repo = stub_lesson[1]
+    plan = make("-n", "notebooks")
+    assert plan.returncode == 0 and plan.stdout.splitlines()[0] == \
+        ".venv/bin/python -m classroom notebooks"
+    for word in ("written to", "exist already: kept"):      # the first time, then again
+        done = subprocess.run([sys.executable, "-m", "classroom", "notebooks"], cwd=repo,
+                              text=True, capture_output=True, timeout=120)
+        assert done.returncode == 0 and clean(done).strip().count("\n") == 0, done.stderr
+        assert word in done.stdout
+    assert len(list((repo / "my-notebooks").glob("*.ipynb"))) == 6
+
+
+@pytest.mark.parametrize("target", ["exercise", "check"])
+def test_a_bad_n_is_one_line_saying_what_n_may_be(make, target):
+    # Before: the command's own error, then make's "make: *** [Makefile:..] Error 2".
+    for n in ("9", "x"):
+        done = make(target, f"N={n}")
+        assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert f"no exercise N={n}: N is one of 1 to 5, e.g. make {target} N=3" in done.stderr
+        assert "make: ***" not in done.stderr and "Error" not in done.stderr
+
+
+def test_a_part_outside_its_exercise_is_one_line(stub_lesson):
+    done = subprocess.run([sys.executable, "-m", "classroom", "check", "3", "--part", "1a"],
+                          cwd=stub_lesson[1], text=True, capture_output=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("error: part 1a is not in exercise 3; choose one of its "
+                                   "parts or leave the exercise out")

@@ -2,16 +2,19 @@
 graded file, never over a function changed there by hand, never as a file that does not compile;
 the kernel then uses the file's function everywhere; a cell that needs a part not written yet
 ends in one line, and so does a later cell that needs what it would have made, while every
-other error stays an error."""
+other error stays an error. Whether a repository is a student's is told by the file `classroom
+build` writes there, never by a file's content."""
 
 import importlib.util
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from classroom import parts, regions, yourturn
+from classroom import parts, regions, submissions, yourturn
 
 PART = parts.BY_ID["1a"]
 STUB = f'''import math
@@ -33,12 +36,20 @@ ANSWER = '''def greedy_verdict(draft_tokens, target_choices):
     return kept, target_choices[kept]
 '''
 OTHER = ANSWER.replace("kept = 0", "kept = 0  # a second try")
+SOLVED = ANSWER.replace('docstring."""\n', f'docstring."""\n    {regions.BEGIN}\n') + \
+    f"    {regions.END}\n"                                  # a solved notebook's cell
 
 
 @pytest.fixture
 def student(tmp_path):
     (tmp_path / PART.file).write_text(STUB)
+    (tmp_path / submissions.STUDENT_MARK).write_text("")     # what build.py marks a student's with
     return tmp_path
+
+
+def by_content(root=yourturn.ROOT):
+    """The old rule, for the controls: the reference's is the file that holds solution regions."""
+    return bool(regions.regions((Path(root) / PART.file).read_text()))
 
 
 def function_in(root, name="greedy_verdict"):
@@ -75,14 +86,32 @@ def test_a_file_that_would_not_compile_is_never_written(student):
     assert (student / PART.file).read_text() == STUB
 
 
-def test_the_reference_repository_is_never_written(student):
-    path = student / PART.file
-    path.write_text(STUB.replace(f"    raise NotImplementedError({parts.message('greedy_verdict')!r})",
-                                 f"    {regions.BEGIN}\n    return 0, 0\n    {regions.END}"))
-    before = path.read_text()
+def test_the_mark_not_the_content_tells_the_reference_repository(student, tmp_path_factory,
+                                                                  monkeypatch):
+    reference = tmp_path_factory.mktemp("reference")      # no mark: never written, stub or not
+    (reference / PART.file).write_text(STUB)
+    assert yourturn.save(PART, {"greedy_verdict": ANSWER}, root=reference) == \
+        {"greedy_verdict": "reference"}
+    assert (reference / PART.file).read_text() == STUB
+    # A student's file with solution markers in it (typed by hand) is still the student's.
+    marked = STUB.replace("    return list(prompt)\n",
+                          f"    {regions.BEGIN}\n    return list(prompt)\n    {regions.END}\n")
+    (student / PART.file).write_text(marked)
+    assert yourturn.save(PART, {"greedy_verdict": ANSWER}, root=student) == \
+        {"greedy_verdict": "saved"}
+    # Control: told by content, the same file would be taken for the reference's.
+    (student / PART.file).write_text(marked)
+    monkeypatch.setattr(yourturn, "is_reference", by_content)
     assert yourturn.save(PART, {"greedy_verdict": ANSWER}, root=student) == \
         {"greedy_verdict": "reference"}
-    assert path.read_text() == before
+
+
+def test_build_marks_the_student_repository_and_only_it(student_build):
+    tracked = subprocess.run(["git", "ls-files", submissions.STUDENT_MARK], cwd=student_build,
+                             capture_output=True, text=True, check=True).stdout
+    assert tracked.strip() == submissions.STUDENT_MARK                  # committed, so a clone has it
+    assert not yourturn.is_reference(student_build)
+    assert yourturn.is_reference() and not (yourturn.ROOT / submissions.STUDENT_MARK).exists()
 
 
 def test_stubs_are_told_from_answers_wherever_the_region_was():
@@ -145,10 +174,60 @@ def test_a_broken_cell_costs_one_line_and_saves_nothing(student, kernel_modules,
     assert (student / PART.file).read_text() == STUB
 
 
-def test_a_helper_that_lives_only_in_the_notebook_is_named(student, kernel_modules):
-    cell = "def helper(x):\n    return x\n\n\n" + ANSWER.replace("kept = 0", "kept = helper(0)")
+def paste_solved_then_try_again(root):
+    """A solved cell pasted as it is, markers and all, then a second try: what each cell said
+    and the file after them."""
+    first = yourturn.answer("1a", SOLVED, {}, root=root)
+    second = yourturn.answer("1a", OTHER, {}, root=root)
+    return first, second, (root / PART.file).read_text()
+
+
+def test_a_pasted_solved_cell_is_saved_without_its_markers(student, kernel_modules, monkeypatch):
+    first, second, text = paste_solved_then_try_again(student)
+    assert first.splitlines()[1] == (f"part 1a: left the cell's {regions.BEGIN} / {regions.END} "
+                                     "lines out of it (a student's file holds none)"), first
+    assert regions.BEGIN not in text and regions.END not in text
+    assert second.startswith("part 1a: saved greedy_verdict") and "# a second try" in text
+    assert "left the cell's" not in second                      # said only when there were some
+    # Control, the old way (markers kept, the repository told by content): the file gets the
+    # BEGIN line alone (END is past the function's last statement), and the next cell fails
+    # on it with a traceback.
+    (student / PART.file).write_text(STUB)
+    monkeypatch.setattr(regions, "without_markers", lambda text: text)
+    monkeypatch.setattr(yourturn, "is_reference", by_content)
+    with pytest.raises(regions.RegionError, match="never closed"):
+        paste_solved_then_try_again(student)
+    assert regions.BEGIN in (student / PART.file).read_text()
+
+
+@pytest.mark.parametrize("name, cell", [
+    ("helper", "def helper(x):\n    return x\n\n\n" +
+     ANSWER.replace("kept = 0", "kept = helper(0)")),
+    ("START", "START = 0\n" + ANSWER.replace("kept = 0", "kept = START")),
+    ("operator", "import operator\n" + ANSWER.replace("kept = 0", "kept = operator.index(0)")),
+], ids=["function", "constant", "import"])
+def test_a_cell_whose_function_needs_the_notebook_saves_nothing(student, kernel_modules,
+                                                                monkeypatch, name, cell):
+    graded, _ = kernel_modules
     said = yourturn.answer("1a", cell, {}, root=student)
-    assert "greedy_verdict uses helper, which numpy_speculative.py does not define" in said
+    assert said == (f"part 1a: greedy_verdict uses {name}, which numpy_speculative.py does not "
+                    "define: put it inside the function (the grader reads the file alone). "
+                    "Nothing was saved"), said
+    assert (student / PART.file).read_text() == STUB
+    # Control: without the refusal it is saved, and the graded file then fails on a NameError
+    # (in the notebook's later cells and in make check alike).
+    monkeypatch.setattr(yourturn, "undefined_globals", lambda *args: [])
+    assert "saved greedy_verdict" in yourturn.answer("1a", cell, {}, root=student)
+    with pytest.raises(NameError):
+        graded.greedy_verdict([1], [1, 2])
+
+
+def test_a_helper_inside_the_function_is_saved(student, kernel_modules):
+    """Control for the refusal above: the same helper, where the grader finds it."""
+    cell = ANSWER.replace("    kept = 0",
+                          "    def helper(x):\n        return x\n    kept = helper(0)")
+    said = yourturn.answer("1a", cell, {}, root=student)
+    assert said.startswith("part 1a: saved greedy_verdict"), said
 
 
 @pytest.fixture

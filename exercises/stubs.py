@@ -1,0 +1,40 @@
+"""
+An exercise stopped by a part not written yet, as the student repository has it (its stub
+raises NotImplementedError): one line naming the part, the notebook cell and the file where it
+is written, and no error. `make lesson` and `make exercise N=3` (python -m exercises) say it for
+each exercise they run; each exercise's own command line (python -m exercises.ex5_gpu) says it
+and exits 0. Any other error goes on up, to cli.run's one line and exit status.
+
+Its own module, which the exercise modules import in their main guards only: importing one
+(the checks import exercises/ex2_derive.py and exercises/ex5_gpu.py, graded files) loads no
+more than before.
+"""
+
+from classroom import yourturn
+from exercises import report
+
+
+def to_do(n, error):
+    """One line for exercise n stopped by `error`, when that is a stub of a part not written
+    yet (the student repository's NotImplementedError): the part, the notebook cell and the
+    file where it is written. None for any other error."""
+    part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
+    if part is None:
+        return None
+    return (f"exercise {n} ({report.TITLES[n]}) is still to do: it needs part {part.id} "
+            f"({', '.join(part.functions)}); write it in {yourturn.place(part)} or in "
+            f"{part.file}, then `make check N={part.exercise}` checks it")
+
+
+def main_of(n, main):
+    """Exercise n's main(argv), but a part not written yet ends it with to_do's line (exit
+    status 0): its own command line says what `make exercise N=n` says."""
+    def run(argv=None):
+        try:
+            return main(argv)
+        except NotImplementedError as e:
+            line = to_do(n, e)
+            if line is None:
+                raise
+            print(line)
+    return run

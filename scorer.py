@@ -62,7 +62,21 @@ class Model(Protocol):
     def logits(self, new, cache): ...             # new (B, t) int array -> (B, t, V) array
 
 
-class WindowScorer:
+class Scorer:
+    """The target's side of a round: logits (B, T - first + 1, V) of positions first..T of each
+    sequence (WindowScorer, for every model with a KV cache). passes: forward passes made (a
+    check that crosses a window jump makes two)."""
+    vocab_size: int
+    passes = 0
+
+    def score(self, seqs, first):
+        raise NotImplementedError(f"{type(self).__name__} must define score(seqs, first)")
+
+    def reset(self):                     # optional: a new sequence begins
+        pass
+
+
+class WindowScorer(Scorer):
     """score(seqs, first): logits (B, T - first + 1, V) of positions first..T of each sequence,
     each from its window; score_rows(seqs, {b: first}) -> {b: logits}. Rows share one cache
     length here (decoded in step); beyond/batched.py's subclass lets them drift apart. `passes`
@@ -71,7 +85,7 @@ class WindowScorer:
     def __init__(self, model, batch_size=1):
         if not isinstance(model, Model):
             raise TypeError(f"{type(model).__name__} is not a model (c, new_cache, logits) nor a "
-                            f"scorer (speculative.Scorer: vocab_size, score(seqs, first))")
+                            f"scorer (scorer.Scorer: vocab_size, score(seqs, first))")
         self.model, self.batch_size = model, batch_size
         self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
         self.passes = 0                             # forward passes made

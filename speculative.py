@@ -17,9 +17,7 @@ Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
-import runpy
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -27,7 +25,7 @@ import torch
 import machine
 from cli import check_decoding_args, check_vocabularies
 from numpy_speculative import greedy_verdict, sample, softmax, verify, warp
-from scorer import Model, WindowScorer
+from scorer import Model, Scorer, WindowScorer
 from stats import Stats
 
 # ----------------------------------------------------------------------------------------------
@@ -57,47 +55,39 @@ def speculative_decode(propose, score, seq, max_new_tokens, schedule, sampling, 
 
 
 # ----------------------------------------------------------------------------------------------
-# What the loop calls. An optional method does nothing here; a class that subclasses the
-# protocol inherits it.
+# What the loop calls: plain classes to subclass, whose optional methods do nothing here.
 
 
-@runtime_checkable
-class Drafter(Protocol):
+class Drafter:
     """A draft that is not a GPT (a GPT drafts as a ModelDraft). propose -> (guesses,
     draft_probs): 1 to k guesses after seq (the ids so far, never changed) and, when sampling,
     the (k, V) distributions they were drawn from (None when greedy; one-hot rows from a
     deterministic drafter)."""
 
-    def propose(self, seq, k, sampling): ...
+    def propose(self, seq, k, sampling):
+        raise NotImplementedError(f"{type(self).__name__} must define propose(seq, k, sampling)")
 
-    def reset(self): ...                 # optional: a new sequence begins
+    def reset(self):                     # optional: a new sequence begins
+        pass
 
-    def kept(self, n): ...               # optional: n of its last guesses were kept
+    def kept(self, n):                   # optional: n of its last guesses were kept
+        pass
 
-    def scorer_for(self, target): ...    # optional: a Scorer that shares its work, or None
-
-
-@runtime_checkable
-class Schedule(Protocol):
-    """k for each round: FixedK, or one that adapts (beyond/adaptive.py)."""
-    k: int               # guesses the next round asks for
-    k_max: int           # the most it ever asks for
-
-    def update(self, proposed, kept, draft_seconds, check_seconds): ...   # after each round
-
-    def attach(self, drafter): ...      # optional: the run's drafter, for one that tunes it
+    def scorer_for(self, target):        # optional: a Scorer that shares its work, or None
+        return None
 
 
-@runtime_checkable
-class Scorer(Protocol):
-    """The target's side: logits (B, T - first + 1, V) of positions first..T of each sequence
-    (scorer.WindowScorer, for every model with a KV cache)."""
-    vocab_size: int
-    passes = 0           # forward passes made (a check that crosses a window jump makes two)
+class Schedule:
+    """k for each round: FixedK, or one that adapts (beyond/adaptive.py). k: guesses the next
+    round asks for; k_max: the most it ever asks for."""
+    k: int
+    k_max: int
 
-    def score(self, seqs, first): ...
+    def update(self, proposed, kept, draft_seconds, check_seconds):   # after each round
+        pass
 
-    def reset(self): ...                 # optional: a new sequence begins
+    def attach(self, drafter):           # optional: the run's drafter, for one that tunes it
+        pass
 
 
 @dataclass
@@ -265,22 +255,15 @@ class ModelDraft(Drafter):
 
 
 def as_drafter(draft):
-    """The run's Drafter (reset: a new sequence): a Drafter as it is, any other object with
-    propose() as an OwnDrafter, and a GPT (or a Scorer) as a ModelDraft."""
+    """The run's Drafter (reset: a new sequence): a Drafter as it is, a GPT (or a Scorer) as a
+    ModelDraft."""
     if not isinstance(draft, Drafter):
-        draft = OwnDrafter(draft) if hasattr(draft, "propose") else ModelDraft(draft)
+        if hasattr(draft, "propose"):
+            raise TypeError(f"{type(draft).__name__} has propose() but is not a drafter: "
+                            "subclass speculative.Drafter")
+        draft = ModelDraft(draft)
     draft.reset()
     return draft
-
-
-class OwnDrafter(Drafter):
-    """A drafter that does not subclass Drafter (docs/API.md promises any object with
-    propose): its own optional methods where it has them, the protocol's where it does not."""
-
-    def __init__(self, draft):
-        self.propose = draft.propose
-        for name in ("reset", "kept", "scorer_for"):
-            setattr(self, name, getattr(draft, name, getattr(self, name)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -373,9 +356,3 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
     """The k from 1 to k_max with the highest expected speed-up."""
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, c, verify_cost))
 
-
-if __name__ == "__main__":
-    # The decoding command line is beyond/decode.py: it names every drafter, and most of them
-    # live past the lesson. `python speculative.py` runs it (its flags, -h and one-line errors)
-    # by name, so that nothing of the lesson imports beyond/ (tests/test_layers.py).
-    runpy.run_module("beyond.decode", run_name="__main__")

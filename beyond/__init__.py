@@ -18,7 +18,7 @@ main guards included). Here, each on top of them:
     hf.py           to and from Hugging Face transformers
   the tools:
     registry.py     every drafter and backend by name (--draft, --target_backend)
-    decode.py       the decoding command line (python speculative.py runs it)
+    decode.py       the decoding command line (python -m beyond.decode)
     benchmark.py    plain against speculative decoding, every setup
   studies/          measurements that go past the exercises (every drafter compared, against
                     transformers, sampling's price list, the batch curve)

@@ -1,9 +1,9 @@
 """
 beyond/decode.py: the command line for speculative decoding with the lesson's trained models.
 
-    python speculative.py --prompt "ROMEO:\n" --draft ngram --k 6
-    python -m beyond.decode --draft distilled    # the same command, run from here
-    python speculative.py -h                     # every flag, the drafters among them
+    python -m beyond.decode --prompt "ROMEO:\n" --draft ngram --k 6
+    python -m beyond.decode --draft distilled --temperature 0.8
+    python -m beyond.decode -h                   # every flag, the drafters among them
 
 It writes the text coloured by where each character came from (a kept guess, the big model's
 correction, the bonus after a round where every guess was kept), prints what the rounds did,

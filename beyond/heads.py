@@ -175,7 +175,7 @@ def silu(x):
 
 
 class HeadsDraft(sd.Drafter):
-    """The drafter (speculative.py's protocol): heads 1..k guess the k tokens after seq[-1],
+    """The drafter (a speculative.Drafter): heads 1..k guess the k tokens after seq[-1],
     from the state the big model computed while checking the last round."""
 
     def __init__(self, heads):

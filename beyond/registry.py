@@ -4,7 +4,7 @@ beyond/registry.py: every drafter and both backends by name, for the command lin
     draft = registry.by_name("ngram-big")            # what --draft ngram-big decodes with
     big = registry.with_backend(presets.load_trained("big"), "numpy")
 
-The drafters themselves implement the drafter protocol of speculative.py, one file each:
+The drafters themselves subclass speculative.Drafter, one file each:
 a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
 table, of the training text or of the big model's own greedy text), beyond/early_exit.py (the
 big model's own first layers) and beyond/heads.py (extra heads on the big model's last hidden

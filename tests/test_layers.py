@@ -205,11 +205,10 @@ def test_no_upward_import():
     assert not bad, f"Imports of a higher layer (or leaf helpers importing the project):\n{bad}"
 
 
-def test_the_one_hand_over_is_python_speculative_py_to_its_command_line():
-    # docs/API.md promises `python speculative.py ...` with every drafter by name; the command
-    # line that knows them is beyond/decode.py, above the lesson. speculative.py's main guard
-    # runs it by name instead of importing it; any other hand-over is a new one to look at.
-    assert hand_overs(ROOT) == [("speculative", "beyond.decode", True)]
+def test_no_module_hands_over_to_another_by_name():
+    # The decoding command line is beyond/decode.py (python -m beyond.decode), above the
+    # lesson; no lesson file runs it by name (runpy) to look as if it were its own.
+    assert hand_overs(ROOT) == []
     assert "beyond.decode" in find_modules(ROOT)
 
 

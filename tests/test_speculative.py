@@ -116,8 +116,8 @@ def test_draft_that_never_agrees_still_gives_the_exact_output(target):
         assert stats.accepted == 0 and stats.new_tokens == 40
 
 
-class Listening:
-    """A drafter of its own (no base class, as docs/API.md allows): it guesses the token after
+class Listening(sd.Drafter):
+    """A drafter of its own: it guesses the token after
     the target's own greedy choice would be, and records what each round kept."""
 
     def __init__(self):
@@ -133,17 +133,24 @@ class Listening:
         self.heard.append(n)
 
 
-def test_any_object_with_propose_is_a_drafter_and_its_own_optional_methods_are_called(target):
+def test_a_drafters_own_optional_methods_are_called_and_the_rest_do_nothing(target):
     prompt = prompts(1, seed=2)[0]
     want = sd.generate(target, prompt, 30)
     own = Listening()
     got, stats = sd.speculative_generate(target, own, prompt, 30, k=3)
     assert torch.equal(got, want)
     assert own.resets == 1 and own.heard == [kept for _, kept, _ in stats.trace]
-    # one with propose() alone decodes alike (the protocol's do-nothing defaults stand in)
-    bare = type("Bare", (), {"propose": Listening.propose})()
+    # one with propose() alone decodes alike (Drafter's do-nothing methods stand in)
+    bare = type("Bare", (sd.Drafter,), {"propose": Listening.propose})()
     assert torch.equal(sd.speculative_generate(target, bare, prompt, 30, k=3)[0], want)
-    assert not isinstance(bare, sd.Drafter) and isinstance(sd.as_drafter(bare), sd.Drafter)
+
+
+def test_an_object_with_propose_that_is_not_a_drafter_is_a_one_line_error(target):
+    # The control: the same object as a Drafter subclass decodes (the test above).
+    loose = type("Loose", (), {"propose": Listening.propose})()
+    with pytest.raises(TypeError, match=r"^Loose has propose\(\) but is not a drafter: subclass "
+                                        r"speculative.Drafter$"):
+        sd.speculative_generate(target, loose, prompts(1, seed=2)[0], 5, k=3)
 
 
 def test_stats_add_up_and_trace_replays_the_output(target):

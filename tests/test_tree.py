@@ -346,7 +346,7 @@ def test_bad_trees_are_one_line_errors(target, kwargs, message):
 
 
 def test_a_drafter_that_cannot_branch_is_a_one_line_error(target):
-    class ChainOnly:                                    # speculative.py's protocol, nothing more
+    class ChainOnly(sd.Drafter):                        # speculative.py's drafter, nothing more
         vocab_size = target.c.vocab_size
 
         def propose(self, seq, k, sampling):

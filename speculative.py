@@ -24,7 +24,7 @@ import torch
 
 import machine
 from cli import check_decoding_args, check_vocabularies
-from numpy_speculative import greedy_verdict, sample, softmax, verify, warp
+from numpy_speculative import greedy_verdict, sample, verify, warp
 from scorer import Model, Scorer, WindowScorer
 from stats import Stats
 
@@ -228,30 +228,31 @@ def as_scorer(model, batch_size=1):
 
 class ModelDraft(Drafter):
     """A GPT (or anything with vocab_size and score(seqs, first)) as a drafter: a guess a pass,
-    through its own WindowScorer. Under `min_confidence` (beyond/adaptive.py's Confidence) it stops
-    early, when the product of its guesses' probabilities (`confidences`) falls below it."""
+    through its own WindowScorer."""
 
     def __init__(self, model):
         self.scorer = as_scorer(model)
         self.vocab_size = self.scorer.vocab_size
-        self.min_confidence, self.confidences = None, []    # a number: stop guessing below it
+
+    def reset(self):
+        self.scorer.reset()
 
     def propose(self, seq, k, sampling):
-        work, probs, self.confidences, sure = list(seq), [], [], 1.0
+        work, probs = list(seq), []
         for _ in range(k):
-            logits = self.scorer.score([work], len(work))[0, -1]           # (V,)
-            if sampling.greedy:
-                work.append(int(logits.argmax()))
-                if self.min_confidence is not None:
-                    sure *= float(softmax(logits.astype(np.float64))[work[-1]])
-            else:
-                probs.append(sampling.warp(logits))                        # (V,)
-                work.append(sampling.draw(probs[-1]))
-                sure *= float(probs[-1][work[-1]])
-            self.confidences.append(sure)
-            if self.min_confidence is not None and sure < self.min_confidence:
-                break                                  # not sure enough to guess further
+            token, _, row = self.guess(work, sampling)
+            work.append(token)
+            probs += [] if row is None else [row]
         return work[len(seq):], (np.array(probs) if probs else None)       # (k, V) or None
+
+    def guess(self, work, sampling):
+        """One guess after `work`: (token, the draft's logits (V,), the warped distribution it
+        was drawn from (V,), None when greedy)."""
+        logits = self.scorer.score([work], len(work))[0, -1]               # (V,)
+        if sampling.greedy:
+            return int(logits.argmax()), logits, None
+        row = sampling.warp(logits)
+        return sampling.draw(row), logits, row
 
 
 def as_drafter(draft):

@@ -19,7 +19,10 @@ draft_seconds, check_seconds)` with what the round proposed, kept and took.
 Each is a speculative.Schedule.
 """
 
-from speculative import Schedule
+import numpy as np
+
+from numpy_speculative import softmax
+from speculative import Drafter, ModelDraft, Schedule
 
 
 def by_name(name, k):
@@ -149,9 +152,9 @@ class Confidence(Schedule):
     falls below `threshold`; learn the threshold from the run.
 
     Confidence: the drafter's own probability that every guess so far this round is right (the
-    product of its probabilities for each). Drafters that guess one token at a time from a
-    distribution (speculative.ModelDraft) honour `min_confidence` and report `confidences`; with a
-    drafter that does not (the n-gram table), this is BestK. Learning: every guess is sorted into
+    product of its probabilities for each). A GPT draft given as a ConfidentDraft honours
+    `min_confidence` and reports `confidences`; with a drafter that does not (a plain GPT draft,
+    the n-gram table), this is BestK. Learning: every guess is sorted into
     one of BINS by its confidence, with whether it was kept (a guess after the first rejected
     one is thrown away: not kept). A guess pays when it is kept often enough: it costs a draft
     step and one more token in the check, and a kept one saves a pass of the big model (both
@@ -224,3 +227,33 @@ class Oracle(Schedule):
 
     def update(self, proposed, kept, draft_seconds=None, check_seconds=None):
         self.round += 1
+
+
+class ConfidentDraft(ModelDraft):
+    """A GPT draft that stops guessing once its confidence this round (the product of its
+    probabilities for each guess, `confidences`) falls below `min_confidence`, which the
+    Confidence schedule sets; None: it guesses all k, as a ModelDraft does."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.min_confidence, self.confidences = None, []
+
+    def propose(self, seq, k, sampling):
+        work, probs, self.confidences, sure = list(seq), [], [], 1.0
+        for _ in range(k):
+            token, logits, row = self.guess(work, sampling)
+            work.append(token)
+            probs += [] if row is None else [row]
+            sure *= float((softmax(logits.astype(np.float64)) if row is None else row)[token])
+            self.confidences.append(sure)
+            if self.min_confidence is not None and sure < self.min_confidence:
+                break                                  # not sure enough to guess further
+        return work[len(seq):], (np.array(probs) if probs else None)       # (k, V) or None
+
+
+def drafting_for(name, draft):
+    """The draft a run with --adaptive `name` decodes with: a GPT draft as a ConfidentDraft
+    for the confidence schedule, any other draft as it is."""
+    if name == "confidence" and not isinstance(draft, Drafter):
+        return ConfidentDraft(draft)
+    return draft

@@ -321,8 +321,8 @@ def batch_draft(draft):
     """The GPT that drafts for the whole batch at once, or None (propose row by row)."""
     if batchable(draft):
         return draft
-    if isinstance(draft, ModelDraft) and draft.min_confidence is None and \
-            type(draft.scorer) is WindowScorer and batchable(draft.scorer.model):
+    if type(draft) is ModelDraft and type(draft.scorer) is WindowScorer and \
+            batchable(draft.scorer.model):
         return draft.scorer.model
     return None
 

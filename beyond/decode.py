@@ -81,6 +81,7 @@ def main(argv=None):
     for backend in (args.target_backend, args.draft_backend):
         check_backend(backend)
     target, draft = load_pair(args)
+    draft = schedules.drafting_for(args.adaptive, draft)
     out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
                                       generator=torch.Generator().manual_seed(args.seed),
                                       **sampling)

@@ -197,12 +197,14 @@ def test_the_oracle_replays_a_run_keeping_every_guess(target):  # noqa: F811
 
 
 def test_the_confidence_schedule_stops_unsure_guesses_and_keeps_the_output(target):  # noqa: F811
-    from beyond.adaptive import BestK, Confidence
+    from beyond.adaptive import BestK, Confidence, drafting_for
     draft = make_model(3, n_layer=1, scale=0.3)
     for idx in prompts(2, seed=9):
         guesses = {}
         for schedule in (Confidence(k_max=6, threshold=0.9), BestK(k_max=6)):  # BestK: control
-            got, stats = sd.speculative_generate(target, draft, idx, 50, k=schedule)
+            drafting = drafting_for("confidence" if isinstance(schedule, Confidence) else "best",
+                                    draft)
+            got, stats = sd.speculative_generate(target, drafting, idx, 50, k=schedule)
             assert torch.equal(got, sd.generate(target, idx, 50))
             # The first rounds explore k = 3, 4, 6 (as BestK does): a round that guessed
             # fewer stopped because the drafter was unsure.
@@ -229,11 +231,12 @@ def test_the_confidence_threshold_rises_past_guesses_that_do_not_pay():
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_sampling_stays_exact_when_the_drafter_stops_early(small_pair):  # noqa: F811
-    from beyond.adaptive import Confidence
+    from beyond.adaptive import Confidence, drafting_for
     target, draft = small_pair
     prompt = [1, 2, 0]
     want = exact_distribution(target, prompt, 3, temperature=1.0)
-    counts = sample_counts(target, draft, prompt, 3, 3000, 0, temperature=1.0,
+    counts = sample_counts(target, drafting_for("confidence", draft), prompt, 3, 3000, 0,
+                           temperature=1.0,
                            k=lambda: Confidence(start=2, k_max=3, threshold=0.5))
     assert chi_square_p_value(counts, want) > 1e-3
 

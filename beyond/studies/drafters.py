@@ -97,7 +97,8 @@ def compare(args, target, draft_names, folder, log):
             with machine.Busy() as busy:
                 for k in ks + list(ADAPTIVE):
                     new_k = schedules(k, max(ks), traces)
-                    runs = [sd.speculative_generate(big, draft, p, n, k=new_k(i))
+                    drafting = adaptive.drafting_for(k, draft)      # confidence: a ConfidentDraft
+                    runs = [sd.speculative_generate(big, drafting, p, n, k=new_k(i))
                             for i, p in enumerate(prompts)]
                     if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
                         raise SystemExit(f"{name} at k={k} wrote something other than plain "
@@ -110,7 +111,7 @@ def compare(args, target, draft_names, folder, log):
                     def speculative_run():
                         started, inside = time.perf_counter(), 0.0
                         for i, p in enumerate(prompts):
-                            s = sd.speculative_generate(big, draft, p, n, k=new_k(i))[1]
+                            s = sd.speculative_generate(big, drafting, p, n, k=new_k(i))[1]
                             inside += s.draft_time + s.target_time
                         outside.append(time.perf_counter() - started - inside)
                     _, spec_s, speedup, ratios = machine.paired_times(

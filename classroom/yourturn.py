@@ -50,6 +50,10 @@ STUB_MESSAGES = (re.compile(r"^Exercise \d, part (\w+): write (\w+)"),
                  re.compile(r"^not started: write (\w+)"))
 _state = {"skipped": {}}                 # name -> the part a skipped cell waited for
 _fixtures = {}                           # seed -> folder of the checks' models (the reference)
+# A check run in the kernel (the project's own repository) runs in this one process, beside
+# Jupyter and whatever else the machine runs, not in a worker of its own: more time than a
+# worker's, so that an honest check on a busy machine never reads as an endless loop.
+KERNEL_TIMEOUT = 3 * runner.TIMEOUT
 
 
 def marker(part_id, text):
@@ -310,7 +314,7 @@ def check(part_id, root=ROOT):
     """Run the public checks of a part on its saved file, as `make check` does, and print the
     table (nothing is returned, so that a notebook shows the table alone). In the project's own
     repository the checks run here, on the notebook's functions (its files hold the reference),
-    each within the grader's time limit. A part whose check ran out of time stands aside in
+    each within KERNEL_TIMEOUT. A part whose check ran out of time stands aside in
     this kernel until its cell runs again (Stalled)."""
     part = parts.BY_ID[part_id]
     if is_reference(root):
@@ -322,7 +326,7 @@ def check(part_id, root=ROOT):
         for c in runner.select(part=part_id):
             result = runner.Result(c)
             context = checks.LocalContext(runner.PUBLIC_SEED, fixture_dir(), functions)
-            result.outcomes[runner.PUBLIC_SEED] = within(runner.TIMEOUT, lambda: checks.run_check(
+            result.outcomes[runner.PUBLIC_SEED] = within(KERNEL_TIMEOUT, lambda: checks.run_check(
                 c, context))
             results.append(result)
     else:

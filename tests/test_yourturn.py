@@ -300,7 +300,7 @@ def restored():
 
 def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell, capsys,
                                                                         monkeypatch, restored):
-    monkeypatch.setattr(yourturn.runner, "TIMEOUT", 1)
+    monkeypatch.setattr(yourturn, "KERNEL_TIMEOUT", 1)
     shell.run_cell("def expected_tokens_per_pass(alpha, k):\n    while True:\n        pass")
     assert shell.run_cell('_yourturn.check("2a")').success              # one second, not ever
     out = capsys.readouterr().out

@@ -37,8 +37,8 @@ setup: $(STAMP)      ## a virtual environment in .venv with what the lesson need
 lesson: setup        ## corpora, every model the exercises and notebooks use (cached), then the five exercises (one line for each still to do), results/report.md
 	$(PY) -m exercises
 
-studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve, token trees (python -m beyond.studies -h)
-	$(PY) -m beyond.studies
+studies: setup $(VENV)/.installed-hf  ## past the lesson: every drafter, transformers, sampling's price list, the batch curve, token trees (python -m studies -h)
+	$(PY) -m studies
 
 train: setup         ## only the models (python train.py -h for the flags)
 	$(PY) train.py
@@ -63,8 +63,8 @@ notebooks-check: setup $(VENV)/.installed-notebooks  ## the six solved notebooks
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) -m beyond.benchmark
 
-docs: setup          ## the documents' measured figures, rendered from the runs in docs/results/ (python docs/render.py -h)
-	$(PY) docs/render.py
+docs: setup          ## the documents' measured figures, rendered from the runs in docs/results/ (python -m studies.render -h)
+	$(PY) -m studies.render
 
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (minutes: it trains a GPU-sized pair first)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu

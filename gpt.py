@@ -15,8 +15,9 @@ Changes from nanoGPT's model.py (Karpathy), which this follows closely:
 - two corpora (Shakespeare, first names) with one shared vocabulary, loaded lazily: importing
   this file reads nothing and trains nothing;
 - atomic, self-describing checkpoints (weights, config, vocabulary, step, validation loss);
-- the training loop is the lesson's recipe (AdamW in float32, a warm-up and a cosine schedule);
-  what the presets train with besides (Muon, bfloat16, torch.compile) is training.py's.
+- the training loop is the lesson's recipe in one screen (AdamW in float32, a warm-up and a
+  cosine schedule); the presets' loop, with checkpoints, resuming, Muon, bfloat16 and
+  torch.compile, is beyond/training.py's.
 
 Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
 """
@@ -29,11 +30,9 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import corpus
-import machine
-from checkpoint import CheckpointError, export_npz, save_checkpoint  # noqa: F401 (gpt's API)
-from checkpoint import load_model
-from corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
+from lessonkit import corpus, machine
+from lessonkit.checkpoint import CheckpointError, export_npz, load_model, save_checkpoint  # noqa: F401
+from lessonkit.corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
 
 # ----------------------------------------------------------------------------------------------
 # Configuration
@@ -221,7 +220,7 @@ def recompute_generate(model, idx, max_new_tokens):
 
 
 # ----------------------------------------------------------------------------------------------
-# Data (corpus.py): one vocabulary for both corpora, read on first use
+# Data (lessonkit/corpus.py): one vocabulary for both corpora, read on first use
 
 
 def __getattr__(name):
@@ -239,8 +238,7 @@ def __getattr__(name):
 class TrainConfig:
     """How to train: the lesson's recipe, AdamW in float32. The defaults, chosen by measurement,
     train Config() in minutes on a CPU (the loss, and why a batch of 20: docs/RESULTS.md,
-    "The models"). training.Recipe, what the presets train with, adds Muon, bfloat16 and
-    torch.compile by overriding optimizers(), peak_lr(), rate() and loss_function()."""
+    "The models"). beyond/training.py's Recipe, what the presets train with, adds to it."""
     steps: int = 1500          # optimizer steps
     batch_size: int = 20       # sequences per step (20 x 128 characters; more: lower loss, slower)
     lr: float = 4e-3           # AdamW's peak learning rate, after a linear warm-up
@@ -253,22 +251,6 @@ class TrainConfig:
     seed: int = 1337           # seed for initialisation and batches
     threads: int = 0           # torch threads; 0: all cores, or 1 if the machine is busy
 
-    def optimizers(self, model, device):
-        """The optimizers that train `model`: AdamW for every parameter."""
-        return [adamw(model.named_parameters(), self, device)]
-
-    def peak_lr(self, optimizer):
-        """The peak of `optimizer`'s schedule; None: lr (decayed to min_lr)."""
-        return None
-
-    def rate(self, step, optimizer):
-        """`optimizer`'s learning rate at `step`: learning_rate's warm-up and cosine decay."""
-        return learning_rate(step, self, self.peak_lr(optimizer))
-
-    def loss_function(self, model, device, teacher, resume, note):
-        """(loss(x, y), what the checkpoint records of it): here in float32, the lesson's."""
-        return (lambda x, y: loss_of(model, x, y, teacher)), {"precision": "float32"}
-
 
 def adamw(named_parameters, tc, device):
     """AdamW for (name, parameter) pairs, weight decay for matrices only; fused: every parameter
@@ -277,31 +259,15 @@ def adamw(named_parameters, tc, device):
     return torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=tc.lr, betas=(0.9, 0.99), fused=device.type in ("cpu", "cuda"))
+        lr=tc.lr, betas=(0.9, 0.99), fused=torch.device(device).type in ("cpu", "cuda"))
 
 
-def learning_rate(step, tc, peak=None):
-    """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step. peak: another
-    peak (a second optimizer's, training.Recipe's Muon), decayed to the same fraction of itself."""
-    if peak is None:
-        peak, floor = tc.lr, tc.min_lr
-    else:
-        floor = peak * tc.min_lr / tc.lr if tc.lr else 0.0
+def learning_rate(step, tc):
+    """Linear warm-up to tc.lr, then cosine decay to tc.min_lr at the last step."""
     if step < tc.warmup_steps:
-        return peak * (step + 1) / tc.warmup_steps
+        return tc.lr * (step + 1) / tc.warmup_steps
     progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
-    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def loss_of(model, x, y, teacher=None):
-    """Cross-entropy against the next characters; with a teacher (a trained model to imitate:
-    distillation), against the teacher's whole next-token distributions instead."""
-    if teacher is None:
-        return model(x, y)[1]
-    with torch.no_grad():
-        soft_targets = torch.softmax(teacher(x)[0].float(), -1)     # (B, T, V)
-    logits, _ = model(x)                                          # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1).float(), soft_targets.flatten(0, 1))
+    return tc.min_lr + 0.5 * (tc.lr - tc.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 @torch.no_grad()
@@ -318,123 +284,57 @@ def estimate_loss(model, source, tc, device):
     return sum(losses) / len(losses)
 
 
-def train(model, steps=None, log_every=100, source=None, *, config=None, device=None,
-          checkpoint=None, resume=None, progress=False, on_eval=None, corpus_name=None,
-          extra=None, teacher=None, note=None):
-    """Train `model` in place with config's recipe (TrainConfig: AdamW); return it.
+def train(model, steps=None, log_every=100, source=None, *, config=None, progress=False):
+    """Train `model` in place, where it is (CPU or GPU), with AdamW and learning_rate; return it.
 
-    steps (None: the config's), log_every (0 prints nothing) and source (a 1-D LongTensor instead
-    of the Shakespeare train split; its last tenth is held out for validation) are the lesson's
-    arguments. The rest:
-    config     a TrainConfig, or a training.Recipe (its `steps` is replaced by `steps`, if given)
-    device     "cpu", "cuda" or "auto"; None (the default) trains where the model already is
-    checkpoint a path: saved (atomically) at every evaluation, at the end, and on Ctrl-C
-    resume     a checkpoint dictionary from load_checkpoint to continue from
-    progress   show a progress bar with the loss and the time left
-    on_eval    called as on_eval(step, val_loss) after each evaluation
-    extra      more entries for the checkpoint (presets.py records its settings there)
-    teacher    a trained model to imitate (see loss_of: distillation)
-    note       called with one line for each speed-up of the recipe that is off, and why
-               (default: printed unless log_every is 0)
-    Ctrl-C finishes the current step, saves the checkpoint and raises KeyboardInterrupt.
-    Losses repeat to the last digit for the same seed, device and torch thread count (sums are
-    split differently across threads); the thread count is recorded in the checkpoint, and a
-    resumed run keeps it, so that resuming gives exactly the model of an uninterrupted run.
+    steps: None for the config's (a TrainConfig); source: a 1-D LongTensor to train on instead
+    of the Shakespeare train split (its last tenth held out for validation); log_every=0 prints
+    nothing; progress: one line redrawn in place (a bar, or one output in a notebook). The last
+    validation loss is model.val_loss. The presets train with beyond/training.py's loop, which
+    adds checkpoints, resuming, Muon, bfloat16 and distillation to this one.
     """
-    tc = config or TrainConfig()
-    tc = replace(tc, steps=tc.steps if steps is None else steps)
-    device = torch.device(model.lm_head.weight.device if device is None
-                          else machine.resolve_device(device))
-    if source is None:
-        train_source, val_source = corpus.train_data, corpus.val_data
-    else:
-        train_source, val_source = split_source(source)
-    corpus_name = corpus_name or ("shakespeare" if source is None else "custom")
-    model.to(device)
-    model.train()
-    if teacher is not None:
-        teacher.to(device).eval()
-    steppers = tc.optimizers(model, device)
+    tc = replace(config or TrainConfig(), **({} if steps is None else {"steps": steps}))
+    train_source, val_source = (corpus.train_data, corpus.val_data) if source is None \
+        else split_source(source)
+    device = model.lm_head.weight.device
+    optimizer = adamw(model.named_parameters(), tc, device)
     generator = torch.Generator().manual_seed(tc.seed)
-    step, val_loss, threads = 0, float("nan"), tc.threads
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        if len(resume["optimizer"]) != len(steppers):
-            names = " and ".join(type(optimizer).__name__ for optimizer in steppers)
-            raise CheckpointError(f"this checkpoint was trained with another optimizer than "
-                                  f"{names}: start anew (train.py --fresh), or resume with the "
-                                  f"optimizer it was trained with")
-        for optimizer, state in zip(steppers, resume["optimizer"]):
-            optimizer.load_state_dict(state)
-        generator.set_state(resume["rng"])
-        step, val_loss = resume["step"], resume["val_loss"]
-        threads = threads or resume["threads"]
-    threads = threads or machine.training_threads()
-    note = note or (print if log_every else lambda line: None)
-    loss_of_batch, recorded = tc.loss_function(model, device, teacher, resume, note)
-
-    def save(last=False):
-        """Save the checkpoint; a failed save along the way is one line and training goes on
-        (the last whole checkpoint stays), a failed last save is the caller's error."""
-        if not checkpoint:
-            return
-        try:
-            save_checkpoint(checkpoint, model, step=step, val_loss=val_loss, train_config=tc,
-                            optimizers=steppers, generator=generator, corpus_name=corpus_name,
-                            extra={**(extra or {}), "threads": threads, **recorded})
-        except CheckpointError as e:
-            if last:
-                raise
-            note(f"step {step}: {e}; training goes on")
-
-    # one line redrawn in place: tqdm's bar in a terminal, one updating output in a notebook
-    bar = machine.ProgressLine(tc.steps, step) if progress else None
-    say = bar.write if bar else print
-    started = time.time()
-    stop = machine.StopOnInterrupt()
-    with machine.threads(threads):  # one setting for the whole run (see the docstring)
-        try:
-            while step < tc.steps and not stop.asked:
-                for optimizer in steppers:
-                    for group in optimizer.param_groups:
-                        group["lr"] = tc.rate(step, optimizer)
-                x, y = get_batch("train", train_source, batch_size=tc.batch_size,
-                                 block_size=model.c.block_size, generator=generator, device=device)
-                loss = loss_of_batch(x, y)
-                for optimizer in steppers:
-                    optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-                for optimizer in steppers:
-                    optimizer.step()
-                step += 1
-                if bar:  # the validation loss once there is one (never "val nan")
-                    val = "" if math.isnan(val_loss) else f"  val {val_loss:.3f}"
-                    bar.update(step, f"loss {loss.item():.3f}{val}")
-                if step % tc.eval_every == 0 or step == tc.steps:
-                    val_loss = estimate_loss(model, val_source, tc, device)
-                    if on_eval:
-                        on_eval(step, val_loss)
-                    save(last=step == tc.steps)
-                if log_every and (step % log_every == 0 or step == tc.steps):
-                    # no validation loss before the first evaluation
-                    val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"
-                    say(f"step {step:5d} | loss {loss.item():.4f} | val {val} | "
-                        f"{time.time() - started:.0f}s")
-        finally:
-            stop.restore()
+    bar = machine.ProgressLine(tc.steps) if progress else None
+    val_loss, started = float("nan"), time.time()
+    model.train()
+    with machine.threads(tc.threads or machine.training_threads()):
+        for step in range(1, tc.steps + 1):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step - 1, tc)
+            x, y = get_batch("train", train_source, batch_size=tc.batch_size,
+                             block_size=model.c.block_size, generator=generator, device=device)
+            _, loss = model(x, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            optimizer.step()
+            if step % tc.eval_every == 0 or step == tc.steps:
+                val_loss = estimate_loss(model, val_source, tc, device)
+            line = progress_line(step, loss.item(), val_loss, time.time() - started)
             if bar:
-                bar.close()
-    if stop.asked:
-        save(last=True)
-        raise KeyboardInterrupt(f"stopped at step {step}")
+                bar.update(step, line)
+            elif log_every and (step % log_every == 0 or step == tc.steps):
+                print(line)
+    if bar:
+        bar.close()
     model.eval()
-    model.val_loss, model.step = val_loss, step
+    model.val_loss, model.step = val_loss, tc.steps
     return model
 
 
+def progress_line(step, loss, val_loss, seconds):
+    """A training step's line; no validation loss before the first evaluation (never "nan")."""
+    val = "  -   " if math.isnan(val_loss) else f"{val_loss:.4f}"
+    return f"step {step:5d} | loss {loss:.4f} | val {val} | {seconds:.0f}s"
+
+
 # ----------------------------------------------------------------------------------------------
-# Checkpoints (checkpoint.py: the file, written atomically, read with weights_only=True)
+# Checkpoints (lessonkit/checkpoint.py: the file, written atomically, read with weights_only=True)
 
 
 def load_checkpoint(path, device="cpu", hint=None):

@@ -6,7 +6,7 @@ No torch: the weights come from the .npz that training writes beside every check
 `generate(model, prompt_tokens, 100)` or `speculative_greedy(model, draft, prompt_tokens, 100)`.
 In the order a student writes them: 1. the GPT forward pass (picoGPT-style, with a KV cache
 that can forget rejected tokens; gpt.py's torch model computes the same logits); 2. plain and
-greedy speculative decoding under the window rule (scorer.py says where a context starts); 3.
+greedy speculative decoding under the window rule (lessonkit/scorer.py says where a context starts); 3.
 the sampling acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023) and
 speculative sampling; speculative.py decodes with this acceptance rule: the project has one.
 The parts between the solution markers are the exercises (the student version raises there).
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from scorer import window_start, windows  # noqa: F401 (the window rule, written there)
+from lessonkit.scorer import window_start, windows  # noqa: F401 (the window rule, written there)
 
 # ----------------------------------------------------------------------------------------------
 # 1. The forward pass: the weights, then the blocks

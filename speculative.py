@@ -6,7 +6,7 @@ guesses it agrees with and replaces the first one it rejects with its own token:
 tokens per pass, with exactly the target's output (greedy) or distribution (sampling). Read
 speculative_decode first, then the interfaces it calls (Drafter, Schedule, Scorer); the rest
 is what it stands on. The acceptance rule and the window rule live in numpy_speculative.py and
-scorer.py (NumPy only, so that exercise 3 runs without torch).
+lessonkit/scorer.py (NumPy only, so that exercise 3 runs without torch).
 
 References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
 Decoding" (Algorithm 1; section 3 has the formulas at the end); Chen et al. (2023),
@@ -17,16 +17,19 @@ Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 
 import math
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-import machine
-from cli import check_decoding_args, check_vocabularies
+from lessonkit import machine
+from lessonkit.cli import check_decoding_args, check_vocabularies
+from lessonkit.scorer import Model, Scorer, WindowScorer
+from lessonkit.stats import Stats
 from numpy_speculative import greedy_verdict, sample, verify, warp
-from scorer import Model, Scorer, WindowScorer
-from stats import Stats
 
 # ----------------------------------------------------------------------------------------------
 # Algorithm 1: speculative decoding of one sequence
@@ -93,7 +96,7 @@ class Schedule:
 @dataclass
 class Sampling:
     """How a run picks tokens: temperature 0 is greedy; rng has .random() (uniform [0, 1)).
-    lenience < 1 keeps more guesses but loses the target's distribution (beyond/studies/lenience.py)."""
+    lenience < 1 keeps more guesses but loses the target's distribution (studies/lenience.py)."""
     temperature: float = 0.0
     top_k: int = None
     top_p: float = None
@@ -357,3 +360,13 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
     """The k from 1 to k_max with the highest expected speed-up."""
     return max(range(1, k_max + 1), key=lambda k: expected_speedup(alpha, k, c, verify_cost))
 
+
+if __name__ == "__main__":
+    # The command line decodes with every drafter the project has (beyond/), so it lives above
+    # them, in beyond/decode.py; `python speculative.py ...` starts that program in this process's
+    # place (nothing here imports it), with this folder on the path where the project is not
+    # installed.
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
+                                         os.environ.get("PYTHONPATH")]))
+    os.execve(sys.executable, [sys.executable, "-m", "beyond.decode", *sys.argv[1:]],
+              {**os.environ, "PYTHONPATH": path})

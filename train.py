@@ -7,7 +7,7 @@ train.py: train the lesson's models from the command line, with a checkpoint cac
         --lr 4e-3 --min_lr 4e-4 --warmup_steps 50 # the lesson's own recipe (gpt.TrainConfig)
     python train.py -h                    # every flag, from gpt.Config and training.Recipe
 
-Each preset trains with its own settings (presets.py: the big model with Muon and the
+Each preset trains with its own settings (beyond/presets.py: the big model with Muon and the
 speedrun's schedule, the drafts with AdamW for 1500 steps); a flag given here overrides them.
 Checkpoints go to checkpoints/<preset>.pt. Rerunning skips a model already trained with the same
 settings on the same data; an interrupted run (Ctrl-C leaves a usable checkpoint) continues
@@ -22,15 +22,13 @@ from pathlib import Path
 
 import torch
 
-import cli
-import corpus
 import gpt
-import machine
-import presets
+from beyond import presets
+from beyond.presets import CHECKPOINTS, PRESETS, checkpoint_path
+from beyond.training import Recipe
 from gpt import Config
-from presets import CHECKPOINTS, PRESETS, checkpoint_path
+from lessonkit import cli, corpus, machine
 from speculative import generate
-from training import Recipe
 
 
 def training_help():

@@ -1,10 +1,10 @@
 """
-beyond/: everything past the lesson, for when the lesson's files are understood.
+beyond/: a library past the lesson, for when the lesson's files are understood.
 
 The lesson is gpt.py (the model), speculative.py (the decoding loop), numpy_speculative.py
-(exercise 3, in NumPy) and the files beside them (scorer.py, stats.py, checkpoint.py,
-training.py, presets.py, train.py); nothing there imports this package (tests/test_layers.py,
-main guards included). Here, each on top of them:
+(exercise 3, in NumPy) and train.py, standing on lessonkit/; nothing there imports this
+package (tests/test_layers.py, main guards included). The exercises and the studies use it;
+it uses neither. Here, each on top of the lesson:
 
     fast_numpy.py   the same GPT forward pass in NumPy, folded for speed (NumpyGPT): every
                     NumPy forward of beyond/ (not in the student repository)
@@ -14,12 +14,16 @@ main guards included). Here, each on top of them:
     heads.py        extra heads on the big model's last hidden state (Medusa-style), trained
     adaptive.py     k that adapts while decoding
     batched.py      a batch decoded together, every row accepting its own number of guesses
+    batch_curve.py  what batching buys, by batch size and k (exercise 5 and the batch study)
     tree.py         token trees: many guesses per position, one pass (tree_grow, tree_sampling)
     hf.py           to and from Hugging Face transformers
+  the models:
+    training.py     the presets' training loop: checkpoints, resuming, Muon, bfloat16, compile
+    presets.py      the named models, their sizes, and the checkpoint cache
   the tools:
     registry.py     every drafter and backend by name (--draft, --target_backend)
-    decode.py       the decoding command line (python -m beyond.decode)
+    decode.py       the decoding command line (python speculative.py starts it)
     benchmark.py    plain against speculative decoding, every setup
-  studies/          measurements that go past the exercises (every drafter compared, against
-                    transformers, sampling's price list, the batch curve)
+    common.py       what the exercises and the studies share: flags, models, where they write
+    report.py       their report's sections
 """

@@ -18,7 +18,7 @@ What makes rows of different lengths share a pass:
   its window) and sees slots 0..length_b + i only, so neither the future nor stale entries of
   rejected guesses beyond the row's length; rows are right-padded, and padding writes to a
   spare slot. (Why not one forward for all: on one row these cost more than gpt.GPT's and
-  NumpyGPT's own paths, as python -m beyond.studies.forwards measures, so one-row decoding
+  NumpyGPT's own paths, as python -m studies.forwards measures, so one-row decoding
   keeps those.)
 - BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
@@ -37,7 +37,7 @@ the wall time of the batch.
 
 Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
 drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
-the rows one after another. beyond/studies/batch_curve.py measures what batching buys.
+the rows one after another. beyond/batch_curve.py measures what batching buys.
 
 Shapes: B batch, R rows in a pass, T new tokens (padded), S slots (window + spare), E slots
 attended, V vocabulary, nh heads, hs head size.
@@ -52,12 +52,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-import cli
-import machine
 import speculative as sd
 from beyond.backends import is_numpy
 from gpt import GPT, KVCache
-from scorer import WindowScorer
+from lessonkit import cli, machine
+from lessonkit.scorer import WindowScorer
 from speculative import ModelDraft, Sampling, as_drafter
 
 

@@ -32,16 +32,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import cli
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
 from beyond import adaptive as schedules
-from beyond import registry
+from beyond import presets, registry
 from beyond.registry import by_name, check_name
-from machine import median_time, paired_times
+from lessonkit import cli, corpus, machine
+from lessonkit.machine import median_time, paired_times
 
 
 @dataclass

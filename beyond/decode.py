@@ -18,15 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-import cli
 import gpt
-import machine
-import presets
 from beyond import adaptive as schedules
-from beyond import registry
+from beyond import presets, registry
 from beyond.registry import check_backend, with_backend
+from lessonkit import cli, machine
+from lessonkit.stats import origins
 from speculative import generate, speculative_generate
-from stats import origins
 
 
 @dataclass
@@ -64,8 +62,9 @@ def load_pair(args):
 
 
 def main(argv=None):
-    parser = cli.Parser(description="Speculative decoding with the lesson's trained models: "
-                        "the output coloured by where each character came from.")
+    parser = cli.Parser(prog="python speculative.py",   # which starts this (see its main guard)
+                        description="Speculative decoding with the lesson's trained models: "
+                                    "the output coloured by where each character came from.")
     cli.add_fields(parser, DecodeArgs, title="decoding")
     args = cli.take(DecodeArgs, parser.parse_args(argv))
     prompt = args.prompt.replace("\\n", "\n")

@@ -51,7 +51,7 @@ import torch
 import torch.nn as nn
 
 from gpt import GPT, Config
-from scorer import common_prefix, windows
+from lessonkit.scorer import common_prefix, windows
 from speculative import Drafter, Scorer, as_scorer
 
 

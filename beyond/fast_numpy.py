@@ -27,8 +27,8 @@ Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
   vectors whose LayerNorm statistics are Python floats: fewer NumPy calls, so clearly faster
   than the block path on the big model. It earns its place so, and the class its own, while
-  it stays beyond.studies.forwards.KEEP times as fast as the readable numpy_speculative.forward
-  (python -m beyond.studies.forwards times all three).
+  it stays studies.forwards.KEEP times as fast as the readable numpy_speculative.forward
+  (python -m studies.forwards times all three).
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """
@@ -76,7 +76,7 @@ def linear(x, w, b):
     """x (N, in) @ w + b. OpenBLAS multiplies 2 or 3 rows more slowly than 4, and more slowly
     than as many single rows (measured on the big model's 128 x 512 weights): those go one row
     at a time, which makes a check of k = 1 or 2 guesses cheaper
-    (python -m beyond.studies.forwards times both ways)."""
+    (python -m studies.forwards times both ways)."""
     if 1 < len(x) < 4:
         return np.stack([row @ w for row in x]) + b
     return x @ w + b

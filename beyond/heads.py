@@ -57,14 +57,12 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import cli
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
+from beyond import presets
 from beyond.backends import with_backend
-from scorer import Model, WindowScorer
+from lessonkit import cli, corpus, machine
+from lessonkit.scorer import Model, WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
 

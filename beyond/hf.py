@@ -47,10 +47,10 @@ from pathlib import Path
 
 import torch
 
-import cli
 import gpt
-import presets
-from scorer import WindowScorer
+from beyond import presets
+from lessonkit import cli
+from lessonkit.scorer import WindowScorer
 
 INSTALL = "install it with: pip install -e '.[hf]'"
 # Our nn.Linear weights are (out, in); GPT-2's Conv1D keeps (in, out): these four are transposed.

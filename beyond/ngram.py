@@ -34,12 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-import cli
-import corpus
-import presets
 import speculative as sd
-from beyond import batched
+from beyond import batched, presets
 from beyond.backends import with_backend
+from lessonkit import cli, corpus
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup

@@ -11,9 +11,9 @@ big model's own first layers) and beyond/heads.py (extra heads on the big model'
 state, Medusa-style); beyond/adaptive.py adapts k for any of them.
 """
 
-import presets
-from beyond.early_exit import EarlyExit
+from beyond import presets
 from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.early_exit import EarlyExit
 from beyond.heads import load as load_heads
 from beyond.ngram import NGramDraft
 

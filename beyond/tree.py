@@ -42,13 +42,19 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-import machine
 import speculative as sd
-from beyond.tree_grow import (HeadsBranches, as_brancher, best_shape, chain_shape,  # noqa: F401
-                               check_shape, grow)
+from beyond.tree_grow import (  # noqa: F401
+    HeadsBranches,
+    as_brancher,
+    best_shape,
+    chain_shape,
+    check_shape,
+    grow,
+)
 from beyond.tree_sampling import sample_walk
-from cli import check_decoding_args, check_vocabularies
-from scorer import Model, WindowScorer, common_prefix, window_start
+from lessonkit import machine
+from lessonkit.cli import check_decoding_args, check_vocabularies
+from lessonkit.scorer import Model, WindowScorer, common_prefix, window_start
 
 # ----------------------------------------------------------------------------------------------
 # The mask and one pass

@@ -21,10 +21,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-import cli
 from classroom import build, notebooks, parts, runner, sandbox, walk, yourturn
-from classroom.submissions import (ROOT, SubmissionError, broken_files, private_copy,
-                                   scratch_dir, with_blank_files, workspace)
+from classroom.submissions import (
+    ROOT,
+    SubmissionError,
+    broken_files,
+    private_copy,
+    scratch_dir,
+    with_blank_files,
+    workspace,
+)
+from lessonkit import cli
 
 GRADE_TIME = 240   # seconds one submission's checks may take in all (worst case: about 130)
 UNSAFE = "grade even where no sandbox is possible (the students' code can read this machine)"

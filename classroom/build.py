@@ -17,7 +17,14 @@ import zipfile
 from pathlib import Path
 
 from classroom import checks, notebooks, parts, runner
-from classroom.submissions import ROOT, STUDENT_MARK, project_files, student_text, teachers_only
+from classroom.submissions import (
+    ROOT,
+    STUDENT_MARK,
+    project_files,
+    student_text,
+    teachers_only,
+)
+
 
 # What makes a repository the student's, decided once: this file, which build writes into the
 # student repository only (yourturn.py reads it). Never a file's content: a student may paste a

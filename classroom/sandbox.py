@@ -55,7 +55,13 @@ import time
 from pathlib import Path
 
 from classroom import parts, wire
-from classroom.submissions import ROOT, project_files, student_file, student_text, teachers_only
+from classroom.submissions import (
+    ROOT,
+    project_files,
+    student_file,
+    student_text,
+    teachers_only,
+)
 
 SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd",
@@ -84,7 +90,8 @@ PACKAGES = {True: ("numpy",), False: ("numpy", "torch", "tqdm", "threadpoolctl")
 WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/confine.py",
                 "classroom/helpers.py", "classroom/parts.py", "classroom/wire.py",
                 "classroom/sandbox.py", "classroom/submissions.py", "classroom/regions.py")
-TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "scorer.py")
+TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "lessonkit/__init__.py",
+                                   "lessonkit/scorer.py")
 LOG_BYTES = 64 * 1024     # of a process's output kept (the rest is read and dropped)
 ZYGOTE_START = 300        # seconds the zygote has to start (import torch, on a busy machine)
 ZYGOTE_ANSWER = 15        # seconds it has to answer once started (it forks or reaps: milliseconds)

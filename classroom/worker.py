@@ -34,7 +34,7 @@ from pathlib import Path
 from classroom import confine, helpers, parts, sandbox, wire
 
 try:
-    import resource         # here, not when a check starts: the workers' user may not read it
+    import resource  # here, not when a check starts: the workers' user may not read it
 except ImportError:         # not on this platform: the time limit remains
     resource = None
 

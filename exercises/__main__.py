@@ -13,22 +13,21 @@ stub raises NotImplementedError) stops there with one line naming the part, the 
 and the file where it is written, and the next exercise runs; results/report.md lists it under
 "Still to do", and the job exits 0 (unwritten work is not an error).
 The studies past the lesson (every drafter compared, transformers, sampling's price list, the
-batch curve, token trees) run by their own commands, all of them by `python -m beyond.studies` (make
+batch curve, token trees) run by their own commands, all of them by `python -m studies` (make
 studies); the report links to their sections once they have run.
 
 Writes results/: each exercise's figures and numbers, and results/report.md with every number
-measured next to the lesson's and the formulas', and the machine it ran on (exercises/report.py).
+measured next to the lesson's and the formulas', and the machine it ran on (beyond/report.py).
 """
 
 import sys
 import time
 from dataclasses import dataclass, field
 
-import cli
-import corpus
-import machine
-from exercises import common, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu, report
-from exercises.stubs import to_do   # the line for a part not written yet
+from beyond import common, report
+from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+from exercises.stubs import to_do  # the line for a part not written yet
+from lessonkit import cli, corpus, machine
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from exercises import common, player, report
-from scorer import windows
-from stats import verdicts
+from beyond import common, report
+from exercises import player
+from lessonkit.scorer import windows
+from lessonkit.stats import verdicts
 
 
 @dataclass
@@ -188,6 +189,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     from exercises import stubs
+    from lessonkit import cli
     cli.run(stubs.main_of(1, main))   # a part not written yet: one line, exit 0

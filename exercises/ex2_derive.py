@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 import speculative as sd
-from exercises import common, report
+from beyond import common, report
 
 
 @dataclass
@@ -117,6 +117,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     from exercises import stubs
+    from lessonkit import cli
     cli.run(stubs.main_of(2, main))   # a part not written yet: one line, exit 0

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 import torch
 
 import gpt
-import machine
 import speculative as sd
-from beyond import registry
-from exercises import common, report
-from machine import median_time
+from beyond import common, registry, report
+from lessonkit import machine
+from lessonkit.machine import median_time
 
 
 @dataclass
@@ -209,6 +208,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     from exercises import stubs
+    from lessonkit import cli
     cli.run(stubs.main_of(3, main))   # a part not written yet: one line, exit 0

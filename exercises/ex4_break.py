@@ -20,7 +20,7 @@ nearest. Bisection (speculative.break_even_alpha) finds the crossing itself.
 
 A draft that pays well is past the lesson: --drafts draft,names,distilled adds the distilled
 draft (one layer as wide as the big model, trained to imitate it; trained first if missing,
-about two minutes), which every drafter's comparison measures too (python -m beyond.studies).
+about two minutes), which every drafter's comparison measures too (python -m studies).
 
 Writes results/ex4_break.png (speed-up against alpha, with the measured drafts) and
 results/ex4_break.json.
@@ -31,11 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import gpt
-import machine
 import speculative as sd
-from beyond import registry
-from exercises import common, report
-from machine import median_time, paired_times
+from beyond import common, registry, report
+from lessonkit import machine
+from lessonkit.machine import median_time, paired_times
 
 
 @dataclass
@@ -174,6 +173,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     from exercises import stubs
+    from lessonkit import cli
     cli.run(stubs.main_of(4, main))   # a part not written yet: one line, exit 0

@@ -31,13 +31,10 @@ from dataclasses import dataclass
 
 import torch
 
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
-from beyond.studies import batch_curve
-from exercises import common, report
+from beyond import batch_curve, common, presets, report
+from lessonkit import corpus, machine
 
 
 @dataclass
@@ -83,7 +80,7 @@ def timer(device):
         return start.elapsed_time(end) / 1e3
 
     def measure(fn, repeats, warmup=3):
-        with machine.threads():  # on the CPU: one torch thread (see machine.py)
+        with machine.threads():  # on the CPU: one torch thread (see lessonkit/machine.py)
             for _ in range(warmup):
                 fn()
             return statistics.median(seconds(fn) for _ in range(repeats))
@@ -150,7 +147,7 @@ def run(args, log=print):
         # next to the formula's prediction from passes timed at each size.
         k = max(by_k, key=lambda j: by_k[j]["speedup"])
         # The whole grid on a GPU, where it is the lesson; on a CPU three sizes show the same
-        # fade in a third of the time (the batch study, python -m beyond.studies.batch_curve,
+        # fade in a third of the time (the batch study, python -m beyond.batch_curve,
         # draws every size and k).
         if args.quick:
             batches, ks = [1, 4], [1, 2]
@@ -236,6 +233,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
     from exercises import stubs
+    from lessonkit import cli
     cli.run(stubs.main_of(5, main))   # a part not written yet: one line, exit 0

@@ -33,10 +33,11 @@ import torch
 from IPython.display import HTML, display
 
 import gpt
-import machine
 import speculative as sd
+from beyond import common
 from classroom.yourturn import check
-from exercises import common, ex1_watch, player
+from exercises import ex1_watch, player
+from lessonkit import machine
 
 models = common.notebook_models(["big", "draft"])
 target, draft = models["big"], models["draft"]

@@ -21,13 +21,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import corpus
 import gpt
-import machine
 import numpy_speculative as ns
 import speculative as sd
+from beyond import common
 from classroom.yourturn import check
-from exercises import common, ex2_derive
+from exercises import ex2_derive
+from lessonkit import corpus, machine
 
 models = common.notebook_models(["big", "draft", "distilled"])
 target = models["big"]
@@ -94,9 +94,10 @@ assert abs(kept / trials - overlap) < 0.02 and p.argmax() != q.argmax()
 
 # %% your turn: speculative.agreement_of
 # source only: the reference answer (the notebooks put its code here instead)
-from speculative import agreement_of
 import numpy as np
+
 from numpy_speculative import warp
+from speculative import agreement_of
 
 # %%
 check("4a")
@@ -189,8 +190,9 @@ for alpha in [0.2, 0.4, 0.6, 0.8, 0.9]:
 
 # %% your turn: exercises.ex2_derive.simulate
 # source only: the reference answer (the notebooks put its code here instead)
-from exercises.ex2_derive import simulate
 import numpy as np
+
+from exercises.ex2_derive import simulate
 
 # %%
 check("2b")

@@ -22,12 +22,11 @@ import numpy as np
 import torch
 
 import gpt
-import machine
 import numpy_speculative as ns
-import presets
 import speculative as sd
+from beyond import common, presets
 from classroom.yourturn import check
-from exercises import common
+from lessonkit import machine
 
 models = common.notebook_models(["big", "draft"])
 target, draft = models["big"], models["draft"]  # the PyTorch models, only to compare with
@@ -187,8 +186,16 @@ assert ns.gelu(0.0) == 0 and abs(ns.gelu(4.0) - 4) < 1e-3 and abs(ns.gelu(-4.0))
 
 # %% your turn: numpy_speculative.layer_norm numpy_speculative.attention numpy_speculative.mlp numpy_speculative.forward
 # source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import layer_norm, attention, mlp, forward
-from numpy_speculative import Cache, gelu, linear, softmax
+from numpy_speculative import (
+    Cache,
+    attention,
+    forward,
+    gelu,
+    layer_norm,
+    linear,
+    mlp,
+    softmax,
+)
 
 # %%
 check("3a")
@@ -347,8 +354,7 @@ assert np.allclose(next_rows, ns.score(big, ns.Cache(big), seq, len(seq)), atol=
 
 # %% your turn: numpy_speculative.speculative_greedy
 # source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import speculative_greedy
-from numpy_speculative import Cache, greedy_verdict, score
+from numpy_speculative import Cache, greedy_verdict, score, speculative_greedy
 
 # %%
 check("3b")

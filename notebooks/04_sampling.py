@@ -36,9 +36,10 @@ import torch
 import gpt
 import numpy_speculative as ns
 import speculative as sd
-from beyond.studies.lenience import total_variation
+from beyond import common
 from classroom.yourturn import check
-from exercises import common, ex1_watch
+from exercises import ex1_watch
+from studies.lenience import total_variation
 
 models = common.notebook_models(["big", "draft"])
 target, draft = models["big"], models["draft"]
@@ -148,7 +149,7 @@ plt.show()
 #   and the leftover has no mass there: such letters can **never** be written.
 #
 # `output_distribution` computes what each writes, exactly, on the same random pair; the
-# distance is the total variation (`total_variation` of `beyond/studies/lenience.py`), the
+# distance is the total variation (`total_variation` of `studies/lenience.py`), the
 # share of the probability that sits on the wrong tokens.
 
 # %%
@@ -279,9 +280,18 @@ plt.show()
 
 # %% your turn: numpy_speculative.verify numpy_speculative.speculative_sample
 # source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import verify, speculative_sample
-from numpy_speculative import Cache, accept_probability, residual, sample, score, warp
 import numpy as np
+
+from numpy_speculative import (
+    Cache,
+    accept_probability,
+    residual,
+    sample,
+    score,
+    speculative_sample,
+    verify,
+    warp,
+)
 
 # %%
 check("3c")

@@ -23,12 +23,11 @@ import numpy as np
 import torch
 
 import gpt
-import machine
 import speculative as sd
-from beyond import ngram, registry
+from beyond import common, ngram, registry
 from classroom.yourturn import check
-from exercises import common
 from exercises.ex4_break import grid_break_even
+from lessonkit import machine
 
 models = common.notebook_models(["big", "draft", "names", "distilled"])
 target, names_model = models["big"], models["names"]
@@ -268,9 +267,9 @@ assert round(size) == 12 or QUICK
 
 # %% your turn: speculative.break_even_alpha
 # source only: the reference answer (the notebooks put its code here instead)
-from speculative import break_even_alpha
 import math
-from speculative import expected_speedup
+
+from speculative import break_even_alpha, expected_speedup
 
 # %%
 check("4b")

@@ -14,14 +14,26 @@
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
 # Jupyter there). The models train on first use: a few minutes, with a progress bar.
-import copy, itertools, statistics, subprocess, sys, time
-import matplotlib.pyplot as plt, torch
-import corpus, gpt, machine, presets, speculative as sd
-from beyond import benchmark, registry, tree
-from beyond.studies import cost_arithmetic, trees
+import copy
+import itertools
+import statistics
+import subprocess
+import sys
+import time
+
+from lessonkit import corpus
+from lessonkit import machine
+import matplotlib.pyplot as plt
+from beyond import presets
+import torch
+
+import gpt
+import speculative as sd
+from beyond import benchmark, common, registry, tree
 from classroom.checks import FakeGPU
 from classroom.yourturn import check
-from exercises import common, ex5_gpu
+from exercises import ex5_gpu
+from studies import cost_arithmetic, trees
 
 models = common.notebook_models(["big", "distilled", "draft"])
 target, distilled = models["big"], models["distilled"]
@@ -158,7 +170,7 @@ assert one_after_the_other < 1.5 and abs(alternating - 2) < 0.6
 # **Rule 5: one torch thread on a CPU.** By default torch splits each operation between a
 # thread per core. A decoding step is too little work to share, and when another program
 # occupies a core, our threads wait at every split operation for a partner the operating
-# system has put aside (`machine.py`'s docstring; `python -m beyond.benchmark --threads`
+# system has put aside (`lessonkit/machine.py`'s docstring; `python -m beyond.benchmark --threads`
 # measures it in a minute, docs/DESIGN.md has its table). So every timer here runs on one
 # thread. A short version: plain decoding of 50 characters on one thread and on every core,
 # as the machine is, then beside programs that keep all cores but one busy (what more threads
@@ -206,12 +218,13 @@ assert quiet[1] < 2 * quiet[cores] or QUICK or calm.note()  # never much slower 
 
 # %% your turn: exercises.ex5_gpu.timer
 # source only: the reference answer (the notebooks put its code here instead)
-from exercises.ex5_gpu import timer
-import statistics, time
+import statistics
+import time
 
 import torch
 
-import machine
+from exercises.ex5_gpu import timer
+from lessonkit import machine
 
 # %%
 check("5a")
@@ -359,7 +372,7 @@ assert abs(free - 0.4553) < 1e-4 and (measured_check > free or verify[4] <= 1)
 # tokens, and checking `k` guesses for each makes it `B x (k + 1)`. With enough tokens the
 # arithmetic catches up and the verify cost rises towards `k + 1`: no idle capacity is left
 # for guesses. We time passes at each batch size (`pass_costs`; `python -m
-# beyond.studies.batch_curve` times real batched decoding, in minutes) and feed the formula for
+# beyond.batch_curve` times real batched decoding, in minutes) and feed the formula for
 # `k = 4`: `c` and the verify cost are passes over `B x 1` and `B x 5` tokens over one of the
 # target over `B x 1`, both models in torch, as both would be on a GPU.
 
@@ -454,7 +467,7 @@ assert lesson_draft.num_params() / target.num_params() < 0.03 or QUICK
 # ## What speculation wastes, and what it saves
 #
 # Every guess the big model checks costs it a position, kept or not. From the models' shapes,
-# `beyond/studies/cost_arithmetic.py` turns a run into arithmetic and weights read: more
+# `studies/cost_arithmetic.py` turns a run into arithmetic and weights read: more
 # arithmetic per character, fewer reads of the weights. A device bound by reading wins, one
 # bound by arithmetic does not.
 

@@ -1,5 +1,5 @@
 """Shared fixtures. The whole suite runs offline on a small corpus this file writes itself:
-SPECDEC_DATA points corpus.py at a temporary folder before anything reads data."""
+SPECDEC_DATA points lessonkit/corpus.py at a temporary folder before anything reads data."""
 
 import fcntl
 import os
@@ -48,7 +48,7 @@ NAMES = "\n".join(a + b for a in SYLLABLES for b in SYLLABLES[::3])  # 234 made-
 (DATA / "src" / "play.txt").write_text(make_play())
 (DATA / "src" / "names.txt").write_text(NAMES)
 
-import corpus  # noqa: E402  (after SPECDEC_DATA is set)
+from lessonkit import corpus  # noqa: E402  (after SPECDEC_DATA is set)
 
 corpus.prepare(DATA, from_file=DATA / "src" / "play.txt", names_file=DATA / "src" / "names.txt",
                quiet=True)
@@ -125,7 +125,7 @@ def student_build(tmp_path_factory):
 def quick_models(tmp_path_factory):
     """The presets' quick size, trained once per run into <folder>/quick, where the notebooks look
     (SPECDEC_QUICK=1, SPECDEC_CHECKPOINTS=folder)."""
-    import presets
+    from beyond import presets
 
     def train(folder):
         for name in presets.PRESETS:
@@ -149,7 +149,7 @@ def tiny_config(**changes):
 def quick_run(exercise, section, folder):
     """An exercise module's quick run (tiny models) into folder, recorded as `section` of its
     report, silently: (args, the section run() returned)."""
-    from exercises import report
+    from beyond import report
     args = exercise.Args(quick=True, checkpoints=str(folder / "checkpoints"),
                          results=str(folder / "results"))
     result = exercise.run(args, log=lambda *a: None)
@@ -175,7 +175,7 @@ def pytest_collection_modifyitems(items):
 
 def pytest_configure(config):
     """One torch thread per test process: pytest-xdist already puts a worker on every core,
-    and two threads each would fight over them (machine.py). Tests that need more set and
+    and two threads each would fight over them (lessonkit/machine.py). Tests that need more set and
     restore their own count."""
     import torch
     torch.set_num_threads(1)
@@ -198,7 +198,7 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     import time
 
-    import machine
+    from lessonkit import machine
     config = session.config
     whole = [str(a) for a in config.args] in (["tests"], [str(ROOT / "tests")]) \
         and not config.option.keyword and config.option.markexpr in SUITES

@@ -6,20 +6,26 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from test_speculative import (
+    Contrarian,
+    V,
+    broken_verify,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    noisy_copy,
+    small_pair,
+    target,  # noqa: F401 (fixtures)
+)
 
 import gpt
-import machine
-import scorer
 import speculative as sd
-from beyond import batched
+from beyond import batch_curve, batched
 from beyond.adaptive import Heuristic
 from beyond.early_exit import EarlyExit
 from beyond.fast_numpy import NumpyGPT
 from beyond.ngram import NGramDraft
-from beyond.studies import batch_curve
-from test_speculative import (V, Contrarian, broken_verify, chi_square_p_value,
-                              exact_distribution, make_model, noisy_copy, small_pair,
-                              target)  # noqa: F401 (fixtures)
+from lessonkit import machine, scorer
 
 
 def ragged(n, seed=0, max_len=20, vocab=V):
@@ -36,7 +42,7 @@ def alone(model, prompts, n):
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Decoding runs on one torch thread (machine.py); so do this file's reference passes,
+    """Decoding runs on one torch thread (lessonkit/machine.py); so do this file's reference passes,
     which two threads on a busy 2-core machine slow down many times."""
     with machine.threads(1):
         yield

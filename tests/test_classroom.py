@@ -57,7 +57,7 @@ def test_every_part_names_functions_that_hold_a_solution_region():
 
 def test_the_fixtures_window_rule_is_the_projects():
     from classroom import fixtures
-    from scorer import window_start
+    from lessonkit.scorer import window_start
     for block in (1, 2, 7, 16, 64):
         for n in range(0, 5 * block + 3):
             assert fixtures.window_start(n, block) == window_start(n, block)

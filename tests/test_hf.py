@@ -14,20 +14,28 @@ import torch
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()  # no advice about generation configs in the output
 
-import cli  # noqa: E402
+from test_speculative import (  # noqa: E402
+    broken_verify,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    sample_counts,
+)
+
 import gpt  # noqa: E402
-import machine  # noqa: E402
 import speculative as sd  # noqa: E402
 from beyond import hf  # noqa: E402
-from test_speculative import (broken_verify, chi_square_p_value, exact_distribution,  # noqa: E402
-                              make_model, sample_counts)
+from lessonkit import (
+    cli,  # noqa: E402
+    machine,  # noqa: E402
+)
 
 V = 16
 
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    """Steps this small are slower shared between threads (machine.py), transformers' too."""
+    """Steps this small are slower shared between threads (lessonkit/machine.py), transformers' too."""
     with machine.threads(1):
         yield
 

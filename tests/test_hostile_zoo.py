@@ -497,6 +497,7 @@ def test_a_call_back_into_the_grader_stops_at_the_checks_deadline(guarded, monke
     # (wire.within), works to the end.
     import contextlib
     import socket
+
     from classroom import wire
     if not guarded:
         monkeypatch.setattr(wire, "within", lambda deadline: contextlib.nullcontext())
@@ -741,6 +742,7 @@ def switch_defences_off(monkeypatch):
     ones, generators seeded from the hidden seed and no acceptance-rate rule (5a's helper and the output's size are shown apart:
     test_the_timing_helper_rewritten_at_import_changes_nothing, test_huge_output_...)."""
     import numpy as np
+
     from classroom import checks
     monkeypatch.setattr(runner, "phases", lambda tasks: [tasks])
     monkeypatch.setattr(checks.Context, "worker_rng",
@@ -768,7 +770,7 @@ def test_issue_32s_attacks_earn_nothing_leave_nothing_and_show_nothing(mode, tmp
     finally:
         classmate.kill()
         clean(mark)
-    import numpy as np                           # the first alpha 2b's checks draw, hidden seed
+    import numpy as np  # the first alpha 2b's checks draw, hidden seed
     hidden_alpha = f"alpha {float(np.random.default_rng(SEED).uniform(0.1, 0.95))!r}"
     by_part = score_by_part(tests)
     said = {name: t["output"] for name, t in tests.items()}
@@ -848,6 +850,7 @@ def test_the_timing_helper_rewritten_at_import_changes_nothing(where, tmp_path, 
     # 5a earns the CPU check's 2 points only. The control: the same code in the grader's own
     # process (a notebook's check cell), where the rewrite reaches the GPU the check reads.
     import importlib.util
+
     from classroom import checks, helpers
     submission = with_timer(blank_submission(tmp_path / "submission"))
     if where == "grader":
@@ -884,6 +887,7 @@ def test_a_reply_past_the_wires_limit_is_an_error_line(limit, monkeypatch):
     # The worker's side refuses to send a reply past wire.MAX_MESSAGE and says so in one line;
     # the control, with a limit of 128 MB, carries 20 MB across.
     import socket
+
     from classroom import wire
     if limit != "grader":
         monkeypatch.setattr(wire, "MAX_MESSAGE", 128 * 1024 ** 2)

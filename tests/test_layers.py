@@ -2,9 +2,8 @@
 
 Each module has a rank in LAYERS and imports only its own rank or below, so the lesson never
 depends on the extras built on it. Project imports sit at the top of a module, where a reader
-sees them, and never form a circle. Every import counts, a main guard's too: `python
-speculative.py` reaches its command line in beyond/ by running it by name (runpy), the one
-hand-over there is, and a test keeps it the one. Tiny fake projects show that each check bites.
+sees them, and never form a circle; no two top-level folders import each other. Every import
+counts, a main guard's too. Tiny fake projects show that each check bites.
 """
 
 import ast
@@ -18,28 +17,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module name -> rank. A key ending in ".*" covers a package and every module inside it.
 LAYERS = {
-    # 0: leaf helpers; they import nothing from the project.
-    "machine": 0, "cli": 0, "corpus": 0,
-    # 1: NumPy only (or plain Python): the window rule and the scorer; the exercise's readable
-    # forward pass and the acceptance rule; a run's statistics.
-    "scorer": 1, "numpy_speculative": 1, "stats": 1,
-    # 2: the checkpoint file; the torch model, its data, the lesson's training loop; the
-    # presets' training recipe (Muon, bfloat16, compile) on that loop.
-    "checkpoint": 2, "gpt": 2, "training": 2,
-    # 3: the decoding loop, drafter protocol, scorer, Stats, formulas; the presets, their
-    # training and the checkpoint cache.
-    "speculative": 3, "presets": 3,
-    # 4: beyond the lesson.
-    "beyond": 4, "beyond.fast_numpy": 4, "beyond.backends": 4, "beyond.batched": 4, "beyond.hf": 4,
-    "beyond.ngram": 4, "beyond.early_exit": 4, "beyond.heads": 4, "beyond.adaptive": 4,
-    "beyond.tree": 4, "beyond.tree_grow": 4, "beyond.tree_sampling": 4,
-    # 5: the tools.
-    "beyond.registry": 5, "beyond.decode": 5, "beyond.benchmark": 5, "train": 5,
-    # 6: on top: studies, exercises, the classroom, the notebook sources.
-    "beyond.studies.*": 6, "exercises.*": 6, "classroom.*": 6, "notebooks.*": 6,
+    # 0: leaf helpers of lessonkit/; they import nothing from the project.
+    "lessonkit": 0, "lessonkit.machine": 0, "lessonkit.cli": 0, "lessonkit.corpus": 0,
+    # 1: the rest of lessonkit/ (NumPy or plain Python, and the checkpoint file): the window rule
+    # and the scorer, a run's statistics, the checkpoint file.
+    "lessonkit.scorer": 1, "lessonkit.stats": 1, "lessonkit.checkpoint": 1,
+    # 2: the lesson's NumPy file (the readable forward pass and the acceptance rule) and the
+    # torch model with its data and training loop.
+    "numpy_speculative": 2, "gpt": 2,
+    # 3: the decoding loop, the drafter interface, the formulas.
+    "speculative": 3,
+    # 4: beyond the lesson: a library of drafters, decoders, the speedrun's training, the presets
+    # and what the exercises and studies share (beyond/common.py, beyond/report.py).
+    "beyond.*": 4,
+    # 5: the command that trains the presets.
+    "train": 5,
+    # 6: on top: the exercises, the studies, the classroom; 7: the notebook sources.
+    "exercises.*": 6, "studies.*": 6, "classroom.*": 6, "notebooks.*": 7,
 }
 
-PACKAGES = ("beyond", "exercises", "classroom")  # walked all the way down
+PACKAGES = ("lessonkit", "beyond", "exercises", "studies", "classroom")  # walked all the way down
 SKIP = {"tests", ".venv", "__pycache__"}
 # One project import: who imports what, where, and whether it sits inside a function or class.
 Edge = namedtuple("Edge", "importer target where nested")
@@ -93,20 +90,6 @@ def import_nodes(tree):
             yield from walk(child, nested or isinstance(child, scopes))
 
     yield from walk(tree, False)
-
-
-def hand_overs(root):
-    """(module, the module it runs by name, whether in its main guard) for every
-    runpy.run_module("name") in the project: a command line that runs another's as its own."""
-    found = []
-    for name, path in sorted(find_modules(root).items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        guards = [node for node in tree.body if is_main_guard(node)]
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and ast.unparse(node.func) == "runpy.run_module":
-                guarded = any(node in ast.walk(guard) for guard in guards)
-                found.append((name, ast.literal_eval(node.args[0]), guarded))
-    return found
 
 
 def imported_names(node, importer, is_package, names):
@@ -185,6 +168,26 @@ def uninstalled_modules(root):
                   and ("." not in name or path.name == "__init__.py") and name not in listed)
 
 
+def folder_pairs(root):
+    """Each pair of top-level folders that import each other (directly or through others):
+    a folder is a layer of its own, used by those above it and using only those below."""
+    folder = lambda name: name.split(".")[0] if "." in name or name in PACKAGES else None
+    reach = {}
+    for edge in find_edges(root):
+        low, high = folder(edge.importer), folder(edge.target)
+        if low and high and low != high:
+            reach.setdefault(low, set()).add(high)
+    for _ in list(reach):
+        reach = {n: seen.union(*(reach.get(t, ()) for t in seen)) for n, seen in reach.items()}
+    return sorted({tuple(sorted((a, b))) for a in reach for b in reach[a]
+                   if a != b and a in reach.get(b, ())})
+
+
+def test_no_two_folders_import_each_other():
+    bad = "\n".join(f"  {a} <-> {b}" for a, b in folder_pairs(ROOT))
+    assert not bad, f"Top-level folders that import each other:\n{bad}"
+
+
 def test_every_module_is_installed():
     missing = uninstalled_modules(ROOT)
     assert not missing, f"Add these to py-modules or packages in pyproject.toml: {missing}"
@@ -203,13 +206,6 @@ def test_no_project_import_inside_a_function_or_class():
 def test_no_upward_import():
     bad = "\n".join(upward_imports(ROOT))
     assert not bad, f"Imports of a higher layer (or leaf helpers importing the project):\n{bad}"
-
-
-def test_no_module_hands_over_to_another_by_name():
-    # The decoding command line is beyond/decode.py (python -m beyond.decode), above the
-    # lesson; no lesson file runs it by name (runpy) to look as if it were its own.
-    assert hand_overs(ROOT) == []
-    assert "beyond.decode" in find_modules(ROOT)
 
 
 def test_no_import_circles():
@@ -235,11 +231,12 @@ PLANTED = {
                          "upward_imports", ["  gpt.py:1: gpt -> speculative  (rank 2 -> 3)"]),
     "an import inside a function": ({"gpt.py": "", "speculative.py": "def f():\n    import gpt\n"},
                                     "nested_imports", ["  speculative.py:2: speculative -> gpt"]),
-    "a leaf importing the project": ({"cli.py": "import machine\n", "machine.py": ""},
-                                     "upward_imports",
-                                     ["  cli.py:1: cli -> machine  (rank 0 -> 0)"]),
-    "an unplaced module": ({"gpt.py": "", "beyond/newcomer.py": ""},
-                           "unplaced_modules", ["beyond.newcomer"]),
+    "a leaf importing the project": ({"lessonkit/__init__.py": "",
+                                      "lessonkit/cli.py": "from lessonkit import machine\n",
+                                      "lessonkit/machine.py": ""}, "upward_imports",
+                                     ["  lessonkit/cli.py:1: lessonkit.cli -> lessonkit.machine"
+                                      "  (rank 0 -> 0)"]),
+    "an unplaced module": ({"gpt.py": "", "newcomer.py": ""}, "unplaced_modules", ["newcomer"]),
     "a lesson file's main-guard import": ({"gpt.py": "if __name__ == '__main__':\n"
                                                      "    import speculative\n",
                                            "speculative.py": ""},
@@ -250,9 +247,13 @@ PLANTED = {
                                        "beyond/__init__.py": "",
                                        "beyond/decode.py": "import speculative\n"},
                                       "circles", [("beyond.decode", "speculative")]),
-    "a hand-over outside a main guard": ({"gpt.py": "import runpy\n"
-                                                    "runpy.run_module('beyond.decode')\n"},
-                                         "hand_overs", [("gpt", "beyond.decode", False)]),
+    "two folders that import each other": ({"exercises/__init__.py": "",
+                                             "exercises/ex1.py": "from studies import plots\n",
+                                             "studies/__init__.py": "",
+                                             "studies/plots.py": "import speculative\n",
+                                             "studies/run.py": "from exercises import ex1\n",
+                                             "speculative.py": ""},
+                                            "folder_pairs", [("exercises", "studies")]),
     "a module pip does not install": ({"gpt.py": "", "newcomer.py": "", "beyond/__init__.py": "",
                                        "pyproject.toml": 'py-modules = ["gpt"]\n'
                                                          'packages = ["beyond"]\n'},
@@ -267,7 +268,9 @@ def test_checker_reports_a_planted_bug(tmp_path, bug):
 
 
 def test_checker_allows_a_main_guard_below_and_lazy_third_party(tmp_path):
-    root = fake_project(tmp_path, {"speculative.py": "import gpt\n", "cli.py": "",
+    root = fake_project(tmp_path, {"speculative.py": "import gpt\n", "lessonkit/cli.py": "",
+                                   "lessonkit/__init__.py": "",
                                    "gpt.py": "def plot():\n    import matplotlib\n\n"
-                                   "if __name__ == '__main__':\n    import cli\n"})
+                                   "if __name__ == '__main__':\n"
+                                   "    from lessonkit import cli\n"})
     assert nested_imports(root) == upward_imports(root) == circles(root) == []

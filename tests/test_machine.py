@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import machine
-import speculative as sd
 from conftest import tiny_config
+
+import speculative as sd
+from lessonkit import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,8 +170,8 @@ def test_held_to_avx2_training_does_not_take_bfloat16_for_native():
 def test_only_a_kernel_is_a_notebook(monkeypatch):
     # A program that imported ipykernel (as one that runs notebooks through nbclient does) is no
     # notebook: before, it drew a notebook's progress line for a later training, and failed.
-    import IPython
     import ipykernel  # noqa: F401
+    import IPython
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)
     assert not machine.in_notebook()
     # control: a shell with a kernel, as inside Jupyter, is one

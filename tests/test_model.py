@@ -4,12 +4,12 @@ import random
 
 import pytest
 import torch
-
-import corpus
-import gpt
-import presets
 from conftest import tiny_config
+
+import gpt
+from beyond import presets
 from gpt import GPT
+from lessonkit import corpus
 
 
 @pytest.fixture

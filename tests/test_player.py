@@ -46,6 +46,7 @@ def test_a_space_guess_carries_its_glyph():
 
 def test_showing_the_page_in_a_notebook_does_not_warn():
     import warnings
+
     from IPython.core.formatters import DisplayFormatter
     with warnings.catch_warnings():
         warnings.simplefilter("error")                 # any warning fails the test

@@ -1,18 +1,20 @@
 """The documents' measured figures are rendered from the results files of the runs that measured
-them (docs/render.py, docs/results/): the documents are never out of date with those files, a
+them (studies/render.py, docs/results/): the documents are never out of date with those files, a
 bad results file stops the rendering in one line before anything is written, and no measured
 figure in the rendered documents is typed by hand."""
 
 import json
 import re
-import runpy
 import shutil
 from pathlib import Path
 
 import pytest
 
+from studies import figures as figures_module
+from studies import render as render_module
+
 ROOT = Path(__file__).resolve().parents[1]
-render = runpy.run_path(str(ROOT / "docs" / "render.py"))   # a script, not a module of the project
+render = vars(render_module)
 RUNS = ROOT / "docs" / "results"
 
 
@@ -95,7 +97,7 @@ NOT_MEASURED = {
     "docs/LESSON.md": ["1.0x", "37%", "3%", "3.36", "3.3616", "0.4553", "0.1668", "1.58",
                        "0.64", "0.512", "0.4096", "0.05", "0.01", "0.46", "0.17"],
     # the token trees' mask example: the acceptance by rank its shape is drawn for (a setting
-    # of beyond/studies/trees.py, not a measurement)
+    # of studies/trees.py, not a measurement)
     "docs/RESULTS.md": ["0.15", "0.08"],
 }
 def hand_typed(text):
@@ -217,7 +219,7 @@ def test_a_conclusion_written_from_the_data_follows_it(tmp_path):
 def test_a_study_says_busy_when_its_repeated_timings_spread_wide():
     # The studies leave run.busy empty and keep their spreads (machine.spread) and Busy notes in
     # their figures: the provenance line reads them. A quiet file stays quiet.
-    figures = runpy.run_path(str(ROOT / "docs" / "figures.py"))
+    figures = vars(figures_module)
     run = {"run": {"busy": ""}}
     assert figures["busy_words"]({**run, "rows": [{"spread": 0.1}]}) == "quiet"
     assert figures["busy_words"]({**run, "rows": [{"spread": 0.1}, {"x": [{"spread": 0.4}]}]}) \

@@ -1,6 +1,6 @@
-"""Sampling's price list (beyond/studies/sampling_costs.py): the lenient rule (exact only at 1;
-beyond/studies/lenience.py), the cost arithmetic against hand computations
-(beyond/studies/cost_arithmetic.py), Corollary 3.9 and the best k, and the quick run."""
+"""Sampling's price list (studies/sampling_costs.py): the lenient rule (exact only at 1;
+studies/lenience.py), the cost arithmetic against hand computations
+(studies/cost_arithmetic.py), Corollary 3.9 and the best k, and the quick run."""
 
 import json
 import math
@@ -8,21 +8,40 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
-import speculative as sd
-from beyond.studies import sampling_costs as sc
 from conftest import quick_run
-from exercises import report
-from beyond.studies.cost_arithmetic import (keys_at, macs_per_position, parameter_count, run_costs,
-                                       weights_read)
-import numpy_speculative
-from beyond.studies.lenience import lenient_distribution, lenient_step, next_token_probs, total_variation
-from gpt import GPT, Config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 # The exactness harness of tests/test_speculative.py (small_pair is its fixture).
-from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution, make_model,
-                              noisy_copy, probability_vectors, sample_counts,
-                              small_pair)  # noqa: F401
+from test_speculative import (
+    SMALL_V,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    noisy_copy,
+    probability_vectors,
+    sample_counts,
+    small_pair,  # noqa: F401
+)
+
+import numpy_speculative
+import speculative as sd
+from beyond import report
+from gpt import GPT, Config
+from studies import sampling_costs as sc
+from studies.cost_arithmetic import (
+    keys_at,
+    macs_per_position,
+    parameter_count,
+    run_costs,
+    weights_read,
+)
+from studies.lenience import (
+    lenient_distribution,
+    lenient_step,
+    next_token_probs,
+    total_variation,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROMPT = [1, 2, 0]

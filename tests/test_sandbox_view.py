@@ -10,10 +10,17 @@ import site
 import sys
 
 import pytest
+from test_hostile_zoo import (
+    blank_submission,
+    edit,
+    reference_submission,
+    run,
+    stub,
+    use_sandbox,
+)
 
 from classroom import checks, sandbox
 from classroom.submissions import ROOT
-from test_hostile_zoo import blank_submission, edit, reference_submission, run, stub, use_sandbox
 
 pytestmark = pytest.mark.slow  # graded in sandboxes: not in make test-fast
 

@@ -48,15 +48,17 @@ def prose(path):
 
 
 def placeholder(name):
-    """NAME, NN_name, X: a part of a name that stands for any (beyond.studies.NAME)."""
+    """NAME, NN_name, X: a part of a name that stands for any (studies.NAME)."""
     return any(re.fullmatch(r"[A-Z]+(_\w+)?", part) for part in re.split(r"[./]", name))
 
 
 def project_file(root, dotted, near):
     """The file of project module `dotted` (or of the module of that name in a package that
-    holds `near`, a folder), or None."""
+    holds `near`, a folder, or in a package at the top, as the code names it after `from
+    lessonkit import scorer`), or None."""
     root = Path(root)
-    for base in [root] + [p for p in [near, *near.parents] if root in p.parents]:
+    packages = sorted(p.parent for p in root.glob("*/__init__.py"))
+    for base in [root] + [p for p in [near, *near.parents] if root in p.parents] + packages:
         path = base / dotted.replace(".", "/")
         for candidate in (path.with_suffix(".py"), path / "__init__.py"):
             if candidate.is_file():
@@ -162,13 +164,15 @@ def test_the_lessons_files_probe_only_where_no_class_can_say():
 # 128 us), a loss or an agreement (1.673, 0.91).
 MEASURED = re.compile(r"\b\d+(?:\.\d+)?x\b|\b\d+(?:\.\d+)?%|\b\d+ min(?: \d+ s)?\b|\b\d+ s\b"
                       r"|\b\d+ ms\b|\b\d+ us\b|\b\d\.\d{2,4}\b")
-# Not scanned: the tests (their figures are what they check), the notebooks, the documents.
+# Not scanned: the tests (their figures are what they check), the notebooks, the documents and
+# their renderer (its examples show the markers' form, around a figure).
 FIGURES_SKIP = {"tests", "notebooks", "docs", "__pycache__"}
+RENDERER = {"studies/render.py", "studies/render_studies.py", "studies/figures.py"}
 # Figures in comments and docstrings that are not measurements: {file: [figure as MEASURED
 # matches it]}, each with its reason. Keep it short: reword a comment rather than list it here.
 NOT_MEASURED = {
     # duration()'s output, by example
-    "machine.py": ["40 s", "3 min 10 s", "5 min", "0 min"],
+    "lessonkit/machine.py": ["40 s", "3 min 10 s", "5 min", "0 min"],
     # the formula's worked example, alpha = 0.8 and k = 4
     "exercises/ex2_derive.py": ["0.64", "0.512", "0.4096", "3.3616"],
     # the lesson's own figure, quoted as the lesson's
@@ -178,7 +182,7 @@ NOT_MEASURED = {
                                "0.17"],
     # the tolerance the code applies before it says why a measurement is off its prediction
     "exercises/ex5_gpu.py": ["15%"],
-    "beyond/studies/sampling_costs.py": ["10%"],
+    "studies/sampling_costs.py": ["10%"],
     # FakeGPU's queued work: a setting of the fake
     "classroom/helpers.py": ["20 ms"],
     # the memory watch's period ("every 0.1 s"): a setting
@@ -198,8 +202,8 @@ def figures(root):
         found += [("Makefile", number, match[0]) for match in MEASURED.finditer(prose)]
     for path in sorted(Path(root).rglob("*.py")):
         parts = path.relative_to(root).parts
-        if FIGURES_SKIP & set(parts) or any(p.startswith(".") or p.endswith(".egg-info")
-                                            for p in parts[:-1]):
+        if FIGURES_SKIP & set(parts) or path.relative_to(root).as_posix() in RENDERER or \
+                any(p.startswith(".") or p.endswith(".egg-info") for p in parts[:-1]):
             continue
         where, text = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -249,7 +253,7 @@ def test_a_stale_file_command_or_name_is_reported(tmp_path):
         "beyond/decode.py": '"""Run it as python -m beyond.decode, beside numpy_speculative.py."""\n',
         "gpt.py": '"""Weights for numpy_gpt.py; time them with `python benchmark.py`."""\n'
                   "# numpy_speculative.Scorer scores (it moved); numpy_speculative.forward stays\n"
-                  "# python -m beyond.studies.NAME, nanoGPT's model.py, numpy.ndarray: fine\n"})
+                  "# python -m studies.NAME, nanoGPT's model.py, numpy.ndarray: fine\n"})
     assert stale_references(root) == ["gpt.py:2: numpy_speculative.Scorer",
                                       "gpt.py:1: python benchmark.py", "gpt.py:1: numpy_gpt.py"]
 
@@ -266,14 +270,14 @@ def test_a_measured_figure_in_a_comment_or_docstring_is_reported(tmp_path):
                           "K = 4  # a step takes 99 ms here; k = 4 is a setting\n"
                           "NOTE = f'''{0.25:.0%} is output, not prose'''\n"
                           "SPEED = '3.5x'  # a plain string: not prose\n",
-        "machine.py": '"""duration(): "40 s"; but the big model\'s loss, 1.923, was measured."""\n',
+        "lessonkit/machine.py": '"""duration(): "40 s"; but the big model\'s loss, 1.923, was measured."""\n',
         "tests/test_x.py": "# 2.5x: the tests are not scanned\n",
-        "docs/render.py": "# 1.673: nor the documents\n",
+        "studies/render.py": "# 1.673: nor the documents\n",
         "Makefile": "# set-up: 31 s from nothing\nlesson:  ## the lesson (about 5 min)\n"
                     "\tpython -m exercises --steps 1500\n"})
-    assert measured_figures(root, {"machine.py": ["40 s"]}) == [
-        "Makefile:1: 31 s", "Makefile:2: 5 min", "machine.py:1: 1.923",
+    assert measured_figures(root, {"lessonkit/machine.py": ["40 s"]}) == [
+        "Makefile:1: 31 s", "Makefile:2: 5 min", "lessonkit/machine.py:1: 1.923",
         "speculative.py:1: 3.5x", "speculative.py:2: 99 ms"]
     assert measured_figures(root, {}) == [
-        "Makefile:1: 31 s", "Makefile:2: 5 min", "machine.py:1: 40 s", "machine.py:1: 1.923",
+        "Makefile:1: 31 s", "Makefile:2: 5 min", "lessonkit/machine.py:1: 40 s", "lessonkit/machine.py:1: 1.923",
         "speculative.py:1: 3.5x", "speculative.py:2: 99 ms"]

@@ -8,13 +8,14 @@ from itertools import product
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import numpy_speculative
-import scorer
 import speculative as sd
 from beyond.fast_numpy import NumpyGPT
 from gpt import GPT, Config
+from lessonkit import scorer
 
 V = 11
 

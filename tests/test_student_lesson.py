@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
+from beyond import common
 from classroom import build, parts, yourturn
 from exercises import __main__ as lesson
-from exercises import common
 
 pytestmark = pytest.mark.slow  # trains the quick models and runs exercises
 

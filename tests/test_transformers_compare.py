@@ -1,4 +1,4 @@
-"""beyond/studies/transformers.py in quick mode (tiny models): every mode of the comparison with
+"""studies/transformers.py in quick mode (tiny models): every mode of the comparison with
 Hugging Face transformers produces a row, a checked output, a time split, the figure and the
 report's section; and the output check catches a decoder that writes something else.
 Skipped when transformers is not installed."""
@@ -10,13 +10,13 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import cli  # noqa: E402
+from conftest import quick_run  # noqa: E402
+
 import gpt  # noqa: E402
 import speculative as sd  # noqa: E402
-from beyond import hf, registry  # noqa: E402
-from beyond.studies import transformers as against  # noqa: E402
-from conftest import quick_run  # noqa: E402
-from exercises import common, report  # noqa: E402
+from beyond import common, hf, registry, report  # noqa: E402  # noqa: E402
+from lessonkit import cli  # noqa: E402
+from studies import transformers as against  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 QUICK_MODES = [  # --quick: drafts distilled and draft, k 2, prompt lookup 2, ngram and distilled

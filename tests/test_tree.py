@@ -11,21 +11,36 @@ import numpy as np
 import pytest
 import torch
 
+# The exactness harness of tests/test_speculative.py (small_pair is its fixture).
+from test_heads import trained_heads
+from test_speculative import (  # noqa: F401
+    SMALL_V,
+    chi_square_p_value,
+    exact_distribution,
+    make_model,
+    noisy_copy,
+    prompts,
+    small_pair,
+)
+
 import speculative as sd
+from beyond import common
 from beyond import tree as tr
 from beyond.fast_numpy import NumpyGPT
 from beyond.heads import HeadsDraft, final_states
 from beyond.ngram import NGramDraft
-from beyond.studies.lenience import next_token_probs
-from beyond.studies import __main__ as studies
-from exercises import common
-from beyond.tree_grow import (Tree, best_shape, chain_shape, fastest_shape, node_value,
-                              tree_speedup, tree_tokens_per_pass)
+from beyond.tree_grow import (
+    Tree,
+    best_shape,
+    chain_shape,
+    fastest_shape,
+    node_value,
+    tree_speedup,
+    tree_tokens_per_pass,
+)
 from numpy_speculative import accept_probability, residual, sample
-# The exactness harness of tests/test_speculative.py (small_pair is its fixture).
-from test_heads import trained_heads
-from test_speculative import (SMALL_V, chi_square_p_value, exact_distribution,  # noqa: F401
-                              make_model, noisy_copy, prompts, small_pair)
+from studies import __main__ as studies
+from studies.lenience import next_token_probs
 
 WIDE = [(0,), (0, 0), (0, 0, 0), (0, 1), (1,), (1, 0), (2,)]   # 7 nodes, 3 at the root
 
@@ -364,6 +379,7 @@ def test_each_step_of_a_round_reads_in_one_screen():
     # The promise: mask, score, walk, roll back, each under 60 lines (a step that
     # grows past it, or is renamed without this list, fails here).
     import inspect
+
     from beyond import tree_sampling
     steps = [tr.tree_mask, tr.tree_logits, tr.torch_tree_logits, tr.TreeScorer.score_tree,
              tr.greedy_walk, tree_sampling.sample_walk, tr.TreeScorer.keep_path, tr.tree_decode]
@@ -397,7 +413,7 @@ def test_ngram_branches_start_with_the_chains_guess():
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
-    # Through `python -m beyond.studies --only trees`: fails unless the study is registered
+    # Through `python -m studies --only trees`: fails unless the study is registered
     # there (STUDIES, with its forecast) and in the report, which links to its section.
     studies.main(["--only", "trees", "--quick", "--checkpoints", str(tmp_path / "checkpoints"),
                   "--results", str(tmp_path / "results")])
@@ -425,7 +441,7 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
 ])
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_study_bad_flags_are_one_line_errors(run_here, tmp_path, flags, message):
-    result = run_here("-m", "beyond.studies.trees", "--quick", "--checkpoints",
+    result = run_here("-m", "studies.trees", "--quick", "--checkpoints",
                         tmp_path, "--results", tmp_path, *flags)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

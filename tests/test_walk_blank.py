@@ -4,9 +4,9 @@ notebook that calls a part of a later notebook, and answers that stay in the not
 cells without %%answer), each fail it."""
 
 import pytest
+from test_walk import student  # noqa: F401  (the fixture: a copy of the student repository)
 
 from classroom import walk
-from test_walk import student  # noqa: F401  (the fixture: a copy of the student repository)
 
 pytestmark = pytest.mark.slow  # the student repository and its notebooks: not in make test-fast
 

@@ -1,10 +1,10 @@
 """
-beyond/studies/lenience.py: the lenient acceptance rule (speculative_generate(..., lenience=l)): a
+studies/lenience.py: the lenient acceptance rule (speculative_generate(..., lenience=l)): a
 guess x is kept with min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)).
 Its output at one position (lenient_step), its exact distribution over whole outputs by
 enumerating its branches (lenient_distribution), and, on the tests' 4-token pair, how far those
 outputs move from the target's, exactly and by sampling (lenience_small). Exact at lenience 1
-only; beyond/studies/sampling_costs.py measures what it buys.
+only; studies/sampling_costs.py measures what it buys.
 """
 
 from collections import Counter, defaultdict

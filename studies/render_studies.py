@@ -1,18 +1,28 @@
 """
-docs/render_studies.py: the figures and tables of docs/RESULTS.md's study sections ("Every
+studies/render_studies.py: the figures and tables of docs/RESULTS.md's study sections ("Every
 drafter compared", "With Hugging Face transformers", "Batches", "Sampling's price list",
-"Token trees"), rendered from the results files `python -m beyond.studies` writes
+"Token trees"), rendered from the results files `python -m studies` writes
 (drafters.json, transformers.json, batch_curve.json, sampling_costs.json, trees.json, copied into
-docs/results/). docs/render.py imports FIGURES and BLOCKS from here.
+docs/results/). studies/render.py imports FIGURES and BLOCKS from here.
 
 One function per table. A sentence that draws a conclusion from the figures is either written
 here from the data (the fastest setup, which goals were met) or checked here (figures.claim):
 a re-measured file whose data contradicts the document's words stops the rendering, naming the
-claim. What each field means: the study that writes it (beyond/studies/NAME.py).
+claim. What each field means: the study that writes it (studies/NAME.py).
 """
 
-from beyond.studies import batch_curve, drafters, trees
-from figures import claim, grouped, minutes, percent, provenance, span, table, times
+from beyond import batch_curve
+from studies import drafters, trees
+from studies.figures import (
+    claim,
+    grouped,
+    minutes,
+    percent,
+    provenance,
+    span,
+    table,
+    times,
+)
 
 BACKEND = {"numpy": "NumPy", "torch": "torch"}
 ADAPTIVE = drafters.ADAPTIVE[:-1]   # the schedules a user can run (the last: the oracle)
@@ -41,7 +51,7 @@ def studies_minutes(key):
 
 
 # ----------------------------------------------------------------------------------------------
-# Every drafter compared (beyond/studies/drafters.py)
+# Every drafter compared (studies/drafters.py)
 
 
 def drafter_runs(runs, backend, name):
@@ -231,7 +241,7 @@ def ladder_table(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# With Hugging Face transformers (beyond/studies/transformers.py)
+# With Hugging Face transformers (studies/transformers.py)
 
 
 def hf_mode(runs, mode):
@@ -324,7 +334,7 @@ def hf_bound_alpha(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Batches (beyond/studies/batch_curve.py)
+# Batches (beyond/batch_curve.py)
 
 
 def batch_sweeps(runs):
@@ -447,7 +457,7 @@ def curve_last(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Sampling's price list (beyond/studies/sampling_costs.py)
+# Sampling's price list (studies/sampling_costs.py)
 
 
 def sampled(runs, name, temperature, warp="none"):
@@ -541,7 +551,7 @@ def best_k_words(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Token trees (beyond/studies/trees.py)
+# Token trees (studies/trees.py)
 
 
 def tree_rows(runs, name, backend=None):
@@ -704,7 +714,7 @@ def tree_goal(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Every figure and block by name (docs/render.py merges them into its own)
+# Every figure and block by name (studies/render.py merges them into its own)
 
 
 FIGURES = {

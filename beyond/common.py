@@ -1,9 +1,9 @@
 """
-exercises/common.py: what every exercise shares: its flags, its models and where it writes.
+beyond/common.py: what every exercise shares: its flags, its models and where it writes.
 
 Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
 ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
-from the checkpoint cache (presets.py) and are trained when missing; --quick
+from the checkpoint cache (beyond/presets.py) and are trained when missing; --quick
 swaps in tiny models trained for a few dozen steps, so that the test suite can run every exercise
 in seconds.
 """
@@ -18,14 +18,11 @@ from pathlib import Path
 
 import torch
 
-import cli
 import gpt
-import machine
-import presets
 import speculative as sd
-import training
-from beyond import heads
-from training import Recipe
+from beyond import heads, presets, training
+from beyond.training import Recipe
+from lessonkit import cli, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
@@ -68,7 +65,7 @@ def load_models(args, names, log=print):
 # 1-5, the studies) with the decoding one. The reference runs are results files in
 # docs/results/, each with the machine it ran on: `python -m exercises` from nothing
 # (lesson.json: the models), the same again (lesson-again.json: the exercises, without a fresh
-# environment's first imports) and `python -m beyond.studies` (studies.json); a later one's
+# environment's first imports) and `python -m studies` (studies.json); a later one's
 # time for a stage replaces an earlier one's.
 REFERENCES = ROOT / "docs" / "results"
 REFERENCE_RUNS = ("lesson.json", "lesson-again.json", "studies.json")

@@ -1,5 +1,5 @@
 """
-scorer.py: the window rule, and the one scorer that every decoder checks guesses with.
+lessonkit/scorer.py: the window rule, and the one scorer that every decoder checks guesses with.
 
 A model sees at most block_size tokens. window_start(n) says where the context of token n
 starts, windows() walks the passes that score a run of positions under that rule, and

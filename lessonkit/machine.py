@@ -1,5 +1,5 @@
 """
-machine.py: the machine we run on: how many threads torch gets, whether other programs are busy,
+lessonkit/machine.py: the machine we run on: how many threads torch gets, whether other programs are busy,
 the timers every benchmark and exercise shares, and honest waiting (how long a loop will take,
 from its first steps timed here, and one progress line in a terminal or a notebook).
 
@@ -125,7 +125,7 @@ def summary(about):
 
 
 # A results file: {"format": RESULTS_FORMAT, "run": provenance(), ...the run's figures}. The
-# documents' figures are rendered from such files (docs/render.py); a new format number tells
+# documents' figures are rendered from such files (studies/render.py); a new format number tells
 # the renderer that an old file no longer holds what it reads.
 RESULTS_FORMAT = 1
 STARTED = time.time()   # about when this process started: a run's seconds in its results file

@@ -1,5 +1,5 @@
 """
-cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
+lessonkit/cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
 
 Every flag of train.py, speculative.py, beyond/benchmark.py and the exercises comes from a dataclass
 field, so each default is written once, next to the code that uses it; its help text is the
@@ -13,10 +13,10 @@ line saying what to do; set SPECDEC_DEBUG=1 to see the traceback instead.
 import argparse
 import inspect
 import io
+import math
 import os
 import re
 import sys
-import math
 import tokenize
 from dataclasses import MISSING, fields, is_dataclass
 

@@ -1,5 +1,5 @@
 """
-checkpoint.py: one self-describing file per trained model, written atomically, read back with
+lessonkit/checkpoint.py: one self-describing file per trained model, written atomically, read back with
 torch.load(..., weights_only=True).
 
 A checkpoint holds the weights, the model's Config, the vocabulary, the step, the validation
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import corpus
+from lessonkit import corpus
 
 FORMAT = "specdec-gpt/1"
 

@@ -1,5 +1,5 @@
 """
-presets.py: the lesson's named models, each one Preset built in one place (its shape, corpus,
+beyond/presets.py: the lesson's named models, each one Preset built in one place (its shape, corpus,
 teacher and training), in three sizes; where each lives once trained; and the checkpoint cache
 that trains one only when it is missing.
 
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-import corpus
 import gpt
-import machine
+from beyond import training
+from beyond.training import Recipe, speedups
 from gpt import GPT, Config
-from training import Recipe, speedups
+from lessonkit import corpus, machine
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"  # the repository's checkpoints/
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the repository's checkpoints/
 
 # The lesson's models: the big target, its small draft, and a draft of the same shape that
 # learned first names instead of Shakespeare (so it barely ever agrees with the target). And a
@@ -36,7 +36,7 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"  # the repository'
 # "train": how a preset trains where it differs from training.Recipe's defaults (the lesson's
 # AdamW, cosine decay, 1500 steps). The big model trains with the speedrun's recipe (Muon, a
 # warm-up/stable/decay schedule at twice the rates, zero-initialised projections) for fewer
-# steps, each lever measured by beyond/studies/training.py (docs/RESULTS.md, "The models");
+# steps, each lever measured by studies/training.py (docs/RESULTS.md, "The models");
 # the distilled draft starts from the big model's embeddings and first block. The lesson's two
 # small drafts keep AdamW, and with it the lesson's figures.
 DRAFT = {"n_embd": 32, "n_layer": 1, "n_head": 2}
@@ -199,11 +199,11 @@ def ensure_trained(p, *, folder=None, device="auto", fresh=False, resume=False, 
     try:
         # Without a bar of its own (gpt.train's would show "val=nan" and flood notebooks), and
         # with the evaluations' lines only where Watch does not write them (see on_eval).
-        gpt.train(model, tc.steps, log_every=0 if progress else tc.eval_every,
-                  source=None if p.corpus == "shakespeare" else corpus.names_data, config=tc,
-                  device=device, checkpoint=path, resume=state, progress=False,
-                  on_eval=watch.on_eval, corpus_name=p.corpus,
-                  extra={"settings": wanted, "preset": p.name}, teacher=teacher, note=watch.say)
+        training.train(model, tc, None if p.corpus == "shakespeare" else corpus.names_data,
+                       corpus_name=p.corpus, teacher=teacher, device=device, checkpoint=path,
+                       resume=state, on_eval=watch.on_eval,
+                       extra={"settings": wanted, "preset": p.name},
+                       log_every=0 if progress else tc.eval_every, note=watch.say)
     finally:
         watch.close()
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "

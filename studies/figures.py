@@ -1,5 +1,5 @@
 """
-docs/figures.py: what docs/render.py and docs/render_studies.py share: reading a results file
+studies/figures.py: what studies/render.py and studies/render_studies.py share: reading a results file
 (docs/results/NAME.json, checked once), writing a figure (1.60x, 34%, 1,526, a table), the
 provenance line under each table, and the claim check that stops a sentence the data
 contradicts. Nothing here knows a document or a study.
@@ -9,9 +9,9 @@ import json
 import re
 from pathlib import Path
 
-import machine
+from lessonkit import machine
 
-RUNS = Path(__file__).resolve().parent / "results"
+RUNS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
 class RenderError(ValueError):

@@ -1,10 +1,10 @@
 """
-beyond/studies/transformers.py: our decoders against Hugging Face transformers' own, on the same
+studies/transformers.py: our decoders against Hugging Face transformers' own, on the same
 weights, to answer: how fast is the lesson's code next to the library everybody uses?
 
-    python -m beyond.studies.transformers              # the full comparison: a few minutes
-    python -m beyond.studies.transformers --ks 4 --repeats 3
-    python -m beyond.studies.transformers --quick      # tiny models: what the tests run
+    python -m studies.transformers              # the full comparison: a few minutes
+    python -m studies.transformers --ks 4 --repeats 3
+    python -m studies.transformers --quick      # tiny models: what the tests run
 
 The trained big model and its drafts become transformers GPT2LMHeadModels (hf.to_transformers:
 the same weights, logits equal), and every mode writes greedily from the same held-out prompts
@@ -38,15 +38,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
-from beyond import hf
-from beyond import registry
+from beyond import common, hf, presets, registry, report
 from beyond.registry import by_name, check_name
-from exercises import common, report
+from lessonkit import corpus, machine
 
 FAMILIES = ("transformers", "ours via the adapter", "ours native")
 COLOURS = {"transformers": "tab:orange", "ours via the adapter": "tab:blue",
@@ -363,7 +359,7 @@ CEILING_KS = (1, 2, 4, 6, 8)
 
 def ceiling(rows, passes):
     """What no drafter beside the NumPy big model can beat: one that costs nothing and is always
-    right gains (k+1) / verify(k) over plain NumPy decoding (beyond/studies/drafters.py, limits).
+    right gains (k+1) / verify(k) over plain NumPy decoding (studies/drafters.py, limits).
     -> {k, gain, chars_per_s, vs_theirs (that over transformers' fastest), alpha: the agreement
     a free drafter needs for the fastest-setup goal at its best k <= 8 (nan: none suffices)}."""
     verify = passes["NumpyGPT"]["verify"]
@@ -678,5 +674,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
+    from lessonkit import cli
     cli.run(main)

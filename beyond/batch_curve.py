@@ -1,26 +1,22 @@
 """
-beyond/studies/batch_curve.py: what batching buys, measured. Plain decoding of 16 rows batched
+beyond/batch_curve.py: what batching buys, measured. Plain decoding of 16 rows batched
 against the same rows one at a time; batched speculative against batched plain decoding at
 batch 16 for each drafter, with the bound a free, always-right drafter would meet there; then
 the speed-up against batch size with the best of them, next to the formula's prediction from
 passes timed at each size (batch_curve; exercise 5 draws the same curve).
 
-    python -m beyond.studies.batch_curve                 # the lesson's big model in NumPy: minutes
-    python -m beyond.studies.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
+    python -m beyond.batch_curve                 # the lesson's big model in NumPy: minutes
+    python -m beyond.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
 """
 
 from dataclasses import dataclass
 
 import torch
 
-import cli
-import corpus
-import machine
-import presets
 import speculative as sd
-from beyond import batched, registry
+from beyond import batched, common, presets, registry
 from beyond.registry import by_name
-from exercises import common
+from lessonkit import cli, corpus, machine
 
 
 def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):

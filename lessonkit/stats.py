@@ -1,5 +1,5 @@
 """
-stats.py: what a decoding run did, counted (Stats), and what became of each guess (verdicts,
+lessonkit/stats.py: what a decoding run did, counted (Stats), and what became of each guess (verdicts,
 origins): the one place that turns a run's trace into kept, rejected and bonus.
 
 speculative.py's decoders fill a Stats; the command line colours its text by origins(), and

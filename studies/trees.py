@@ -1,11 +1,11 @@
 """
-beyond/studies/trees.py: token trees against chains of the same drafter, at the same number of
+studies/trees.py: token trees against chains of the same drafter, at the same number of
 checked tokens: characters per pass of the big model and wall-clock speed, on both backends,
 next to the formula's prediction (beyond/tree_grow.py).
 
-    python -m beyond.studies.trees                 # the lesson's models: many minutes
-    python -m beyond.studies.trees --drafts draft --backends torch --budgets 4,16
-    python -m beyond.studies.trees --quick         # tiny models: what the tests run
+    python -m studies.trees                 # the lesson's models: many minutes
+    python -m studies.trees --drafts draft --backends torch --budgets 4,16
+    python -m studies.trees --quick         # tiny models: what the tests run
 
 For each drafter: `accept[r]`, how often the big model's greedy choice is the drafter's r-th
 guess (measured on the big model's own greedy text after separate calibration prompts), and c,
@@ -24,7 +24,7 @@ plain greedy decoding. Then, per target backend:
 
 It prints the mask of one real round (the first of the first prompt) and writes
 results/trees.png, results/trees.json, results/trees.md and its section of results/report.md
-(`python -m beyond.studies --only trees` runs it with the other studies). docs/RESULTS.md,
+(`python -m studies --only trees` runs it with the other studies). docs/RESULTS.md,
 "Token trees: several guesses per position, one pass", has runs' figures and how long they took.
 """
 
@@ -35,15 +35,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import corpus
-import machine
 import speculative as sd
-from beyond import heads, registry
-from beyond.heads import HeadsDraft, final_states
+from beyond import common, heads, registry, report
 from beyond import tree as tr
-from beyond.tree_grow import (as_brancher, drafter_calls, fastest_shape, tree_speedup,
-                               tree_tokens_per_pass)
-from exercises import common, report
+from beyond.heads import HeadsDraft, final_states
+from beyond.tree_grow import (
+    as_brancher,
+    drafter_calls,
+    fastest_shape,
+    tree_speedup,
+    tree_tokens_per_pass,
+)
+from lessonkit import corpus, machine
 
 
 @dataclass
@@ -281,7 +284,7 @@ def markdown(args, rows, duels, notes, mask_text):
               f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['tokens_per_s']:,.0f}"]
              for r in rows]
     return "\n".join([
-        f"`python -m beyond.studies.trees{' --quick' if args.quick else ''}`, "
+        f"`python -m studies.trees{' --quick' if args.quick else ''}`, "
         f"{args.prompts} held-out prompts x {args.new_tokens} characters, greedy, every output "
         "equal to plain decoding; speed-ups are medians of alternated pairs.", "",
         common.markdown_table(["big model", "drafter", "N", "shape", "depth / drafter calls",
@@ -341,5 +344,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
+    from lessonkit import cli
     cli.run(main)

@@ -1,16 +1,16 @@
 """
 Every study past the lesson, one after another: `make studies` runs this.
 
-    python -m beyond.studies                           # all of them, into results/report.md
-    python -m beyond.studies --only drafters sampling  # some of them
-    python -m beyond.studies --forecast                # how long each would take here; runs none
-    python -m beyond.studies --quick                   # tiny models: what the tests run
+    python -m studies                           # all of them, into results/report.md
+    python -m studies --only drafters sampling  # some of them
+    python -m studies --forecast                # how long each would take here; runs none
+    python -m studies --quick                   # tiny models: what the tests run
 
 The studies: every drafter compared (drafters.py), against Hugging Face transformers
 (transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
-what batching buys (batch_curve.py) and token trees against chains (trees.py). Each also runs alone, `python -m beyond.studies.NAME`
+what batching buys (batch_curve.py) and token trees against chains (trees.py). Each also runs alone, `python -m studies.NAME`
 with flags of its own. Before each one this says what runs and about how long is left, forecast
-from this machine's speed now (exercises/common.py): the models a study uses that are not
+from this machine's speed now (beyond/common.py): the models a study uses that are not
 trained yet (the distilled draft, the extra heads) are trained first, and counted in. Each study
 writes its section of results/report.md, which the lesson's report links to.
 """
@@ -22,12 +22,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import cli
-import machine
-import presets
-from beyond import heads
-from beyond.studies import batch_curve, drafters, sampling_costs, transformers, trees
-from exercises import common, report
+from beyond import batch_curve, common, heads, presets, report
+from lessonkit import cli, machine
+from studies import drafters, sampling_costs, transformers, trees
 
 
 def named(drafts):
@@ -92,7 +89,7 @@ def batch_section(args, log):
     section of the report, its numbers in results/batch_curve.json."""
     if args.quick or args.checkpoints:
         raise ValueError("the batch curve measures the trained models in checkpoints/ only: run "
-                         "python -m beyond.studies.batch_curve")
+                         "python -m beyond.batch_curve")
     common.load_models(args, [n for n in STUDIES["batch"][1] if n in presets.PRESETS], log=log)
     path = common.results_dir(args) / "batch_curve.json"
     tee = Tee(sys.stdout)
@@ -104,7 +101,7 @@ def batch_section(args, log):
             paragraphs[-1] += "\n" + line
         elif line.strip():
             paragraphs.append(line)
-    markdown = ("Printed by `python -m beyond.studies.batch_curve` (the big model in NumPy and "
+    markdown = ("Printed by `python -m beyond.batch_curve` (the big model in NumPy and "
                 "torch, 16 held-out prompts; every figure in `batch_curve.json`):\n\n"
                 + "\n\n".join(paragraphs))
     return {"numbers": numbers, "markdown": markdown}
@@ -162,7 +159,7 @@ def run(args, log=print):
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="python -m beyond.studies", description=__doc__.strip().split("\n\n")[0])
+    parser = cli.Parser(prog="python -m studies", description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--only", nargs="+", default=None, choices=list(STUDIES),
                         metavar="NAME", help=f"these studies alone: {', '.join(STUDIES)}")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")

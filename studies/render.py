@@ -1,9 +1,9 @@
 """
-docs/render.py: the documents' measured figures, rendered from the results files of the runs
+studies/render.py: the documents' measured figures, rendered from the results files of the runs
 that measured them (docs/results/*.json, each with its command, machine and date).
 
-    python docs/render.py            # fill every marker in README.md and docs/*.md (make docs)
-    python docs/render.py --check    # change nothing; exit 1 naming each figure that would change
+    python -m studies.render           # fill every marker in README.md and docs/*.md (make docs)
+    python -m studies.render --check   # change nothing; exit 1 naming each figure that would change
 
 A document marks a figure inline, `<!-- fig NAME -->1.60x<!-- /fig -->`, and a generated block
 (a table, a provenance line) between `<!-- begin NAME -->` and `<!-- end NAME -->` lines; the
@@ -13,8 +13,8 @@ copy its results/NAME.json into docs/results/, run `make docs` and review the di
 
 A results file that is missing, malformed or of another format, or a claim in a document that
 its results file contradicts, stops the rendering with one line naming it, before any document
-is written: a document is never half rendered. Beside this script: docs/figures.py (reading
-results files, writing figures, provenance lines, claim checks) and docs/render_studies.py (the
+is written: a document is never half rendered. Beside this script: studies/figures.py (reading
+results files, writing figures, provenance lines, claim checks) and studies/render_studies.py (the
 figures of RESULTS.md's study sections, merged into FIGURES and BLOCKS below).
 """
 
@@ -23,14 +23,23 @@ import statistics
 import sys
 from pathlib import Path
 
-import cli
-import machine
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # its siblings: docs/ is no package
-import render_studies  # noqa: E402
-from beyond.studies import training as study_training  # noqa: E402
-from figures import (RUNS, RenderError, Runs, about_machine, claim, grouped,  # noqa: E402
-                     minutes, percent, provenance, span, table, times)
+from lessonkit import cli, machine
+from studies import render_studies
+from studies import training as study_training
+from studies.figures import (
+    RUNS,
+    RenderError,
+    Runs,
+    about_machine,
+    claim,
+    grouped,
+    minutes,
+    percent,
+    provenance,
+    span,
+    table,
+    times,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", "docs/LESSON.md", "docs/RESULTS.md", "docs/TESTING.md"]
@@ -215,9 +224,41 @@ def studies_table(runs):
     run = runs["studies"]
     rows = [[s["label"].split(" (training")[0], machine.duration(s["seconds"])]
             for s in run["stages"]]
-    rows.append(["**all of them** (`python -m beyond.studies`)",
+    rows.append(["**all of them** (`python -m studies`)",
                  f"**{machine.duration(run['total_s'])}**"])
     return table(["study", "time (models trained already)"], rows)
+
+
+LESSON_ROWS = [  # the lesson's figure, where the project reproduces it, what we measured (figures)
+    ("about a quarter of proposals accepted",
+     "exercise 3 (five lesson prompts x 100 characters); `python speculative.py`",
+     "{ex3.kept} kept (exercise 3)"),
+    ("about 2 tokens per pass", "exercise 3; `Stats.tokens_per_pass`",
+     "{ex3.pass} (exercise 3); {bench.draft.numpy.pass} at k = {bench.draft.numpy.k} "
+     "(benchmark, all in NumPy)"),
+    ("no wall-clock gain, about 1.0x (no KV cache, Python overhead)",
+     "exercise 3 times the lesson's no-cache loop and predicts its speed-up from measured c and "
+     "α; `beyond/benchmark.py`",
+     "{ex3.lesson_loop} for the no-cache speculative loop over the no-cache plain loop; with KV "
+     "caches, the lesson's draft gives {bench.lesson_draft}"),
+    ("37% next-token agreement, Shakespeare draft", "exercise 4; `speculative.measure_agreement`",
+     "{ex4.draft} (exercise 4; the benchmark: {bench.alpha.draft} on held-out text)"),
+    ("3% next-token agreement, names draft", "exercise 4", "{ex4.names}"),
+    ("break-even α 0.46 (c = 0.2) and 0.17 (c = 0.05), k = 4, from a 0.01 grid",
+     "exercise 4; `speculative.break_even_alpha`",
+     "0.4553 and 0.1668 by bisection; the same 0.01 grid prints 0.46 and 0.17"),
+    ("3.36 tokens per pass for α = 0.8, k = 4",
+     "exercise 2; `speculative.expected_tokens_per_pass`",
+     "3.3616, exactly, and a simulation of the accept/reject process agrees"),
+]
+
+
+def lesson_table(runs):
+    """LESSON.md's table of the lesson's figures against ours."""
+    fill = lambda text: re.sub(r"\{([\w.]+)\}", lambda m: FIGURES[m.group(1)](runs), text)
+    return table(["the lesson's figure", "where this project reproduces or explains it",
+                  "what this project measured"],
+                 [(figure, where, fill(ours)) for figure, where, ours in LESSON_ROWS])
 
 
 def trained(runs, name):
@@ -249,7 +290,7 @@ def models_table(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# The training ladder (python -m beyond.studies.training) and the big model held to AVX2
+# The training ladder (python -m studies.training) and the big model held to AVX2
 
 
 def seconds_or_not(record, prices):
@@ -305,7 +346,7 @@ LEVER_WORDS = {"preset": "the big preset's step", "adamw": "AdamW for every matr
 
 def lever_table(runs, name="training-prices"):
     """Each lever's step: its price, its arithmetic and the share of the machine's float32
-    matrix product speed it reaches (beyond/studies/training.py, arithmetic)."""
+    matrix product speed it reaches (studies/training.py, arithmetic)."""
     run = runs[name]
     peak = run["peak"]["peak_gflops"]
     rows = [[LEVER_WORDS.get(lever, lever), f"{row['ms']:.0f}", times(row["ratio"]),
@@ -479,6 +520,7 @@ FIGURES = {
 }
 
 BLOCKS = {
+    "lesson.figures": lesson_table,
     "bench.table": benchmark_table,
     "bench.readme": readme_benchmark,
     "bench.provenance": lambda r: provenance(r, "benchmark") + "\n",
@@ -508,7 +550,7 @@ def value(kind, name, runs):
     table_ = FIGURES if kind == "fig" else BLOCKS
     if name not in table_:
         raise RenderError(f"no {'figure' if kind == 'fig' else 'block'} named {name!r} "
-                          f"(docs/render.py knows: {', '.join(sorted(table_))})")
+                          f"(studies/render.py knows: {', '.join(sorted(table_))})")
     try:
         return table_[name](runs)
     except (KeyError, TypeError, StopIteration, ValueError, statistics.StatisticsError) as e:
@@ -549,7 +591,7 @@ def changed_figures(old, new):
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="python docs/render.py", description=__doc__.strip().split("\n\n")[0])
+    parser = cli.Parser(prog="python -m studies.render", description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if any document would change")
     parser.add_argument("--runs", default=str(RUNS), metavar="DIR",

@@ -1,10 +1,10 @@
 """
-beyond/studies/drafters.py: every drafter against the same big model on the same held-out prompts,
+studies/drafters.py: every drafter against the same big model on the same held-out prompts,
 to answer the question a user asks: what is the fastest way to generate this text exactly?
 
-    python -m beyond.studies.drafters                  # every drafter, both backends: minutes
-    python -m beyond.studies.drafters --drafts ngram,heads --backends numpy
-    python -m beyond.studies.drafters --quick          # tiny models: what the tests run
+    python -m studies.drafters                  # every drafter, both backends: minutes
+    python -m studies.drafters --drafts ngram,heads --backends numpy
+    python -m studies.drafters --quick          # tiny models: what the tests run
 
 For each target backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT, the same weights
 with less overhead per call) and each drafter, greedy speculative decoding runs at every k in
@@ -35,18 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
-from beyond import adaptive, heads, ngram
-from beyond import registry
+from beyond import adaptive, common, heads, ngram, presets, registry, report
 from beyond.benchmark import calibrate
 from beyond.early_exit import first_layers
 from beyond.ngram import NGramDraft
 from beyond.registry import by_name, check_name
-from exercises import common, report
+from lessonkit import corpus, machine
 
 ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
 
@@ -349,5 +345,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
+    from lessonkit import cli
     cli.run(main)

@@ -1,10 +1,10 @@
 """
-beyond/studies/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
+studies/sampling_costs.py: sampling's price list: alpha and speed-up against temperature, the
 lenience relaxation, and the arithmetic that speculation wastes.
 
-    python -m beyond.studies.sampling_costs           # cached models: a few minutes
-    python -m beyond.studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
-    python -m beyond.studies.sampling_costs --quick   # tiny models: what the tests run
+    python -m studies.sampling_costs           # cached models: a few minutes
+    python -m studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
+    python -m studies.sampling_costs --quick   # tiny models: what the tests run
 
 1. Temperature. For each drafter (the lesson's draft and the distilled one in NumPy, the extra
    heads on the big model's own states; the big model runs in torch) and each temperature,
@@ -22,10 +22,10 @@ lenience relaxation, and the arithmetic that speculation wastes.
    min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)). Per lenience: the
    speed-up, and how far the output moves from the target's distribution: exactly per token on
    the trained pair (held-out contexts), exactly for whole 3-token outputs on a 4-token model by
-   enumerating the rule's branches (beyond/studies/lenience.py), and by sampling that model.
+   enumerating the rule's branches (studies/lenience.py), and by sampling that model.
 3. Cost. Per run: positions the target scored against tokens kept; multiply-adds of plain and
    speculative decoding from the models' shapes and bytes of weights read per token
-   (beyond/studies/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
+   (studies/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
    than plain decoding, but reads the big model's weights fewer times: a memory-bound GPU gains
    about the bytes' ratio, a compute-bound machine loses the FLOPs' ratio, and an
    overhead-bound CPU lands in between.
@@ -44,16 +44,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import corpus
 import gpt
-import machine
-import presets
 import speculative as sd
-from beyond import heads
+from beyond import common, heads, presets, report
 from beyond.registry import by_name, check_name
-from beyond.studies.cost_arithmetic import run_costs
-from beyond.studies.lenience import lenience_small, lenient_step, total_variation
-from exercises import common, report
+from lessonkit import corpus, machine
+from studies.cost_arithmetic import run_costs
+from studies.lenience import lenience_small, lenient_step, total_variation
 
 # Leviathan, Kalman, Matias (2023), Table 2: T5-XXL with T5-small drafting, English to German.
 LEVIATHAN_TABLE_2 = {"argmax": {"alpha": 0.75, "k": 7, "speedup": 3.4},
@@ -292,7 +289,7 @@ def why_tokens(row):
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. Lenience: what it buys on the trained pair (the rule itself: beyond/studies/lenience.py)
+# 2. Lenience: what it buys on the trained pair (the rule itself: studies/lenience.py)
 
 
 def lenience_trained(args, big, draft, leniences, step, verify, log):
@@ -757,5 +754,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import cli
+    from lessonkit import cli
     cli.run(main)

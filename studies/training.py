@@ -1,14 +1,14 @@
 """
-beyond/studies/training.py: what makes the big model train faster, lever by lever: the ladder
+studies/training.py: what makes the big model train faster, lever by lever: the ladder
 (each rung adds one lever to the rung above it and trains a fresh big model whole: its
 validation loss along the way, the step at which it first reaches the target, the loss at the
 end) and the price of a step under each lever (timed in turn, on the same machine, in the same
 run), with its arithmetic against the machine's float32 matrix product speed. Results in
 results/training.json (docs/RESULTS.md, "The models", renders it).
 
-    python -m beyond.studies.training        # the ladder and its step prices (a big model a row)
-    python -m beyond.studies.training --rungs 2 --steps 100    # a short look
-    python -m beyond.studies.training --levers_only --json results/training-prices.json
+    python -m studies.training        # the ladder and its step prices (a big model a row)
+    python -m studies.training --rungs 2 --steps 100    # a short look
+    python -m studies.training --levers_only --json results/training-prices.json
                                       # the step prices alone (quiet: docs/RESULTS.md reads them)
 
 A lever is a change of training.Recipe. LADDER's rungs are kept, each on top of the one above;
@@ -16,7 +16,7 @@ TRIED are levers tried on top of the last rung and not kept, each alone (the las
 steps). Every rung trains the same number of steps (the old preset's 600: the loss at a fixed
 budget), evaluated every 50 steps on the final evaluation's batches; its time to the target is
 the steps to its first evaluation at or below it times its step's measured price. The last line
-trains the big preset as presets.py keeps it (its own steps), the lesson's command.
+trains the big preset as beyond/presets.py keeps it (its own steps), the lesson's command.
 """
 
 import contextlib
@@ -28,11 +28,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-import cli
 import gpt
-import machine
-import presets
-from training import Muon, Recipe
+from beyond import presets, training
+from beyond.training import Muon, Recipe
+from lessonkit import cli, machine
 
 TARGET = 1.70   # the validation loss the issue asks for: the lesson's big model at its best
 BEFORE = {"optimizer": "muon", "steps": 600}    # the big preset before the ladder (2026-12-03)
@@ -54,7 +53,7 @@ TRIED = [    # on top of the last rung, each alone, not kept; (name, changes, th
 ]
 # name -> what it changes in the big preset's Recipe, for the step-price table (--levers)
 LEVERS = {
-    "preset": {},                                     # the big preset as presets.py keeps it
+    "preset": {},                                     # the big preset as beyond/presets.py keeps it
     "adamw": {"optimizer": "adamw"},                  # AdamW alone: Muon's price is the rest
     "float32": {"precision": "float32"},
     "bfloat16": {"precision": "bfloat16"},   # autocast: matrix products in bfloat16
@@ -69,7 +68,7 @@ class TrainingArgs:
     levers: str = "preset,adamw,float32,batch 10,newton-schulz 3,compile"  # comma-separated LEVERS
     rungs: int = len(LADDER)   # the first this many rungs of the ladder (0: none)
     tried: bool = True         # and the levers tried on top of the last rung
-    preset: bool = True        # and the big preset as presets.py keeps it, its own steps
+    preset: bool = True        # and the big preset as beyond/presets.py keeps it, its own steps
     steps: int = 600           # steps each rung trains (the loss at a fixed budget)
     time_steps: int = 20       # steps per timed run of a lever (after one untimed step)
     repeats: int = 3           # timed runs per lever (the median is kept)
@@ -88,10 +87,10 @@ def step_seconds(tc, steps):
     """(seconds of the first step, seconds per step of the next `steps`) of a fresh big model."""
     model = gpt.GPT(presets.preset("big").config)
     started = time.perf_counter()
-    gpt.train(model, steps=1, log_every=0, config=replace(tc, eval_every=10**9))
+    training.train(model, replace(tc, steps=1, eval_every=10**9))
     first = time.perf_counter() - started
     started = time.perf_counter()
-    gpt.train(model, steps=steps, log_every=0, config=replace(tc, eval_every=10**9))
+    training.train(model, replace(tc, steps=steps, eval_every=10**9))
     return first, (time.perf_counter() - started) / steps
 
 
@@ -149,7 +148,7 @@ def step_flops(tc):
     matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     attention = 2 * 2 * c.block_size * c.n_embd * c.n_layer        # a token's, forward
     flops = 3 * tokens * (2 * matrices + attention)
-    for optimizer in tc.optimizers(model, torch.device("cpu")):
+    for optimizer, _ in training.optimizers(tc, model, torch.device("cpu")):
         if isinstance(optimizer, Muon):
             for p in (p for group in optimizer.param_groups for p in group["params"]):
                 m, n = sorted(p.shape)
@@ -184,8 +183,8 @@ def curve_of(tc, log):
     model = tc.initialise(gpt.GPT(presets.preset("big").config))
     curve = []
     started = time.perf_counter()
-    gpt.train(model, log_every=0, config=replace(tc, eval_every=50),
-              on_eval=lambda step, loss: curve.append([step, round(loss, 4)]))
+    training.train(model, replace(tc, eval_every=50),
+                   on_eval=lambda step, loss: curve.append([step, round(loss, 4)]))
     reached = next((step for step, loss in curve if loss <= TARGET), None)
     return {"steps": tc.steps, "final": curve[-1][1], "reached_at": reached, "curve": curve,
             "seconds": time.perf_counter() - started}
@@ -210,7 +209,7 @@ def ladder(args, log):
     if not args.preset:
         return rungs, tried, None
     preset = recipe({}, args)
-    kept = {"rung": "the big preset (presets.py)", "changes": {}, "priced_as": "preset",
+    kept = {"rung": "the big preset (beyond/presets.py)", "changes": {}, "priced_as": "preset",
             **curve_of(preset, log)}
     log(f"{kept['rung']}: {kept['final']:.3f} after {preset.steps} steps")
     return rungs, tried, kept

@@ -1,13 +1,13 @@
 """
-beyond/studies/cost_arithmetic.py: what a run costs, from the models' shapes: multiply-adds per
+studies/cost_arithmetic.py: what a run costs, from the models' shapes: multiply-adds per
 position scored, weights read per pass, and both totalled over speculative runs against plain
-decoding writing the same tokens (beyond/studies/sampling_costs.py measures them; notebook 6
+decoding writing the same tokens (studies/sampling_costs.py measures them; notebook 6
 shows one run's).
 """
 
 from collections import Counter
 
-from scorer import window_start
+from lessonkit.scorer import window_start
 
 BYTES = 4                                           # float32 weights
 

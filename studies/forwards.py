@@ -1,8 +1,8 @@
 """
-beyond/studies/forwards.py: the project's forward passes timed against each other, so that each
+studies/forwards.py: the project's forward passes timed against each other, so that each
 one past the lesson's two earns its place.
 
-    python -m beyond.studies.forwards            # the lesson's big model's shape, under a minute
+    python -m studies.forwards            # the lesson's big model's shape, under a minute
 
 The lesson reads two: gpt.GPT (torch) and numpy_speculative.forward (NumPy, exercise 3). Beside
 them, beyond/fast_numpy.py's NumpyGPT stays while it is at least KEEP times as fast as the
@@ -19,21 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import cli
 import gpt
-import machine
 import numpy_speculative as ns
-import presets
-from beyond import batched
+from beyond import batched, common, presets
 from beyond.fast_numpy import NumpyGPT
-from exercises import common
+from lessonkit import cli, machine
 
 KEEP = 1.5  # the fast NumPy forward stays while it is at least this much faster
 
 
 @dataclass
 class ForwardArgs:
-    preset: str = "big"       # the shape to time (a preset of presets.py)
+    preset: str = "big"       # the shape to time (a preset of beyond/presets.py)
     size: str = "lesson"      # its size: lesson, quick (the tests') or gpu
     tokens: str = "1,2,3,5,9"  # new tokens per pass (T)
     repeats: int = 300        # timed passes per figure (the median is kept)

@@ -1,5 +1,5 @@
 """
-exercises/report.py: results/report.md, one section per exercise, each from its latest run.
+beyond/report.py: results/report.md, one section per exercise, each from its latest run.
 
 Every exercise, whether run alone (`python -m exercises.ex3_build`, `make exercise N=3`) or by
 the main job, saves its section to results/sections/exN.json with the date it ran; the report is
@@ -11,17 +11,16 @@ import json
 import re
 
 import gpt
-import machine
-import presets
 import speculative
-from exercises import common
+from beyond import common, presets
+from lessonkit import machine
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
-          "drafters": "every drafter compared",  # beyond/studies/drafters.py, not an exercise
-          "transformers": "against Hugging Face transformers",  # beyond/studies/transformers.py
-          "sampling": "sampling's price list",  # beyond/studies/sampling_costs.py
-          "batch": "what batching buys",  # beyond/studies/batch_curve.py
-          "trees": "token trees against chains"}  # beyond/studies/trees.py
+          "drafters": "every drafter compared",  # studies/drafters.py, not an exercise
+          "transformers": "against Hugging Face transformers",  # studies/transformers.py
+          "sampling": "sampling's price list",  # studies/sampling_costs.py
+          "batch": "what batching buys",  # beyond/batch_curve.py
+          "trees": "token trees against chains"}  # studies/trees.py
 STUDIES = [key for key in TITLES if not isinstance(key, int)]  # past the lesson: make studies
 
 
@@ -111,7 +110,7 @@ def studies_line(args):
     sections = load_sections(args)
     studies = [f"[{TITLES[key]}]({anchor(heading(key))})" if key in sections else
                f"{TITLES[key]} (not run yet)" for key in STUDIES]
-    return (", ".join(studies) + ". `make studies` runs them all; `python -m beyond.studies "
+    return (", ".join(studies) + ". `make studies` runs them all; `python -m studies "
             "--forecast` says how long they take here.")
 
 

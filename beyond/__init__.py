@@ -18,8 +18,8 @@ it uses neither. Here, each on top of the lesson:
     tree.py         token trees: many guesses per position, one pass (tree_grow, tree_sampling)
     hf.py           to and from Hugging Face transformers
   the models:
-    training.py     the presets' training loop: checkpoints, resuming, Muon, bfloat16, compile
-    presets.py      the named models, their sizes, and the checkpoint cache
+    beyond/training.py     the presets' training loop: checkpoints, resuming, Muon, bfloat16, compile
+    beyond/presets.py      the named models, their sizes, and the checkpoint cache
   the tools:
     registry.py     every drafter and backend by name (--draft, --target_backend)
     decode.py       the decoding command line (python speculative.py starts it)

@@ -94,10 +94,9 @@ assert abs(kept / trials - overlap) < 0.02 and p.argmax() != q.argmax()
 
 # %% your turn: speculative.agreement_of
 # source only: the reference answer (the notebooks put its code here instead)
-import numpy as np
-
-from numpy_speculative import warp
 from speculative import agreement_of
+import numpy as np
+from numpy_speculative import warp
 
 # %%
 check("4a")
@@ -190,9 +189,8 @@ for alpha in [0.2, 0.4, 0.6, 0.8, 0.9]:
 
 # %% your turn: exercises.ex2_derive.simulate
 # source only: the reference answer (the notebooks put its code here instead)
-import numpy as np
-
 from exercises.ex2_derive import simulate
+import numpy as np
 
 # %%
 check("2b")

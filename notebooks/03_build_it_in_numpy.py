@@ -186,16 +186,8 @@ assert ns.gelu(0.0) == 0 and abs(ns.gelu(4.0) - 4) < 1e-3 and abs(ns.gelu(-4.0))
 
 # %% your turn: numpy_speculative.layer_norm numpy_speculative.attention numpy_speculative.mlp numpy_speculative.forward
 # source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import (
-    Cache,
-    attention,
-    forward,
-    gelu,
-    layer_norm,
-    linear,
-    mlp,
-    softmax,
-)
+from numpy_speculative import layer_norm, attention, mlp, forward
+from numpy_speculative import Cache, gelu, linear, softmax
 
 # %%
 check("3a")
@@ -354,7 +346,8 @@ assert np.allclose(next_rows, ns.score(big, ns.Cache(big), seq, len(seq)), atol=
 
 # %% your turn: numpy_speculative.speculative_greedy
 # source only: the reference answer (the notebooks put its code here instead)
-from numpy_speculative import Cache, greedy_verdict, score, speculative_greedy
+from numpy_speculative import speculative_greedy
+from numpy_speculative import Cache, greedy_verdict, score
 
 # %%
 check("3b")

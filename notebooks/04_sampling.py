@@ -280,18 +280,9 @@ plt.show()
 
 # %% your turn: numpy_speculative.verify numpy_speculative.speculative_sample
 # source only: the reference answer (the notebooks put its code here instead)
+from numpy_speculative import verify, speculative_sample
+from numpy_speculative import Cache, accept_probability, residual, sample, score, warp
 import numpy as np
-
-from numpy_speculative import (
-    Cache,
-    accept_probability,
-    residual,
-    sample,
-    score,
-    speculative_sample,
-    verify,
-    warp,
-)
 
 # %%
 check("3c")

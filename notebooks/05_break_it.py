@@ -267,9 +267,9 @@ assert round(size) == 12 or QUICK
 
 # %% your turn: speculative.break_even_alpha
 # source only: the reference answer (the notebooks put its code here instead)
+from speculative import break_even_alpha
 import math
-
-from speculative import break_even_alpha, expected_speedup
+from speculative import expected_speedup
 
 # %%
 check("4b")

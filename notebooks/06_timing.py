@@ -14,25 +14,14 @@
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
 # Jupyter there). The models train on first use: a few minutes, with a progress bar.
-import copy
-import itertools
-import statistics
-import subprocess
-import sys
-import time
-
-from lessonkit import corpus
-from lessonkit import machine
-import matplotlib.pyplot as plt
-from beyond import presets
-import torch
-
-import gpt
-import speculative as sd
-from beyond import benchmark, common, registry, tree
+import copy, itertools, statistics, subprocess, sys, time
+import matplotlib.pyplot as plt, torch
+import gpt, speculative as sd
+from beyond import benchmark, common, presets, registry, tree
 from classroom.checks import FakeGPU
 from classroom.yourturn import check
 from exercises import ex5_gpu
+from lessonkit import corpus, machine
 from studies import cost_arithmetic, trees
 
 models = common.notebook_models(["big", "distilled", "draft"])
@@ -218,12 +207,11 @@ assert quiet[1] < 2 * quiet[cores] or QUICK or calm.note()  # never much slower 
 
 # %% your turn: exercises.ex5_gpu.timer
 # source only: the reference answer (the notebooks put its code here instead)
-import statistics
-import time
+from exercises.ex5_gpu import timer
+import statistics, time
 
 import torch
 
-from exercises.ex5_gpu import timer
 from lessonkit import machine
 
 # %%

@@ -161,7 +161,7 @@ def test_a_machine_held_to_an_older_instruction_set_says_so():
 @pytest.mark.slow  # a subprocess
 def test_held_to_avx2_training_does_not_take_bfloat16_for_native():
     # With torch held to AVX2, "auto" trains in float32: its bfloat16 kernels are out of reach.
-    code = "import training; print(training.native_bfloat16('cpu'))"
+    code = "from beyond import training; print(training.native_bfloat16('cpu'))"
     held = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}, cwd=ROOT)
     assert held.stdout.strip() == "False", held.stderr

@@ -1,12 +1,13 @@
 """
 studies/figures.py: what studies/render.py and studies/render_studies.py share: reading a results file
-(docs/results/NAME.json, checked once), writing a figure (1.60x, 34%, 1,526, a table), the
-provenance line under each table, and the claim check that stops a sentence the data
-contradicts. Nothing here knows a document or a study.
+(docs/results/NAME.json, checked once), writing a figure (1.60x, 34%, 1,526, a table), reading
+one straight from a file by a format string, the provenance line under each table, and the claim
+check that stops a sentence the data contradicts. Nothing here knows a document or a study.
 """
 
 import json
 import re
+import string
 from pathlib import Path
 
 from lessonkit import machine
@@ -68,14 +69,26 @@ def grouped(x):
     return f"{x:,.0f}"
 
 
-def minutes(seconds):
-    return str(round(seconds / 60))
-
-
 def span(values, write):
     """The smallest and the largest of values, written: "0.84-1.27x" (one figure if equal)."""
     low, high = write(min(values)), write(max(values))
     return low if low == high else f"{low.rstrip('x%')}-{high}"
+
+
+class Reader(string.Formatter):
+    """Python's format strings over the results files: "{ex3_build[tokens_per_pass]:.2f}" is
+    ex3_build.json's tokens_per_pass with two decimals. Formats of its own: seconds as
+    machine.duration writes them ("1 min 20 s") or in whole minutes, a run's machine in words."""
+    OWN = {"duration": machine.duration, "minutes": lambda seconds: str(round(seconds / 60)),
+           "machine": machine.summary}
+
+    def format_field(self, value, spec):
+        return self.OWN[spec](value) if spec in self.OWN else format(value, spec)
+
+
+def read(runs, form):
+    """A figure read straight from the results files: form is a Reader format string."""
+    return Reader().vformat(form, (), runs)
 
 
 def table(header, rows):
@@ -86,10 +99,6 @@ def table(header, rows):
 
 # ----------------------------------------------------------------------------------------------
 # Where a figure comes from
-
-
-def about_machine(run):
-    return machine.summary(run["machine"])
 
 
 WIDEST = re.compile(r"differed by up to (\d+)%")   # machine.Busy.note's words for a spread
@@ -121,8 +130,11 @@ def busy_words(data):
         if widest > machine.SPREAD else "quiet"
 
 
-def provenance(runs, name):
-    """One line: the command, the machine, the date, quiet or busy, and the file."""
-    run = runs[name]["run"]
-    return (f"*Measured by `{run['command']}` on {about_machine(run)}, {run['date']}, "
-            f"{busy_words(runs[name])} (`docs/results/{name}.json`).*")
+def provenance(runs, *names):
+    """One line per results file: the command, the machine, the date, quiet or busy, the file."""
+    lines = []
+    for name in names:
+        run = runs[name]["run"]
+        lines.append(f"*Measured by `{run['command']}` on {machine.summary(run['machine'])}, "
+                     f"{run['date']}, {busy_words(runs[name])} (`docs/results/{name}.json`).*\n")
+    return "".join(lines)

@@ -7,19 +7,18 @@ that measured them (docs/results/*.json, each with its command, machine and date
 
 A document marks a figure inline, `<!-- fig NAME -->1.60x<!-- /fig -->`, and a generated block
 (a table, a provenance line) between `<!-- begin NAME -->` and `<!-- end NAME -->` lines; the
-text between the markers is this script's to write, NAME one of FIGURES or BLOCKS below.
+text between the markers is this script's to write, NAME one of FIGURES or BLOCKS below, or
+provenance.FILE.FILE...: the provenance line of each results file named (figures.provenance).
 Re-measuring: run the command (`make benchmark`, `make lesson` in a fresh clone, `make test`),
 copy its results/NAME.json into docs/results/, run `make docs` and review the diff.
 
 A results file that is missing, malformed or of another format, or a claim in a document that
 its results file contradicts, stops the rendering with one line naming it, before any document
-is written: a document is never half rendered. Beside this script: studies/figures.py (reading
-results files, writing figures, provenance lines, claim checks) and studies/render_studies.py (the
-figures of RESULTS.md's study sections, merged into FIGURES and BLOCKS below).
+is written: a document is never half rendered. Beside this script: studies/figures.py (what the
+two share) and studies/render_studies.py (RESULTS.md's study sections).
 """
 
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,12 +29,11 @@ from studies.figures import (
     RUNS,
     RenderError,
     Runs,
-    about_machine,
     claim,
     grouped,
-    minutes,
     percent,
     provenance,
+    read,
     span,
     table,
     times,
@@ -79,6 +77,9 @@ def benchmark_table(runs):
              grouped(r["spec_tokens_per_s"]), times(r["speedup"]), times(r["predicted_speedup"]),
              f"{r['tokens_per_pass']:.2f}", percent(r["acceptance_rate"]), f"{r['c']:.3f}",
              f"{r['verify_cost']:.2f}"] for r in best_rows(runs)]
+    claim(bench_row(runs, "torch/numpy", "draft")["speedup"]
+          < bench_row(runs, "torch/numpy", "distilled")["speedup"],
+          "the lesson's 1 x 32 draft [gains] less: it writes only about 2 characters per pass")
     return table(header, rows)
 
 
@@ -103,30 +104,13 @@ def verify_at(runs, setup, k):
                 if (r["setup"], r["draft"], r["k"]) == (setup, "distilled", k))
 
 
-def verify_range(runs):
-    costs = [r["verify_cost"] for r in best_rows(runs)]
-    return f"{min(costs):.2f}-{max(costs):.2f}"
-
-
-def lesson_draft_range(runs):
-    ups = [r["speedup"] for r in best_rows(runs) if r["draft"] == "draft"
-           and r["setup"].startswith("torch/")]
-    return f"{min(ups):.2f}-{max(ups):.2f}x"
-
-
-def predicted_ratio(runs, setup, draft):
-    """measured / predicted over every fixed k of one pair: "0.84-0.93"."""
-    ratios = [r["speedup"] / r["predicted_speedup"] for r in runs["benchmark"]["runs"]
-              if isinstance(r["k"], int) and r["setup"] == setup and r["draft"] == draft]
-    return f"{min(ratios):.2f}-{max(ratios):.2f}"
-
-
 # ----------------------------------------------------------------------------------------------
 # Threads (python -m beyond.benchmark --threads: "CONDITION / WORK / N threads": milliseconds)
 
 
+TRAINING = "training step, big model (20 x 128)"
 LARGER = ("plain decoding, 200 characters", "lesson's loop (no cache), 100 characters",
-          "training step, big model (20 x 128)")   # the passes large enough to split
+          TRAINING)   # the passes large enough to split
 
 
 def thread_times(runs):
@@ -144,6 +128,17 @@ def milliseconds(ms):
 def threads_table(runs):
     times_ = thread_times(runs)
     conditions = list(dict.fromkeys(c for c, _, _ in times_))
+    small = ("decoding step, big model (1 token)", "verification pass, big model (5 tokens)")
+    # what the paragraph under the table says of it
+    claim(all(0.8 < two_against_one(runs, "quiet", work) < 1.25 for work in small),
+          "On a quiet machine a one-token step and a 5-token check cost about the same on 1 and "
+          "2 threads")
+    claim(two_against_one(runs, "quiet", TRAINING) < 1,
+          "a training step is faster on 2 threads [on a quiet machine]")
+    claim(min(collapse(runs)) > 1,
+          "Beside a busy program, every larger pass is slower on 2 threads")
+    claim(all(two_against_one(runs, c, "plain decoding, 200 characters") >= 1 for c in conditions),
+          "plain decoding is fastest on one thread in every condition")
     rows = [[work if n == min(n for _, w, n in times_ if w == work) else "", n,
              *[milliseconds(times_[c, work, n]) for c in conditions]]
             for work, n in dict.fromkeys((w, n) for _, w, n in times_)]
@@ -154,79 +149,36 @@ def two_against_one(runs, condition, work):
     return thread_times(runs)[condition, work, 2] / thread_times(runs)[condition, work, 1]
 
 
-def quiet_small(runs):
-    """A one-token step and a 5-token check on a quiet machine: about as dear on 2 threads."""
-    works = ("decoding step, big model (1 token)", "verification pass, big model (5 tokens)")
-    claim(all(0.8 < two_against_one(runs, "quiet", w) < 1.25 for w in works),
-          "On a quiet machine a one-token step and a 5-token check cost about the same on 1 and 2 "
-          "threads")
-    t = thread_times(runs)
-    return " and ".join(f"{milliseconds(t['quiet', w, 1])} against "
-                        f"{milliseconds(t['quiet', w, 2])}" for w in works)
-
-
 def collapse(runs):
-    """How much longer every larger pass takes on 2 threads beside a busy program."""
-    ratios = [two_against_one(runs, c, w) for c, w, n in thread_times(runs)
-              if c != "quiet" and w in LARGER and n == 1]
-    claim(min(ratios) > 1, "Beside a busy program, every larger pass is slower on 2 threads")
-    return span(ratios, "{:.1f}".format)
-
-
-def plain_on_one(runs):
-    """Plain decoding on one thread: never slower than on 2, in any condition."""
-    work = "plain decoding, 200 characters"
-    conditions = {c for c, w, _ in thread_times(runs) if w == work}
-    claim(all(two_against_one(runs, c, work) >= 1 for c in conditions),
-          "plain decoding is fastest on one thread in every condition")
-    t = thread_times(runs)
-    return f"{milliseconds(t['quiet', work, 1])} against {milliseconds(t['quiet', work, 2])}"
-
-
-def training_on_two(runs):
-    ratio = 1 / two_against_one(runs, "quiet", "training step, big model (20 x 128)")
-    claim(ratio > 1, "every core for training on a quiet machine")
-    return times(ratio)
+    """How much longer each larger pass takes on 2 threads than on 1 beside a busy program."""
+    return [two_against_one(runs, c, w) for c, w, n in thread_times(runs)
+            if c != "quiet" and w in LARGER and n == 1]
 
 
 # ----------------------------------------------------------------------------------------------
 # The main job and training
 
 
-def stage_table(runs, nothing="lesson", again="lesson-again"):
-    """The main job's stages from nothing and again, each with its forecast."""
-    nothing, again = runs[nothing], runs[again]
-
-    def cell(record):
-        if record is None:
-            return "none"
-        said = f" (forecast {machine.duration(record['forecast_s'])})" \
+def stage_table(runs, header, whole, *names):
+    """Each stage of one run or more (the main job from nothing, then again), with the forecast
+    the job printed before it, then the whole run."""
+    def took(record, seconds, said="forecast", bold=""):
+        said = f" ({said} {machine.duration(record['forecast_s'])})" \
             if record.get("forecast_s") is not None else ""
-        return machine.duration(record["seconds"]) + said
-
-    labels = [s["label"].split(" (training")[0] for s in nothing["stages"]]
+        return f"{bold}{machine.duration(record[seconds])}{bold}{said}"
     rows = []
-    for label, record in zip(labels, nothing["stages"]):
-        twin = next((s for s in again["stages"] if s["label"].startswith(label)), None)
-        rows.append([label, cell(record), cell(twin)])
-    def whole(run, said):
-        took = f"**{machine.duration(run['total_s'])}**"
-        return took + (f" ({said} {machine.duration(run['forecast_s'])})"
-                       if run.get("forecast_s") else "")
-    rows.append(["**the job** (`python -m exercises`)", whole(nothing, "forecast at the start"),
-                 whole(again, "forecast")])
-    return table(["stage", "from nothing (training the models it needs first)",
-                  "again (models cached)"], rows)
+    for stage in runs[names[0]]["stages"]:
+        label = stage["label"].split(" (training")[0]
+        twins = [next((s for s in runs[n]["stages"] if s["label"].startswith(label)), None)
+                 for n in names]
+        rows.append([label, *[took(twin, "seconds") if twin else "none" for twin in twins]])
+    rows.append([whole, took(runs[names[0]], "total_s", "forecast at the start", "**"),
+                 *[took(runs[n], "total_s", bold="**") for n in names[1:]]])
+    return table(header, rows)
 
 
-def studies_table(runs):
-    """Each study's stage of `make studies`, and the whole run."""
-    run = runs["studies"]
-    rows = [[s["label"].split(" (training")[0], machine.duration(s["seconds"])]
-            for s in run["stages"]]
-    rows.append(["**all of them** (`python -m studies`)",
-                 f"**{machine.duration(run['total_s'])}**"])
-    return table(["study", "time (models trained already)"], rows)
+JOB = (["stage", "from nothing (training the models it needs first)", "again (models cached)"],
+       "**the job** (`python -m exercises`)")   # the main job's stage table: header, last row
 
 
 LESSON_ROWS = [  # the lesson's figure, where the project reproduces it, what we measured (figures)
@@ -254,8 +206,9 @@ LESSON_ROWS = [  # the lesson's figure, where the project reproduces it, what we
 
 
 def lesson_table(runs):
-    """LESSON.md's table of the lesson's figures against ours."""
-    fill = lambda text: re.sub(r"\{([\w.]+)\}", lambda m: FIGURES[m.group(1)](runs), text)
+    """LESSON.md's table of the lesson's figures against ours ({NAME}: the figure NAME)."""
+    def fill(text):
+        return re.sub(r"\{([\w.]+)\}", lambda m: value("fig", m[1], runs), text)
     return table(["the lesson's figure", "where this project reproduces or explains it",
                   "what this project measured"],
                  [(figure, where, fill(ours)) for figure, where, ours in LESSON_ROWS])
@@ -293,44 +246,31 @@ def models_table(runs):
 # The training ladder (python -m studies.training) and the big model held to AVX2
 
 
-def seconds_or_not(record, prices):
-    """A record's time to the target at the prices of the quiet run (training-prices): the
-    ladder's losses repeat to the last digit on any load at the same thread count, a step's
-    price does not."""
-    seconds = study_training.seconds_to_target(record, prices)
-    return machine.duration(seconds) if seconds else "not reached"
-
-
-def ladder_claims(study, prices):
-    """What "The models" says of the ladder and the prices, checked against them."""
-    rungs, tried = study["ladder"], {r["rung"]: r for r in study["tried"]}
-    last = rungs[-1]["final"]
-    for name, lever in (("3 Newton-Schulz iterations instead of 5", "newton-schulz 3"),
-                        ("batch 10 instead of 20", "batch 10")):
-        claim(tried[name]["final"] > last, f"{name} trains worse (the tried rows)")
-        claim(prices[lever]["ratio"] < 1, f"{name} is cheaper")
-    claim(study["preset"]["final"] <= study["target"], "the big preset reaches the target")
-
-
 def ladder_table(runs):
-    """Each rung (a lever on top of the rungs above), then each lever tried and not kept."""
-    study = runs["training"]
-    target = study["target"]
-    ladder_claims(study, runs["training-prices"]["levers"])
-    prices = runs["training-prices"]["levers"]
-    rungs, last = study["ladder"], study["ladder"][-1]
+    """Each rung (a lever on top of the rungs above), then each lever tried and not kept. A
+    rung's time is at the prices of the quiet run (training-prices): the ladder's losses repeat
+    to the last digit on any load at the same thread count, a step's price does not."""
+    study, prices = runs["training"], runs["training-prices"]["levers"]
+    rungs, tried, target = study["ladder"], study["tried"], study["target"]
+    for name, lever in (("3 Newton-Schulz iterations instead of 5", "newton-schulz 3"),
+                        ("batch 10 instead of 20", "batch 10")):   # what "The models" says
+        claim(next(r for r in tried if r["rung"] == name)["final"] > rungs[-1]["final"],
+              f"{name} trains worse (the tried rows)")
+        claim(prices[lever]["ratio"] < 1, f"{name} is cheaper")
+    claim(study["preset"]["final"] <= target, "the big preset reaches the target")
 
     def row(name, record, against):
         change = f"{round(record['final'] - against['final'], 3) + 0.0:+.3f}" if against \
             else ""                                           # (+ 0.0: never "-0.000")
+        seconds = study_training.seconds_to_target(record, prices)
         return [name, f"{record['final']:.3f}", change, record["reached_at"] or "-",
-                seconds_or_not(record, prices)]
+                machine.duration(seconds) if seconds else "not reached"]
     steps = rungs[0]["steps"]
     rows = [row(("" if i == 0 else "+ ") + r["rung"], r, rungs[i - 1] if i else None)
             for i, r in enumerate(rungs)]
     rows += [row(f"*tried on top, not kept:* {r['rung']}"
-                 + (f" ({r['steps']} steps)" if r["steps"] != steps else ""), r, last)
-             for r in study["tried"]]
+                 + (f" ({r['steps']} steps)" if r["steps"] != steps else ""), r, rungs[-1])
+             for r in tried]
     kept = study["preset"]
     rows.append(row(f"**the big preset** ({kept['steps']} steps)", kept, None))
     return table(["rung", f"validation loss after {steps} steps", "against the rung above "
@@ -347,25 +287,17 @@ LEVER_WORDS = {"preset": "the big preset's step", "adamw": "AdamW for every matr
 def lever_table(runs, name="training-prices"):
     """Each lever's step: its price, its arithmetic and the share of the machine's float32
     matrix product speed it reaches (studies/training.py, arithmetic)."""
-    run = runs[name]
-    peak = run["peak"]["peak_gflops"]
-    rows = [[LEVER_WORDS.get(lever, lever), f"{row['ms']:.0f}", times(row["ratio"]),
-             f"{row['first_step_s']:.1f}", f"{row['gflop']:.1f}",
-             f"{row['gflop'] / row['ms'] * 1e3:.0f}", f"{row['of_peak']:.0%}"]
-            for lever, row in run["levers"].items()]
-    return table(["step", "ms (median)", "against the first", "first step (s)", "GFLOP a step",
-                  "GFLOP/s", f"of the float32 product peak ({peak:.0f} GFLOP/s)"], rows)
-
-
-def compiled(runs, name):
-    """torch.compile's step against the preset's in the prices `name`. The sentence quoting it
-    says compiling does not pay within one training of the big preset: what its steps save is
-    less than what its first step spends compiling (checked)."""
     levers, steps = runs[name]["levers"], runs["training"]["preset"]["steps"]
     saved = (levers["preset"]["ms"] - levers["compile"]["ms"]) / 1e3 * steps
     spent = levers["compile"]["first_step_s"] - levers["preset"]["first_step_s"]
     claim(saved < spent, f"torch.compile does not pay within one training ({name})")
-    return times(levers["compile"]["ratio"])
+    rows = [[LEVER_WORDS.get(lever, lever), f"{row['ms']:.0f}", times(row["ratio"]),
+             f"{row['first_step_s']:.1f}", f"{row['gflop']:.1f}",
+             f"{row['gflop'] / row['ms'] * 1e3:.0f}", f"{row['of_peak']:.0%}"]
+            for lever, row in levers.items()]
+    return table(["step", "ms (median)", "against the first", "first step (s)", "GFLOP a step",
+                  "GFLOP/s", f"of the float32 product peak "
+                  f"({runs[name]['peak']['peak_gflops']:.0f} GFLOP/s)"], rows)
 
 
 def held_to_avx2(runs):
@@ -388,36 +320,26 @@ def steps_in_goal(runs):
 
 def faster_step_needed(runs):
     """How many times faster than its price held to AVX2 the preset's step would have to be
-    for its steps to the target to fit in the goal's seconds. The sentence that quotes it says
-    no rung or lever tried reaches the target in that time at those prices, and that no
-    lever's step reaches the share of the machine's float32 product speed that a step so fast
-    would use: both checked."""
+    for its steps to the target to fit in the goal's seconds. The sentences around it say that
+    no rung or lever tried reaches the target in that time at those prices; that the recipe
+    fitted whole into a minute's steps there, and batch 10's cheaper steps, end above the goal;
+    and that no lever's step reaches the share of the machine's float32 product speed that a
+    step so fast would use: all checked."""
     prices = runs["training-prices-avx2"]["levers"]
     study = runs["training"]
     for record in study["ladder"] + study["tried"] + [study["preset"]]:
         claim(record["reached_at"] is None or record["reached_at"]
               * prices[record["priced_as"]]["ms"] / 1e3 > GOAL_SECONDS,
               "no lever above reaches the target in a minute there")
+    for rung in ("the same recipe fitted", "batch 10 instead"):
+        record = next(r for r in study["tried"] if r["rung"].startswith(rung))
+        price = prices[record["priced_as"]]["ms"] / 1e3
+        claim(record["steps"] * price >= GOAL_SECONDS, f"{rung}: at least a minute's steps there")
+        claim(record["final"] > GOAL_LOSS, f"{rung}: above the goal after a minute's steps there")
     needed = study["preset"]["reached_at"] * prices["preset"]["ms"] / 1e3 / GOAL_SECONDS
     claim(all(row["of_peak"] < needed * prices["preset"]["of_peak"] for row in prices.values()),
           "no lever's step uses the share of the machine's product speed a minute needs")
     return needed
-
-
-def tried_row(runs, rung):
-    """The training study's tried row whose name starts with `rung`."""
-    return next(r for r in runs["training"]["tried"] if r["rung"].startswith(rung))
-
-
-def fitted(runs, rung):
-    """The tried row `rung` (its name's start), a recipe whole in fewer or cheaper steps: its
-    loss at the end. The sentence quoting it says the row trained at least the steps a minute
-    holds held to AVX2 at its step's price, and ended above the goal (both checked)."""
-    record = tried_row(runs, rung)
-    price = runs["training-prices-avx2"]["levers"][record["priced_as"]]["ms"] / 1e3
-    claim(record["steps"] * price >= GOAL_SECONDS, f"{rung}: at least a minute's steps there")
-    claim(record["final"] > GOAL_LOSS, f"{rung}: above the goal after a minute's steps there")
-    return f"{record['final']:.3f}"
 
 
 def avx2_goal(runs):
@@ -428,94 +350,69 @@ def avx2_goal(runs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Every figure and block by name: what a marker in a document may ask for
+# Every figure and block by name: what a marker in a document may ask for. A string is read
+# straight from the results files (figures.read: "{FILE[key][key]:FORMAT}").
 
 
 FIGURES = {
     # the benchmark (make benchmark)
-    "bench.minutes": lambda r: minutes(r["benchmark"]["run"]["seconds"]),
-    "bench.date": lambda r: r["benchmark"]["run"]["date"][:10],
-    "bench.machine": lambda r: about_machine(r["benchmark"]["run"]),
+    "bench.minutes": "{benchmark[run][seconds]:minutes}",
+    "bench.date": "{benchmark[run][date]:.10}",
+    "bench.machine": "{benchmark[run][machine]:machine}",
     "bench.ngram": lambda r: times(bench_row(r, "torch/numpy", "ngram")["speedup"]),
-    "bench.ngram.c": lambda r: f"{bench_row(r, 'torch/numpy', 'ngram')['c']:.3f}",
-    "bench.ngram.alpha": lambda r: f"{r['benchmark']['agreement']['ngram']['greedy_agreement']:.2f}",
+    "bench.ngram.alpha": "{benchmark[agreement][ngram][greedy_agreement]:.2f}",
     "bench.distilled.numpy": lambda r: times(bench_row(r, "torch/numpy", "distilled")["speedup"]),
     "bench.distilled.numpy.k": lambda r: str(bench_row(r, "torch/numpy", "distilled")["k"]),
-    "bench.distilled.torch": lambda r: times(bench_row(r, "torch/torch", "distilled")["speedup"]),
-    "bench.draft.numpy": lambda r: times(bench_row(r, "torch/numpy", "draft")["speedup"]),
-    "bench.draft.numpy.pass": lambda r: f"{bench_row(r, 'numpy/numpy', 'draft')['tokens_per_pass']:.2f}",
+    "bench.draft.numpy.pass":
+        lambda r: f"{bench_row(r, 'numpy/numpy', 'draft')['tokens_per_pass']:.2f}",
     "bench.draft.numpy.k": lambda r: str(bench_row(r, "numpy/numpy", "draft")["k"]),
-    "bench.verify": verify_range,
+    "bench.verify": lambda r: span([x["verify_cost"] for x in best_rows(r)], "{:.2f}".format),
     "bench.verify5.torch": lambda r: verify_at(r, "torch/torch", 4),
     "bench.verify5.numpy": lambda r: verify_at(r, "numpy/numpy", 4),
-    "bench.lesson_draft": lesson_draft_range,
-    "bench.alpha.draft": lambda r: f"{r['benchmark']['agreement']['draft']['greedy_agreement']:.3f}",
-    "bench.alpha.distilled": lambda r: f"{r['benchmark']['agreement']['distilled']['greedy_agreement']:.3f}",
-    "bench.alpha.distilled.percent": lambda r: percent(r["benchmark"]["agreement"]["distilled"]["greedy_agreement"]),
-    "bench.alpha.draft.percent": lambda r: percent(r["benchmark"]["agreement"]["draft"]["greedy_agreement"]),
-    "bench.kv": lambda r: f"{r['benchmark']['recompute']['speedup']:.1f}x",
-    "bench.kv.numpy": lambda r: f"{r['benchmark']['recompute']['speedup_numpy']:.1f}x",
-    "bench.kv.recompute": lambda r: grouped(r["benchmark"]["recompute"]["recompute_tokens_per_s"]),
-    "bench.kv.cached": lambda r: grouped(r["benchmark"]["recompute"]["cached_tokens_per_s"]),
-    "bench.ratio.distilled.torch": lambda r: predicted_ratio(r, "torch/torch", "distilled"),
-    "bench.ratio.draft.torch": lambda r: predicted_ratio(r, "torch/torch", "draft"),
-    "bench.ratio.distilled.numpy": lambda r: predicted_ratio(r, "torch/numpy", "distilled"),
+    "bench.lesson_draft": lambda r: span([x["speedup"] for x in best_rows(r) if x["draft"]
+                                          == "draft" and x["setup"].startswith("torch/")], times),
+    "bench.alpha.draft": "{benchmark[agreement][draft][greedy_agreement]:.3f}",
+    "bench.alpha.distilled.percent": "{benchmark[agreement][distilled][greedy_agreement]:.0%}",
+    "bench.kv": "{benchmark[recompute][speedup]:.1f}x",
+    "bench.kv.numpy": "{benchmark[recompute][speedup_numpy]:.1f}x",
+    "bench.kv.recompute": "{benchmark[recompute][recompute_tokens_per_s]:,.0f}",
+    "bench.kv.cached": "{benchmark[recompute][cached_tokens_per_s]:,.0f}",
     # the main job (make lesson) from nothing and again, and the models it trained
-    "lesson.minutes": lambda r: minutes(r["lesson"]["total_s"]),
-    "lesson.nothing": lambda r: machine.duration(r["lesson"]["total_s"]),
-    "lesson.again": lambda r: machine.duration(r["lesson-again"]["total_s"]),
+    "lesson.nothing": "{lesson[total_s]:duration}",
+    "lesson.again": "{lesson-again[total_s]:duration}",
     "lesson.big": lambda r: machine.duration(trained(r, "big")["seconds"]),
     "lesson.distilled": lambda r: machine.duration(trained(r, "distilled")["seconds"]),
-    "lesson.machine": lambda r: about_machine(r["lesson"]["run"]),
-    "lesson.date": lambda r: r["lesson"]["run"]["date"][:10],
+    "lesson.date": "{lesson[run][date]:.10}",
     "big.loss": lambda r: f"{trained(r, 'big')['val_loss']:.3f}",
     "big.steps": lambda r: str(trained(r, "big")["steps"]),
     # the training ladder, and the big preset held to AVX2
-    "training.target": lambda r: str(r["training"]["target"]),
-    "training.threads": lambda r: str(r["training"]["peak"]["threads"]),
-    "training.before": lambda r: f"{r['training']['ladder'][0]['final']:.3f}",
-    "training.preset.steps": lambda r: str(r["training"]["preset"]["steps"]),
-    "training.preset.loss": lambda r: f"{r['training']['preset']['final']:.3f}",
+    "training.target": "{training[target]}",
+    "training.threads": "{training[peak][threads]}",
     "avx2.big.time": lambda r: machine.duration(held_to_avx2(r)["seconds"]),
     "avx2.big.loss": lambda r: f"{held_to_avx2(r)['val_loss']:.3f}",
     "avx2.big.steps": lambda r: str(held_to_avx2(r)["steps"]),
-    "avx2.command.time": lambda r: machine.duration(r["train-avx2"]["run"]["seconds"]),
+    "avx2.command.time": "{train-avx2[run][seconds]:duration}",
     "avx2.goal": avx2_goal,
     "avx2.steps_in_goal": steps_in_goal,
     "avx2.faster_step": lambda r: f"{faster_step_needed(r):.1f}",
-    "avx2.preset_of_peak": lambda r: percent(r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
     "avx2.needed_of_peak": lambda r: percent(
         faster_step_needed(r) * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
-    "avx2.goal_seconds": lambda r: str(GOAL_SECONDS),
-    "training.preset.reached": lambda r: str(r["training"]["preset"]["reached_at"]),
-    "training.compile": lambda r: compiled(r, "training-prices"),
-    "avx2.compile": lambda r: compiled(r, "training-prices-avx2"),
-    "avx2.compile.first": lambda r: machine.duration(
-        r["training-prices-avx2"]["levers"]["compile"]["first_step_s"]),
-    "training.compile.first": lambda r: machine.duration(
-        r["training-prices"]["levers"]["compile"]["first_step_s"]),
-    "training.fitted": lambda r: fitted(r, "the same recipe fitted"),
-    "training.fitted.batch10": lambda r: fitted(r, "batch 10 instead"),
-    "training.fitted.steps": lambda r: str(tried_row(r, "the same recipe fitted")["steps"]),
-    # exercises 3 and 4 of that run
-    "ex3.kept": lambda r: percent(r["ex3_build"]["acceptance_rate"]),
-    "ex3.pass": lambda r: f"{r['ex3_build']['tokens_per_pass']:.2f}",
-    "ex3.formula_pass": lambda r: f"{r['ex3_build']['formula_tokens_per_pass']:.2f}",
-    "ex3.lesson_loop": lambda r: times(r["ex3_build"]["measured_speedup"]["lesson"]),
-    "ex4.draft": lambda r: percent(r["ex4_break"]["drafts"]["draft"]["greedy_agreement"], 1),
-    "ex4.names": lambda r: percent(r["ex4_break"]["drafts"]["names"]["greedy_agreement"], 1),
+    # exercises 3 and 4 of that run (LESSON.md's table of the lesson's figures)
+    "ex3.kept": "{ex3_build[acceptance_rate]:.0%}",
+    "ex3.pass": "{ex3_build[tokens_per_pass]:.2f}",
+    "ex3.formula_pass": "{ex3_build[formula_tokens_per_pass]:.2f}",
+    "ex3.lesson_loop": "{ex3_build[measured_speedup][lesson]:.2f}x",
+    "ex4.draft": "{ex4_break[drafts][draft][greedy_agreement]:.1%}",
+    "ex4.names": "{ex4_break[drafts][names][greedy_agreement]:.1%}",
     # the test suite
-    "tests.minutes": lambda r: minutes(r["tests"]["seconds"]),
-    "tests.time": lambda r: machine.duration(r["tests"]["seconds"]),
+    "tests.time": "{tests[seconds]:duration}",
     "tests.count": lambda r: str(r["tests"]["passed"] + r["tests"]["skipped"]),
-    "tests-fast.time": lambda r: machine.duration(r["tests-fast"]["seconds"]),
+    "tests-fast.time": "{tests-fast[seconds]:duration}",
     "tests-fast.count": lambda r: str(r["tests-fast"]["passed"] + r["tests-fast"]["skipped"]),
     # threads, quiet and busy (python -m beyond.benchmark --threads)
-    "threads.time": lambda r: machine.duration(r["threads"]["run"]["seconds"]),
-    "threads.quiet": quiet_small,
-    "threads.training": training_on_two,
-    "threads.collapse": collapse,
-    "threads.plain": plain_on_one,
+    "threads.time": "{threads[run][seconds]:duration}",
+    "threads.training": lambda r: times(1 / two_against_one(r, "quiet", TRAINING)),
+    "threads.collapse": lambda r: span(collapse(r), "{:.1f}".format),
     **render_studies.FIGURES,   # the study sections of docs/RESULTS.md
 }
 
@@ -523,39 +420,32 @@ BLOCKS = {
     "lesson.figures": lesson_table,
     "bench.table": benchmark_table,
     "bench.readme": readme_benchmark,
-    "bench.provenance": lambda r: provenance(r, "benchmark") + "\n",
-    "lesson.stages": stage_table,
-    "lesson.provenance": lambda r: provenance(r, "lesson") + "\n" + provenance(r, "lesson-again")
-    + "\n",
-    "lesson.stages.avx2": lambda r: stage_table(r, "lesson-avx2", "lesson-again-avx2"),
-    "lesson.provenance.avx2": lambda r: provenance(r, "lesson-avx2") + "\n"
-    + provenance(r, "lesson-again-avx2") + "\n",
+    "lesson.stages": lambda r: stage_table(r, *JOB, "lesson", "lesson-again"),
+    "lesson.stages.avx2": lambda r: stage_table(r, *JOB, "lesson-avx2", "lesson-again-avx2"),
     "models.table": models_table,
     "training.ladder": ladder_table,
     "training.levers": lever_table,
     "training.levers.avx2": lambda r: lever_table(r, "training-prices-avx2"),
-    "training.provenance": lambda r: "\n".join(provenance(r, name) for name in
-                                                ("training", "training-prices",
-                                                 "training-prices-avx2", "train-avx2")) + "\n",
-    "studies.table": studies_table,
-    "studies.provenance": lambda r: provenance(r, "studies") + "\n",
-    "tests.provenance": lambda r: provenance(r, "tests") + "\n" + provenance(r, "tests-fast") + "\n",
+    "studies.table": lambda r: stage_table(r, ["study", "time (models trained already)"],
+                                           "**all of them** (`python -m studies`)", "studies"),
     "threads.table": threads_table,
-    "threads.provenance": lambda r: provenance(r, "threads") + "\n",
     **render_studies.BLOCKS,
 }
 
 
 def value(kind, name, runs):
-    table_ = FIGURES if kind == "fig" else BLOCKS
-    if name not in table_:
+    """The text of marker `name` (kind "fig" or "block"), from the results files."""
+    if kind == "block" and name.startswith("provenance."):   # the files it names, one line each
+        return provenance(runs, *name.split(".")[1:])
+    known = FIGURES if kind == "fig" else BLOCKS
+    if name not in known:
         raise RenderError(f"no {'figure' if kind == 'fig' else 'block'} named {name!r} "
-                          f"(studies/render.py knows: {', '.join(sorted(table_))})")
+                          f"(studies/render.py knows: {', '.join(sorted(known))})")
     try:
-        return table_[name](runs)
-    except (KeyError, TypeError, StopIteration, ValueError, statistics.StatisticsError) as e:
-        if isinstance(e, RenderError):
-            raise
+        return read(runs, known[name]) if isinstance(known[name], str) else known[name](runs)
+    except RenderError:
+        raise
+    except (LookupError, TypeError, StopIteration, ValueError) as e:
         raise RenderError(f"{name}: {runs.folder / runs.last}.json lacks what it needs "
                           f"({type(e).__name__}: {e}); measure it again") from None
 

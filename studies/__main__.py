@@ -8,11 +8,10 @@ Every study past the lesson, one after another: `make studies` runs this.
 
 The studies: every drafter compared (drafters.py), against Hugging Face transformers
 (transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
-what batching buys (batch_curve.py) and token trees against chains (trees.py). Each also runs alone, `python -m studies.NAME`
-with flags of its own. Before each one this says what runs and about how long is left, forecast
-from this machine's speed now (beyond/common.py): the models a study uses that are not
-trained yet (the distilled draft, the extra heads) are trained first, and counted in. Each study
-writes its section of results/report.md, which the lesson's report links to.
+what batching buys (batch_curve.py) and token trees against chains (trees.py); each also runs
+alone, `python -m studies.NAME`, with flags of its own. Before each, this says how long is left,
+forecast from this machine's speed now (beyond/common.py), counting in the models a study uses
+that are not trained yet (trained first). Each writes its section of results/report.md.
 """
 
 import contextlib
@@ -60,7 +59,6 @@ def available(key):
     """Why study `key` cannot run here, or None."""
     if key == "transformers" and importlib.util.find_spec("transformers") is None:
         return "transformers is not installed (make studies installs it: pip install -e '.[hf]')"
-    return None
 
 
 def stages(args, keys, folder):
@@ -110,10 +108,9 @@ def batch_section(args, log):
 def train_heads(args, log):
     """The extra heads on the big model, trained here (once: heads.load trains missing ones),
     with their time in common.TRAINED beside the presets' (the forecast's reference)."""
-    folder = common.checkpoint_folder(args)
     big = common.load_models(args, ["big"], log=log)["big"]
     started = time.time()
-    heads.load(big, folder, log=log)
+    heads.load(big, common.checkpoint_folder(args), log=log)
     common.TRAINED.append({"preset": "heads", "seconds": time.time() - started,
                            "finished": time.time()})
 
@@ -147,8 +144,7 @@ def run(args, log=print):
             sections[key] = module.run(module.Args(seed=args.seed, quick=args.quick,
                                                    checkpoints=args.checkpoints,
                                                    results=args.results), log=log)
-        path = report.record(args, key, sections[key], log=None)
-        log(f"recorded in {path}")
+        log(f"recorded in {report.record(args, key, sections[key], log=None)}")
     # The stages' times (the extra heads' training counted in the drafters' stage), for the
     # forecast's reference: results/studies.json.
     common.save_json(args, "studies.json", {"studies": keys, "quick": args.quick,

@@ -1,8 +1,7 @@
 """
 studies/cost_arithmetic.py: what a run costs, from the models' shapes: multiply-adds per
-position scored, weights read per pass, and both totalled over speculative runs against plain
-decoding writing the same tokens (studies/sampling_costs.py measures them; notebook 6
-shows one run's).
+position scored and weights read per pass, totalled over speculative runs against plain
+decoding of the same tokens (studies/sampling_costs.py and notebook 6 use it).
 """
 
 from collections import Counter
@@ -17,12 +16,10 @@ BYTES = 4                                           # float32 weights
 #                + C^2 (attention output) + 8 C^2 (MLP: C -> 4C -> C)  =  12 C^2 + 2 C keys
 #     head       C V (the final projection to the vocabulary)
 #     total      n_layer (12 C^2 + 2 C keys) + C V;   FLOPs = 2 MACs
-# LayerNorms, GELU, softmax and the embedding look-ups are O(C) or O(keys): left out. A pass reads
-# every weight once: n_layer (12 C^2 + 13 C) (blocks) + 2 C (final LayerNorm) + V C (head, tied
-# to the token embedding) parameters, 4 bytes each; the KV cache it reads is left out too (it is
-# the same for plain and speculative decoding, per token scored). The window's re-encoding after
-# a jump is the same for both as well, and is left out. Position m (predicting token m) is scored
-# with keys = m - window_start(m) tokens in view.
+# LayerNorms, GELU, softmax and the embedding look-ups (O(C) or O(keys)) are left out. A pass
+# reads every weight once: n_layer (12 C^2 + 13 C) (blocks) + 2 C (final LayerNorm) + V C (head,
+# tied to the token embedding) parameters, 4 bytes each. The KV cache it reads and the window's
+# re-encoding after a jump are the same for plain and speculative decoding: left out too.
 
 
 def macs_per_position(c, keys):
@@ -80,10 +77,8 @@ def run_costs(target_c, draft, runs):
         out["plain_macs"] += sum(macs_per_position(target_c, keys_at(m, block))
                                  for m in range(prompt_len, n))
         out["new_tokens"] += n - prompt_len
-        out["target_positions"] += stats.target_positions
-        out["draft_positions"] += stats.draft_positions
-        out["target_passes"] += stats.target_passes
-        out["draft_passes"] += stats.draft_passes
+        for key in ("target_positions", "draft_positions", "target_passes", "draft_passes"):
+            out[key] += getattr(stats, key)
     new = max(1, out["new_tokens"])
     W = weights_read(target_c)
     plain_bytes = BYTES * W                                          # one pass per token

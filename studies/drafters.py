@@ -8,24 +8,21 @@ to answer the question a user asks: what is the fastest way to generate this tex
 
 For each target backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT, the same weights
 with less overhead per call) and each drafter, greedy speculative decoding runs at every k in
---ks and with every adaptive schedule; every output is checked against plain decoding. Per
-drafter:
+--ks and with every adaptive schedule, each output checked against plain decoding. Per drafter:
 
-    alpha      guesses kept / guesses checked, on separate calibration prompts (a round checks
-               its guesses up to and including the first one rejected)
-    c          seconds per guess / seconds of one plain step of the big model (same run)
-    verify     one pass of the big model over k+1 tokens / one over 1 token (machine.pass_time)
-    predicted  (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify): the lesson's formula
+    alpha      guesses kept / guesses checked, on separate calibration prompts
+    c          seconds per guess / seconds of one plain step of the big model
+    verify     one pass of the big model over k+1 tokens / one over 1 token
+    predicted  the lesson's formula, expected_speedup(alpha, k, c, verify)
     measured   the median of --repeats ratios, plain and speculative timed alternately
     adaptive   heuristic (+2/-1), best (the formula, online), confidence (stop when unsure),
-               each one schedule for all prompts (it keeps what it learned), and the oracle
-               (hindsight: every round proposes exactly what will be kept), each
-               against the best fixed k
+               each one schedule for all prompts, and the oracle (hindsight: every round
+               proposes exactly what will be kept), each against the best fixed k
 
 Then the ceiling: a drafter that costs nothing and is always right still pays for checking k+1
 tokens, so no drafter beats (k+1) / verify(k); and a ladder in the style of Leviathan et al.'s
 Table 3: alpha against draft cost for n-gram tables of growing order and models of growing size.
-The main job (`python -m exercises`) runs this and puts its table and figures in the report.
+`python -m studies` runs it with the others; they share its load_target and checked_stats.
 """
 
 import statistics
@@ -42,7 +39,7 @@ from beyond.benchmark import calibrate
 from beyond.early_exit import first_layers
 from beyond.ngram import NGramDraft
 from beyond.registry import by_name, check_name
-from lessonkit import corpus, machine
+from lessonkit import cli, corpus, machine
 
 ADAPTIVE = ("heuristic", "best", "confidence", "oracle")
 
@@ -57,10 +54,31 @@ class Args(common.ExerciseArgs):
     repeats: int = 3               # timings are medians over this many alternated pairs
 
 
-def schedules(name, k_max, traces):
-    """A function prompt index -> the k argument for that prompt's run. An adaptive schedule
-    is one object for every prompt and run, so that what it learned about this drafter on
-    this machine carries over from one prompt to the next, as it would for a user."""
+def load_target(args, names, log):
+    """The big model, once the presets among drafter `names` are trained, and the extra heads
+    if named (trained here first when missing, once: beyond/heads.py)."""
+    big = common.load_models(args, ["big"] + [n for n in names if n in presets.PRESETS],
+                             log=log)["big"]
+    if "heads" in names:
+        heads.load(big, common.checkpoint_folder(args), log=log)
+    return big
+
+
+def checked_stats(runs, plain_out, what):
+    """The Stats of runs [(output, Stats)] added up, once every output equals plain greedy
+    decoding's (plain_out); one that differs is a bug, said in one line naming `what`."""
+    if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
+        raise SystemExit(f"{what} wrote something other than plain greedy decoding: a bug, "
+                         f"please report it")
+    stats = sd.Stats(k=max(s.k for _, s in runs))
+    for _, s in runs:
+        stats.add(s)
+    return stats
+
+
+def schedules(name, traces):
+    """prompt index -> the k argument of that prompt's run. An adaptive schedule is one object
+    for every prompt and run: what it learned carries over, as it would for a user."""
     if name == "oracle":
         return lambda i: adaptive.Oracle(traces[i])
     if name in ADAPTIVE:
@@ -77,11 +95,12 @@ def compare(args, target, draft_names, folder, log):
     rows, busy_notes, backends = [], [], {}
     for backend in args.backends.split(","):
         big = registry.with_backend(target, backend)
-        plain_out = [sd.generate(big, p, n) for p in prompts]
-        step = machine.pass_time(big, 1)
+
+        def plain():
+            return [sd.generate(big, p, n) for p in prompts]
+        plain_out, step = plain(), machine.pass_time(big, 1)
         verify = {k: machine.pass_time(big, k + 1) / step for k in range(1, max(ks) + 2)}
-        plain_s = machine.median_time(lambda: [sd.generate(big, p, n) for p in prompts],
-                                      args.repeats)
+        plain_s = machine.median_time(plain, args.repeats)
         backends[backend] = limits(step, verify, ks, n_new / plain_s)
         log(f"\ntarget in {backend}: {ceiling_text(backends[backend])}")
         for name in draft_names:
@@ -89,36 +108,27 @@ def compare(args, target, draft_names, folder, log):
             alpha, guess_s = calibrate(big, draft, calibration, n)
             c = guess_s / step
             traces = [sd.speculative_generate(big, draft, p, n, k=16)[1].trace for p in prompts]
-            spreads = []
             with machine.Busy() as busy:
                 for k in ks + list(ADAPTIVE):
-                    new_k = schedules(k, max(ks), traces)
+                    new_k = schedules(k, traces)
                     drafting = adaptive.drafting_for(k, draft)      # confidence: a ConfidentDraft
-                    runs = [sd.speculative_generate(big, drafting, p, n, k=new_k(i))
-                            for i, p in enumerate(prompts)]
-                    if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
-                        raise SystemExit(f"{name} at k={k} wrote something other than plain "
-                                         f"greedy decoding: a bug, please report it")
-                    stats = sd.Stats(k=max(s.k for _, s in runs))
-                    for _, s in runs:
-                        stats.add(s)
+                    stats = checked_stats([sd.speculative_generate(big, drafting, p, n, k=new_k(i))
+                                           for i, p in enumerate(prompts)], plain_out,
+                                          f"{name} at k={k}")
                     outside = []   # per timed run: seconds outside both models (the loop)
 
-                    def speculative_run():
+                    def speculative():
                         started, inside = time.perf_counter(), 0.0
                         for i, p in enumerate(prompts):
                             s = sd.speculative_generate(big, drafting, p, n, k=new_k(i))[1]
                             inside += s.draft_time + s.target_time
                         outside.append(time.perf_counter() - started - inside)
-                    _, spec_s, speedup, ratios = machine.paired_times(
-                        lambda: [sd.generate(big, p, n) for p in prompts], speculative_run,
-                        args.repeats)
-                    spreads.append(machine.spread(ratios))
+                    _, spec_s, speedup, ratios = machine.paired_times(plain, speculative,
+                                                                      args.repeats)
                     fixed = isinstance(k, int)
                     rows.append({
                         "backend": backend, "draft": name, "k": k, "alpha": alpha, "c": c,
-                        "step_us": step * 1e6,
-                        "verify": verify[k] if fixed else None,
+                        "step_us": step * 1e6, "verify": verify[k] if fixed else None,
                         "tokens_per_pass": stats.tokens_per_pass,
                         "predicted_tokens_per_pass":
                             sd.expected_tokens_per_pass(alpha, k) if fixed else None,
@@ -130,8 +140,8 @@ def compare(args, target, draft_names, folder, log):
                         "draft_us": stats.draft_time / stats.new_tokens * 1e6,
                         "check_us": stats.target_time / stats.new_tokens * 1e6,
                         "loop_us": statistics.median(outside) / n_new * 1e6,
-                        "spread": spreads[-1]})   # machine.spread of the paired ratios
-            note = busy.note(spreads)
+                        "spread": machine.spread(ratios)})   # of the paired ratios
+            note = busy.note([r["spread"] for r in best_fixed(rows, backend, name)[1].values()])
             if note:
                 busy_notes.append(f"{backend}, {name}: {note}")
             log(describe(rows, backend, name))
@@ -161,14 +171,14 @@ def ceiling_text(b):
 
 
 def best_fixed(rows, backend, name):
-    fixed = [r for r in rows if r["backend"] == backend and r["draft"] == name
-             and isinstance(r["k"], int)]
-    return max(fixed, key=lambda r: r["speedup"])
+    """(the drafter's row at its fastest fixed k, {k or schedule: its row})."""
+    mine = {r["k"]: r for r in rows if (r["backend"], r["draft"]) == (backend, name)}
+    return max((r for k, r in mine.items() if isinstance(k, int)),
+               key=lambda r: r["speedup"]), mine
 
 
 def describe(rows, backend, name):
-    best = best_fixed(rows, backend, name)
-    mine = {r["k"]: r for r in rows if r["backend"] == backend and r["draft"] == name}
+    best, mine = best_fixed(rows, backend, name)
     off = best["speedup"] / best["predicted_speedup"]
     why = "" if abs(off - 1) <= 0.10 else f" ({why_off(best)})"
     return (f"  {name:10} alpha {best['alpha']:.2f}, c {best['c']:.3f}: best fixed k {best['k']} "
@@ -196,19 +206,18 @@ OWN_TEXT = "6-gram of the big model's text"   # the ladder's name for ngram-big'
 
 def ladder(target, folder, log, own_runs=ngram.OWN_RUNS):
     """alpha and c for n-gram tables of growing order and models of growing size (Leviathan et
-    al., Table 3): the cheaper the draft, the less it agrees. Agreement is measured on held-out
-    text, so the table of the big model's own text (own_runs greedy runs) is on it too: there
-    it agrees less than it does while decoding (see markdown)."""
-    vocab_size = target.c.vocab_size
+    al., Table 3): the cheaper the draft, the less it agrees. Measured on held-out text, where
+    the table of the big model's own text agrees less than it does while decoding (markdown)."""
     big = registry.with_backend(target, "numpy")
     step = machine.pass_time(big, 1)
     tokens = gpt.val_data[:64].tolist()
-    candidates = [(f"{n}-gram", NGramDraft.from_data(gpt.train_data.numpy(), vocab_size, n))
+    candidates = [(f"{n}-gram", NGramDraft.from_data(gpt.train_data.numpy(),
+                                                     target.c.vocab_size, n))
                   for n in (1, 2, 3, 4, 5)]
     candidates.append((OWN_TEXT, NGramDraft.of_target(target, folder, runs=own_runs, log=log)))
-    for name in ("draft", "distilled"):
-        if presets.checkpoint_path(name, folder).exists():
-            candidates.append((f"GPT {name}", presets.load_trained(name, folder)))
+    candidates += [(f"GPT {name}", presets.load_trained(name, folder))
+                   for name in ("draft", "distilled")
+                   if presets.checkpoint_path(name, folder).exists()]
     candidates += [(f"big, first {n} layer(s)", first_layers(target, n))
                    for n in range(1, target.c.n_layer)] + [("big itself", target)]
     rows = []
@@ -236,7 +245,7 @@ def plot(args, rows, ladder_rows):
                   lw=0.8, label=f"formula, k 4, c {c}, verify 1")
     for backend, marker in (("numpy", "o"), ("torch", "s")):
         for name in sorted({r["draft"] for r in rows if r["backend"] == backend}):
-            best = best_fixed(rows, backend, name)
+            best = best_fixed(rows, backend, name)[0]
             left.plot(best["alpha"], best["speedup"], marker, ms=8,
                       label=f"{name} ({backend} target, k {best['k']})")
     left.axhline(1, color="grey", lw=0.5)
@@ -258,8 +267,7 @@ def markdown(rows, ladder_rows, backends, notes):
     table = []
     for backend in sorted({r["backend"] for r in rows}):
         for name in sorted({r["draft"] for r in rows if r["backend"] == backend}):
-            b = best_fixed(rows, backend, name)
-            mine = {r["k"]: r for r in rows if r["backend"] == backend and r["draft"] == name}
+            b, mine = best_fixed(rows, backend, name)
             ratio = b["speedup"] / b["predicted_speedup"]
             table.append([backend, name, f"{b['alpha']:.2f}", f"{b['c']:.3f}", b["k"],
                           f"{b['verify']:.2f}", f"{b['tokens_per_pass']:.2f} "
@@ -271,28 +279,23 @@ def markdown(rows, ladder_rows, backends, notes):
                           "" if abs(ratio - 1) <= 0.1 else why_off(b)])
     fastest = max((r for r in rows if r["k"] != "oracle"), key=lambda r: r["tokens_per_s"])
     plain = max(r["plain_tokens_per_s"] for r in rows)
-    lines = [
+    return "\n\n".join([
         f"Fastest exact setup: **{fastest['draft']}** drafting for the {fastest['backend']} "
         f"target at k = {fastest['k']}: {fastest['tokens_per_s']:,.0f} characters/s, "
         f"{fastest['tokens_per_s'] / plain:.2f}x the fastest plain decoding ({plain:,.0f}/s).",
-        "",
-        *[f"- Target in {name}: {ceiling_text(b)}." for name, b in backends.items()],
-        "",
+        "\n".join(f"- Target in {name}: {ceiling_text(b)}." for name, b in backends.items()),
         common.markdown_table(
             ["target", "drafter", "alpha", "c", "best k", "verify", "per pass (predicted)",
              "speed-up (predicted)", "characters/s",
              "heuristic / best / confidence / oracle, of best k", "why measured differs"],
             table),
-        "", "![every drafter](drafters.png)", "",
+        "![every drafter](drafters.png)",
         "The ladder (Leviathan et al., Table 3, on our models): agreement against draft cost.",
-        "",
         common.markdown_table(["drafter", "size", "alpha (T = 1)", "greedy agreement", "c"],
                               [[r["draft"], r["size"], f"{r['alpha']:.3f}",
                                 f"{r['greedy_agreement']:.3f}", f"{r['c']:.3f}"]
                                for r in ladder_rows]),
-        "", own_text_note(rows, ladder_rows),
-    ]
-    return "\n".join(lines + [""] + notes)
+        own_text_note(rows, ladder_rows), *notes])
 
 
 def own_text_note(rows, ladder_rows):
@@ -324,11 +327,7 @@ def run(args, log=print):
     for backend in args.backends.split(","):
         registry.check_backend(backend)          # before any work
     folder = common.checkpoint_folder(args)
-    target = common.load_models(args, ["big"], log=log)["big"]
-    if any(n in presets.PRESETS for n in draft_names):
-        common.load_models(args, [n for n in draft_names if n in presets.PRESETS], log=log)
-    if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
-        heads.load(target, folder, log=log)
+    target = load_target(args, draft_names, log)
     rows, notes, backends = compare(args, target, draft_names, folder, log)
     log("\nthe ladder: alpha against draft cost")
     ladder_rows = ladder(target, folder, log, own_runs=32 if args.quick else ngram.OWN_RUNS)
@@ -340,10 +339,8 @@ def run(args, log=print):
 
 def main(argv=None):
     args = common.parse_args(__doc__, Args, argv)
-    section = run(args)
-    report.record(args, "drafters", section)
+    report.record(args, "drafters", run(args))
 
 
 if __name__ == "__main__":
-    from lessonkit import cli
     cli.run(main)

@@ -1,10 +1,9 @@
 """
-studies/lenience.py: the lenient acceptance rule (speculative_generate(..., lenience=l)): a
-guess x is kept with min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)).
-Its output at one position (lenient_step), its exact distribution over whole outputs by
-enumerating its branches (lenient_distribution), and, on the tests' 4-token pair, how far those
-outputs move from the target's, exactly and by sampling (lenience_small). Exact at lenience 1
-only; studies/sampling_costs.py measures what it buys.
+studies/lenience.py: the lenient acceptance rule (speculative_generate(..., lenience=l)) keeps a
+guess x with min(1, p(x) / (l q(x))) and draws a rejection from norm(max(0, p - l q)): exact at
+lenience 1 only. Its output at one position, its exact distribution over whole outputs, and how
+far those move from the target's on a 4-token pair; studies/sampling_costs.py measures what it
+buys.
 """
 
 from collections import Counter, defaultdict
@@ -22,9 +21,8 @@ SMALL_PROMPT = [1, 2, 0]                            # the 4-token pair's prompt 
 
 def lenient_step(target_probs, draft_probs, lenience):
     """The lenient rule at one position, for every row of (..., V) arrays at once: (the
-    distribution of the token it writes there when the draft proposes from draft_probs, the
-    probability a guess is kept). The same branches as numpy_speculative.verify on
-    lenience x draft_probs: keep x with min(1, p/(l q)), else draw from norm(max(0, p - l q))."""
+    distribution of the token it writes there, the probability a guess is kept); the same
+    branches as numpy_speculative.verify on lenience x draft_probs."""
     p, q = np.asarray(target_probs, np.float64), np.asarray(draft_probs, np.float64)
     kept = np.minimum(q, p / lenience)                   # q(x) min(1, p(x) / (l q(x)))
     leftover = np.maximum(p - lenience * q, 0.0)
@@ -54,12 +52,10 @@ def next_token_probs(model, **warp):
 
 def lenient_distribution(target_probs, draft_probs, prompt, n_tokens, k, lenience=1.0):
     """{first n_tokens: probability} that speculative sampling at k with this lenience writes,
-    computed exactly by enumerating the rule's branches as speculative.decode_row takes
-    them: rounds of k_round = min(k, tokens left - 1) guesses; guess x (drawn from q) is kept
-    with accept_probability(p(x), l q(x)) and the round goes on; a rejection writes a token from
-    residual(p, l q) and ends the round; a round whose guesses were all kept (or that had none)
-    ends with a token from the target's own p. target_probs / draft_probs: seq (tuple) -> (V,).
-    At lenience 1 this is exactly the target's distribution."""
+    by enumerating the rule's branches as speculative.decode_row takes them: rounds of
+    min(k, tokens left - 1) guesses, each kept with accept_probability(p(x), l q(x)); a
+    rejection writes from residual(p, l q) and ends the round; a round that kept every guess
+    ends with a token from p. target_probs / draft_probs: seq (tuple) -> (V,)."""
     out, goal = defaultdict(float), len(prompt) + n_tokens
 
     def new_round(seq, prob):
@@ -90,9 +86,8 @@ def lenient_distribution(target_probs, draft_probs, prompt, n_tokens, k, lenienc
 
 
 def small_pair():
-    """The tests' 4-token pair (tests/test_speculative.py, small_pair): random GPTs whose
-    larger weights give peaked, varied distributions, so every output of 3 tokens is
-    enumerable (4^3) and the rule's effect is large enough to see by sampling."""
+    """The tests' 4-token pair (tests/test_speculative.py): random GPTs with peaked, varied
+    distributions: every 3-token output enumerable, the rule's effect visible by sampling."""
     def make(seed, n_layer):
         torch.manual_seed(seed)
         model = gpt.GPT(gpt.Config(vocab_size=4, block_size=16, n_layer=n_layer, n_head=2,
@@ -109,8 +104,7 @@ def lenience_small(leniences, samples, seed, k=2, n_tokens=3):
     """Per lenience on the 4-token pair: the exact TV distance of 3-token outputs from the
     target's, and the same from `samples` sampled outputs (sampling noise included)."""
     target, draft = small_pair()
-    p_of, q_of = next_token_probs(target, temperature=1.0), next_token_probs(draft,
-                                                                             temperature=1.0)
+    p_of, q_of = (next_token_probs(model, temperature=1.0) for model in (target, draft))
     want = lenient_distribution(p_of, q_of, SMALL_PROMPT, n_tokens, k, 1.0)
     prompt = torch.tensor([SMALL_PROMPT])
     rows = []

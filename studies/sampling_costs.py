@@ -6,34 +6,16 @@ lenience relaxation, and the arithmetic that speculation wastes.
     python -m studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
     python -m studies.sampling_costs --quick   # tiny models: what the tests run
 
-1. Temperature. For each drafter (the lesson's draft and the distilled one in NumPy, the extra
-   heads on the big model's own states; the big model runs in torch) and each temperature,
-   plain, with --top-k and with --top-p: alpha and greedy agreement on held-out text (alpha with
-   the same temperature and warp that decoding uses: speculative.agreement_of), tokens per pass
-   and wall-clock speed-up at k, each measured and predicted:
-       predicted tokens per pass  expected_tokens_per_pass(alpha, k); for the heads, whose
-                                  alpha differs per head, 1 + a1 + a1 a2 + ... + a1...ak
-       predicted speed-up         that / (k c + verify(k)), c (seconds per guess in these runs /
-                                  one target step) and verify(k) (a pass over k+1 tokens / one
-                                  over 1 token) measured on this machine
-   Where measured and predicted tokens per pass differ by more than 10%, alpha measured on the
-   target's own sampled text and the acceptance inside the run say why.
-2. Lenience (speculative_generate(..., lenience=l), off by default): a guess x is kept with
-   min(1, p(x) / (l q(x))) and a rejection draws from norm(max(0, p - l q)). Per lenience: the
-   speed-up, and how far the output moves from the target's distribution: exactly per token on
-   the trained pair (held-out contexts), exactly for whole 3-token outputs on a 4-token model by
-   enumerating the rule's branches (studies/lenience.py), and by sampling that model.
-3. Cost. Per run: positions the target scored against tokens kept; multiply-adds of plain and
-   speculative decoding from the models' shapes and bytes of weights read per token
-   (studies/cost_arithmetic.py). Speculation scores more positions and does more arithmetic
-   than plain decoding, but reads the big model's weights fewer times: a memory-bound GPU gains
-   about the bytes' ratio, a compute-bound machine loses the FLOPs' ratio, and an
-   overhead-bound CPU lands in between.
-4. Formulas. Corollary 3.9 of Leviathan et al. (checked in tests/test_sampling_costs.py) and the
-   best k: measured (greedy, k = --ks, the best drafter) against speculative.best_k.
+Four parts, each a part of the report's section (markdown() says what each figure is):
+1. temperature: per drafter, temperature and warp (--top_k, --top_p), alpha, tokens per pass
+   and speed-up at k, measured against predicted (and why they differ, where they do);
+2. lenience (speculative_generate(..., lenience=l)): speed bought with exactness, the
+   distance from the target's distribution exact and sampled (studies/lenience.py);
+3. cost: the positions, FLOPs and bytes of weights that speculation spends per token
+   (studies/cost_arithmetic.py), on a memory-bound, a compute-bound and this machine;
+4. formulas: Corollary 3.9 of Leviathan et al. and the best k against speculative.best_k.
 Figures: results/sampling_temperature.png, sampling_lenience.png, sampling_costs.png; numbers in
-sampling_costs.json; the report's section "Sampling's price list" (docs/RESULTS.md, "Sampling's
-price list", has a run's figures and how long it took).
+sampling_costs.json (docs/RESULTS.md, "Sampling's price list", has a run's figures).
 """
 
 import math
@@ -46,10 +28,11 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, heads, presets, report
+from beyond import common, heads, report
 from beyond.registry import by_name, check_name
-from lessonkit import corpus, machine
+from lessonkit import cli, corpus, machine
 from studies.cost_arithmetic import run_costs
+from studies.drafters import load_target
 from studies.lenience import lenience_small, lenient_step, total_variation
 
 # Leviathan, Kalman, Matias (2023), Table 2: T5-XXL with T5-small drafting, English to German.
@@ -76,31 +59,33 @@ class Args(common.ExerciseArgs):
     windows: int = 64        # held-out windows alpha is measured on
 
 
-def numbers_of(text, name):
+def numbers_of(args, name, ok, error):
+    """Flag `name`: comma-separated numbers, each ok(); else a one-line error (`error`)."""
+    text = getattr(args, name)
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--{name} takes numbers, comma-separated, not {text!r}") from None
+    if not values or not all(map(ok, values)):
+        raise ValueError(error)
+    return values
 
 
 def check(args):
     """One-line errors for flags out of range; returns (temperatures, leniences, ks, drafts)."""
-    temperatures = numbers_of(args.temperatures, "temperatures")
-    if not temperatures or any(not (0 <= t < math.inf) for t in temperatures):
-        raise ValueError(f"--temperatures must be numbers >= 0 (0 is greedy), not "
-                         f"{args.temperatures!r}")
-    leniences = numbers_of(args.leniences, "leniences")
-    if not leniences or any(not (0 < x <= 1) for x in leniences):
-        raise ValueError(f"--leniences must each be in (0, 1] (1 is the exact rule), not "
-                         f"{args.leniences!r}")
+    temperatures = numbers_of(args, "temperatures", lambda t: 0 <= t < math.inf,
+                              f"--temperatures must be numbers >= 0 (0 is greedy), not "
+                              f"{args.temperatures!r}")
+    leniences = numbers_of(args, "leniences", lambda x: 0 < x <= 1,
+                           f"--leniences must each be in (0, 1] (1 is the exact rule), not "
+                           f"{args.leniences!r}")
+    ks = numbers_of(args, "ks", lambda k: k == int(k) and k >= 1 and args.k >= 1,
+                    f"--k and --ks take whole numbers >= 1, not {args.k!r} / {args.ks!r}")
     if not (0 < args.top_p <= 1):
         raise ValueError(f"--top_p must be in (0, 1] (1 keeps every token), not {args.top_p}")
     if args.top_k < 0:
         raise ValueError(f"--top_k must be a whole number >= 1 (0: no top-k runs), not "
                          f"{args.top_k}")
-    ks = numbers_of(args.ks, "ks")
-    if not ks or any(k != int(k) or k < 1 for k in ks) or args.k < 1:
-        raise ValueError(f"--k and --ks take whole numbers >= 1, not {args.k!r} / {args.ks!r}")
     common.at_least_one(args, "samples", "prompts", "new_tokens", "repeats", "k_repeats",
                         "windows")
     drafts = [d for d in args.drafts.split(",") if d]
@@ -124,43 +109,29 @@ def warps(temperature, args):
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. Alpha on held-out text and on the target's own sampled text
-
-
-def logits_of(model, x):
-    """Logits (B, T, V) as a float32 array of a gpt.GPT or beyond.fast_numpy.NumpyGPT on x
-    (B, T)."""
-    with torch.no_grad():
-        return model(x)[0].float().cpu().numpy()
-
-
-def head_logits(drafter, states, i):
-    """Head i (0-based) of a heads.HeadsDraft on final hidden states (..., C): logits (..., V)."""
-    x = states + heads.silu(states @ drafter.fc_w[i] + drafter.fc_b[i])
-    return x @ drafter.head_w[i]
+# Alpha on held-out text and on the target's own sampled text, and the timed runs
 
 
 class Scored:
-    """Both models' logits on some token windows (B, T), to measure alpha at any warp.
-
-    first: the first token that counts (those generated, or all of held-out text). Row t of
-    the target's logits predicts token t + 1, and so does a draft model's; head i (1..h) of the
-    heads reads the state at t and guesses token t + 1 + i, which the target predicts at row
-    t + i: one alpha per head."""
+    """Both models' logits (float32 arrays) on some token windows (B, T), to measure alpha at
+    any warp. first: the first token that counts (those generated, or all of held-out text).
+    Row t of the target's logits predicts token t + 1, and so does a draft model's; head i
+    (1..h) of the heads reads the state at t and guesses token t + 1 + i, which the target
+    predicts at row t + i: one alpha per head."""
 
     def __init__(self, big, draft, x, first=0):
         self.first = first
         self.shift = 0           # guess j (0-based) from row t: the target's row t + j + shift
-        if hasattr(draft, "fc_w"):                                   # the extra heads
-            self.shift = 1
-            with torch.no_grad():
-                logits, states = heads.final_states(big, x)
-            self.target = logits.float().numpy()
-            states = states.float().numpy()
-            self.guesses = [head_logits(draft, states, i) for i in range(draft.n_heads)]
-        else:
-            self.target = logits_of(big, x)
-            self.guesses = [logits_of(draft, x)]
+        with torch.no_grad():
+            if hasattr(draft, "fc_w"):                                   # the extra heads
+                self.shift = 1
+                logits, states = (a.float().numpy() for a in heads.final_states(big, x))
+                self.guesses = [(states + heads.silu(states @ draft.fc_w[i] + draft.fc_b[i]))
+                                @ draft.head_w[i] for i in range(draft.n_heads)]
+            else:
+                logits = big(x)[0].float().numpy()
+                self.guesses = [draft(x)[0].float().numpy()]
+        self.target = logits
 
     def agreement(self, k, temperature, top_k=None, top_p=None):
         """([alpha of guess 1..k], [greedy agreement of guess 1..k]): one entry per guess (the
@@ -180,6 +151,14 @@ class Scored:
         return alphas, agree
 
 
+def held_out(args, big, draft):
+    """Scored on args.windows windows of held-out text, spread through it, as long as both
+    models see."""
+    window, data = min(big.c.block_size, getattr(draft, "c", big.c).block_size), gpt.val_data
+    starts = torch.linspace(0, len(data) - window - 1, args.windows).long()
+    return Scored(big, draft, torch.stack([data[s:s + window] for s in starts]))
+
+
 def chain_tokens_per_pass(alphas, is_model):
     """Predicted tokens per pass: expected_tokens_per_pass(alpha, k) for a model (one alpha);
     1 + a1 + a1 a2 + ... for the heads (head i kept with probability a_i)."""
@@ -188,63 +167,50 @@ def chain_tokens_per_pass(alphas, is_model):
     return 1 + sum(math.prod(alphas[:i + 1]) for i in range(len(alphas)))
 
 
-def held_out_windows(n, window):
-    data = gpt.val_data
-    starts = torch.linspace(0, len(data) - window - 1, n).long()
-    return torch.stack([data[s:s + window] for s in starts])
+def timed(args, big, draft, prompts, step, repeats, k, **decoding):
+    """Plain and speculative decoding of the same prompts at one setting, timed alternately:
+    seconds, speed-up, the Stats of every speculative run and their c (seconds per guess / one
+    target step), and the last pair's runs."""
+    generator, n, last, every = torch.Generator().manual_seed(args.seed), args.new_tokens, {}, []
+    plain_decoding = {a: b for a, b in decoding.items() if a != "lenience"}
+
+    def plain():
+        last["plain"] = [sd.generate(big, p, n, generator=generator, **plain_decoding)
+                         for p in prompts]
+
+    def speculative():
+        last["runs"] = [(p.shape[1], sd.speculative_generate(big, draft, p, n, k=k,
+                                                             generator=generator, **decoding)[1])
+                        for p in prompts]
+        every.extend(s for _, s in last["runs"])
+    plain_s, spec_s, speedup, ratios = machine.paired_times(plain, speculative, repeats)
+    stats = sd.Stats(k=k)
+    for s in every:
+        stats.add(s)
+    return {"plain_s": plain_s, "spec_s": spec_s, "speedup": speedup, "stats": stats,
+            "c": stats.draft_time / max(1, stats.proposed) / step,
+            "spread": machine.spread(ratios), "runs": last["runs"],
+            "plain_out": [o[0].tolist() for o in last["plain"]]}
 
 
 # ----------------------------------------------------------------------------------------------
 # 1. The temperature sweep
 
 
-class Timer:
-    """Plain and speculative decoding of the same prompts at one setting, timed alternately."""
-
-    def __init__(self, big, draft, prompts, n, seed):
-        self.big, self.draft, self.prompts, self.n, self.seed = big, draft, prompts, n, seed
-
-    def measure(self, repeats, k, **decoding):
-        generator = torch.Generator().manual_seed(self.seed)
-        plain_out, runs = [], []
-
-        def plain():
-            plain_out[:] = [sd.generate(self.big, p, self.n, generator=generator,
-                                        **{a: b for a, b in decoding.items() if a != "lenience"})
-                            for p in self.prompts]
-
-        def speculative():
-            runs[:] = [(p.shape[1], sd.speculative_generate(self.big, self.draft, p, self.n, k=k,
-                                                            generator=generator, **decoding)[1])
-                       for p in self.prompts]
-            every.extend(runs)
-        every = []
-        plain_s, spec_s, speedup, ratios = machine.paired_times(plain, speculative, repeats)
-        stats = sd.Stats(k=k)
-        for _, s in every:
-            stats.add(s)
-        return {"plain_s": plain_s, "spec_s": spec_s, "speedup": speedup,
-                "spread": machine.spread(ratios), "stats": stats, "runs": runs,
-                "plain_out": [o[0].tolist() for o in plain_out]}
-
-
 def sweep(args, big, draft, name, temperatures, step, verify, log):
+    scored, prompts = held_out(args, big, draft), corpus.held_out_prompts(args.prompts, 32)
+    window, P, k, rows = scored.target.shape[1], prompts[0].shape[1], args.k, []
     is_model = not hasattr(draft, "fc_w")
-    window = min(big.c.block_size, draft.c.block_size if is_model else big.c.block_size)
-    held_out = Scored(big, draft, held_out_windows(args.windows, window))
-    prompts = corpus.held_out_prompts(args.prompts, 32)
-    timer = Timer(big, draft, prompts, args.new_tokens, args.seed)
-    P, k, rows = prompts[0].shape[1], args.k, []
     for temperature in temperatures:
         for warp_name, warp in warps(temperature, args):
-            alphas, agree = held_out.agreement(k, temperature, **warp)
-            m = timer.measure(args.repeats, k, temperature=temperature, **warp)
-            stats = m["stats"]
+            alphas, agree = scored.agreement(k, temperature, **warp)
+            m = timed(args, big, draft, prompts, step, args.repeats, k, temperature=temperature,
+                      **warp)
+            stats, c = m["stats"], m["c"]
             own = Scored(big, draft, torch.tensor(m["plain_out"])[:, -window:],
                          first=P - max(0, P + args.new_tokens - window))
             own_alphas, _ = own.agreement(k, temperature, **warp)
             in_run = stats.kept_of_checked
-            c = stats.draft_time / max(1, stats.proposed) / step
             predicted = chain_tokens_per_pass(alphas, is_model)
             row = {"draft": name, "temperature": temperature, "warp": warp_name, "k": k,
                    "alpha": alphas[0], "alphas": alphas, "greedy_agreement": agree[0],
@@ -296,25 +262,22 @@ def lenience_trained(args, big, draft, leniences, step, verify, log):
     """Per lenience on the trained pair at temperature 1: speed-up and tokens per pass,
     measured and predicted (alpha of the lenient rule: sum_x min(q, p / l)), and the exact
     per-token TV distance from the target's distribution over held-out contexts."""
-    x = held_out_windows(args.windows, min(big.c.block_size, draft.c.block_size))
-    held_out = Scored(big, draft, x)
-    p = sd.warp(held_out.target, 1.0)
-    q = sd.warp(held_out.guesses[0], 1.0)
-    timer = Timer(big, draft, corpus.held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    scored = held_out(args, big, draft)
+    p, q = sd.warp(scored.target, 1.0), sd.warp(scored.guesses[0], 1.0)
+    prompts = corpus.held_out_prompts(args.prompts, 32)
     rows = []
     for lenience in leniences:
         written, alpha = lenient_step(p, q, lenience)
-        m = timer.measure(args.repeats, args.k, temperature=1.0, lenience=lenience)
-        stats = m["stats"]
-        predicted = sd.expected_tokens_per_pass(float(alpha.mean()), args.k)
-        c = stats.draft_time / max(1, stats.proposed) / step
-        rows.append({"lenience": lenience, "alpha": float(alpha.mean()),
-                     "tv_per_token": float(total_variation(written, p).mean()),
-                     "tokens_per_pass": stats.tokens_per_pass,
-                     "predicted_tokens_per_pass": predicted, "speedup": m["speedup"],
-                     "predicted_speedup": predicted / (args.k * c + verify[args.k]),
-                     "spread": m["spread"], "acceptance_rate": stats.acceptance_rate})
-        r = rows[-1]
+        m = timed(args, big, draft, prompts, step, args.repeats, args.k, temperature=1.0,
+                  lenience=lenience)
+        stats, predicted = m["stats"], sd.expected_tokens_per_pass(float(alpha.mean()), args.k)
+        r = {"lenience": lenience, "alpha": float(alpha.mean()),
+             "tv_per_token": float(total_variation(written, p).mean()),
+             "tokens_per_pass": stats.tokens_per_pass, "predicted_tokens_per_pass": predicted,
+             "speedup": m["speedup"],
+             "predicted_speedup": predicted / (args.k * m["c"] + verify[args.k]),
+             "spread": m["spread"], "acceptance_rate": stats.acceptance_rate}
+        rows.append(r)
         log(f"  lenience {lenience:<4g} alpha {r['alpha']:.2f}, TV per token "
             f"{r['tv_per_token']:.3f}, {r['tokens_per_pass']:.2f} per pass (predicted "
             f"{predicted:.2f}), {r['speedup']:.2f}x")
@@ -329,35 +292,32 @@ def best_k_sweep(args, big, draft, name, ks, step, verify, log):
     """Greedy runs at every k: the measured speed-ups and their best k, against
     speculative.best_k with two cost models (see markdown()): the lesson's pieces timed apart
     (c per guess, verify(k) of a pass alone), and a round's cost as the runs paid it."""
-    timer = Timer(big, draft, corpus.held_out_prompts(args.prompts, 32), args.new_tokens, args.seed)
+    prompts = corpus.held_out_prompts(args.prompts, 32)
     n_tokens = args.prompts * args.new_tokens
     rows = []
     for k in ks:
-        m = timer.measure(args.k_repeats, k)
-        s = m["stats"]
-        checked = sum(kept + (kept < len(proposed)) for proposed, kept, _ in s.trace)
-        plain_step = m["plain_s"] / n_tokens                 # one plain character, all included
+        m = timed(args, big, draft, prompts, step, args.k_repeats, k)
+        s, plain_step = m["stats"], m["plain_s"] / n_tokens   # one plain character, all included
         rows.append({"k": k, "speedup": m["speedup"], "tokens_per_pass": s.tokens_per_pass,
-                     "alpha_in_run": s.accepted / max(1, checked),
-                     "c": s.draft_time / max(1, s.proposed) / step, "verify": verify[k],
+                     "alpha_in_run": s.kept_of_checked, "c": m["c"], "verify": verify[k],
                      # seconds of a round (the wall clock: both models and the loop) in plain
                      # characters' time
                      "round_cost": m["spec_s"] / (s.rounds / args.k_repeats) / plain_step})
-    window = min(big.c.block_size, getattr(draft, "c", big.c).block_size)
-    agree = Scored(big, draft, held_out_windows(args.windows, window)).agreement(1, 0.0)[1][0]
+    agree = held_out(args, big, draft).agreement(1, 0.0)[1][0]
     in_run = statistics.median(r["alpha_in_run"] for r in rows)
     c = statistics.median(r["c"] for r in rows)
     kk = np.array([r["k"] for r in rows], float)
 
-    def line(values):   # least squares: value ~ intercept + slope k
+    def line(key):   # least squares: row[key] ~ intercept + slope k
+        values = np.array([r[key] for r in rows])
         if len(kk) < 2:
             return 0.0, float(values[0])
         slope, intercept = np.polyfit(kk, values, 1)
         return float(slope), float(intercept)
     # A check that grows by `slope` steps per token checked is a dearer draft: a round costs
     # k c + verify(k) = k (c + slope) + verify(0), which best_k(alpha, c + slope, verify(0)) takes.
-    slope, intercept = line(np.array([r["verify"] for r in rows]))
-    per_guess, fixed = line(np.array([r["round_cost"] for r in rows]))
+    slope, intercept = line("verify")
+    per_guess, fixed = line("round_cost")
     measured = max(rows, key=lambda r: r["speedup"])["k"]
     best = {"measured": measured,
             "best_k_lesson": sd.best_k(agree, c),                       # verify 1: the lesson's
@@ -369,6 +329,7 @@ def best_k_sweep(args, big, draft, name, ks, step, verify, log):
     for r in rows:
         r["predicted_speedup"] = sd.expected_speedup(in_run, r["k"], c, r["verify"])
         r["predicted_speedup_rounds"] = sd.expected_speedup(in_run, r["k"], per_guess, fixed)
+        r["draft"] = name
     best["within_one"] = abs(best["best_k_rounds"] - measured) <= 1
     best["pieces_within_one"] = abs(best["best_k_pieces"] - measured) <= 1
     log(f"  best k for {name} (greedy): measured {measured}; speculative.best_k "
@@ -387,8 +348,6 @@ def corollary(rows, verify1):
              "speedup_k1": (1 + r["alpha"]) / (r["c"] + verify1),
              "alpha_above_c_and_check": r["alpha"] > r["c"] + verify1 - 1}
             for r in rows if r["warp"] == "none"]
-
-
 # ----------------------------------------------------------------------------------------------
 # Figures and the report
 
@@ -400,42 +359,40 @@ COLOURS = {"draft": "tab:blue", "distilled": "tab:orange", "names": "tab:purple"
 def plot_temperature(args, rows):
     plt = common.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
-    markers = {"none": "o"}
+    keys = ("alpha", "tokens_per_pass", "speedup")
+    markers = {}                                           # warp -> its marker
     for name in dict.fromkeys(r["draft"] for r in rows):
         colour = COLOURS.get(name, "k")
-        mine = [r for r in rows if r["draft"] == name]
-        plain = [r for r in mine if r["warp"] == "none"]
+        plain = [r for r in rows if r["draft"] == name and r["warp"] == "none"]
         t = [r["temperature"] for r in plain]
         axes[0].plot(t, [r["alpha"] for r in plain], "o-", color=colour,
                      label=f"{name}: held-out alpha")
         axes[0].plot(t, [r["alpha_own_text"] for r in plain], "o:", color=colour,
                      label=f"{name}: on the target's own text")
-        for ax, key in ((axes[1], "tokens_per_pass"), (axes[2], "speedup")):
+        for ax, key in zip(axes[1:], keys[1:]):
             ax.plot(t, [r[key] for r in plain], "o-", color=colour, label=f"{name} measured")
             ax.plot(t, [r[f"predicted_{key}"] for r in plain], "x--", color=colour,
                     label=f"{name} predicted")
-        for r in mine:
-            if r["warp"] != "none":
+        for r in rows:
+            if r["draft"] == name and r["warp"] != "none":
                 marker = markers.setdefault(r["warp"], "^" if r["warp"].startswith("top-k")
                                             else "s")
-                for ax, key in ((axes[0], "alpha"), (axes[1], "tokens_per_pass"),
-                                (axes[2], "speedup")):
+                for ax, key in zip(axes, keys):
                     ax.plot(r["temperature"], r[key], marker, color=colour, mfc="none", ms=7)
     for warp, marker in markers.items():
-        if warp != "none":
-            axes[2].plot([], [], marker, color="grey", mfc="none", label=f"{warp} (measured)")
+        axes[2].plot([], [], marker, color="grey", mfc="none", label=f"{warp} (measured)")
     axes[2].axhline(1, color="grey", lw=0.5)
-    axes[0].set(xlabel="temperature", ylabel="alpha (greedy agreement at 0)",
-                title="Agreement against temperature")
-    axes[1].set(xlabel="temperature", ylabel=f"characters per target pass (k {args.k})",
+    axes[0].set(ylabel="alpha (greedy agreement at 0)", title="Agreement against temperature",
+                ylim=(0, 1.0))
+    axes[1].set(ylabel=f"characters per target pass (k {args.k})",
                 title="Tokens per pass: measured and expected_tokens_per_pass")
-    axes[2].set(xlabel="temperature", ylabel="speed-up over plain sampling",
+    axes[2].set(ylabel="speed-up over plain sampling",
                 title="Speed-up: measured and expected_speedup")
-    axes[0].set_ylim(0, 1.0)
     for ax in axes[1:]:
         low, high = ax.get_ylim()
         ax.set_ylim(low, high + 0.45 * (high - low))      # room for the legend above the lines
     for ax in axes:
+        ax.set(xlabel="temperature")
         ax.legend(fontsize=7, ncol=2, loc="lower center" if ax is axes[0] else "upper center")
     fig.tight_layout()
     return common.figure(args, "sampling_temperature.png", fig)
@@ -454,7 +411,6 @@ def plot_lenience(args, trained, small):
     left.set(xlabel="total variation from the target, per token (exact, held-out contexts)",
              ylabel="speed-up over plain sampling",
              title=f"Lenience: speed against distance ({args.lenience_draft}, T = 1, k {args.k})")
-    left.legend(fontsize=8)
     ls = [r["lenience"] for r in small]
     right.plot(ls, [r["exact_tv"] for r in small], "o-", label="exact (enumerated)")
     right.plot(ls, [r["sampled_tv"] for r in small], "s", mfc="none",
@@ -462,7 +418,8 @@ def plot_lenience(args, trained, small):
     right.set(xlabel="lenience (1: the exact rule)", ylabel="total variation, 3-token outputs",
               title="The 4-token pair: whole outputs against the target's")
     right.invert_xaxis()
-    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return common.figure(args, "sampling_lenience.png", fig)
 
@@ -472,37 +429,31 @@ def plot_costs(args, rows, k_rows, best):
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     picked = [r for r in rows if r["warp"] == "none" and r["temperature"] in
               (min(r["temperature"] for r in rows), max_t1(rows))]
-    labels = [f"{r['draft']}\nT {r['temperature']:g}" for r in picked]
     x = np.arange(len(picked))
+
+    def cost(key):
+        return np.array([r["costs"][key] for r in picked])
     a = axes[0, 0]
-    a.bar(x, [r["costs"]["positions_per_token"] for r in picked], color="tab:red",
-          label="scored, per token kept")
+    a.bar(x, cost("positions_per_token"), color="tab:red", label="scored, per token kept")
     a.axhline(1, color="k", lw=1, label="plain decoding (1)")
-    a.set(xticks=x, xticklabels=labels, ylabel="target positions per token",
-          title="Positions the target scores per token kept")
-    a.legend(fontsize=8)
+    a.set(ylabel="target positions per token", title="Positions the target scores per token kept")
     a = axes[0, 1]
-    width = 0.38
-    plain = np.array([r["costs"]["plain_flops_per_token"] for r in picked])
-    spec = np.array([r["costs"]["spec_flops_per_token"] for r in picked])
-    share = np.array([r["costs"]["draft_flops_share"] for r in picked])
-    a.bar(x - width / 2, plain / 1e6, width, color="grey", label="plain")
-    a.bar(x + width / 2, spec * (1 - share) / 1e6, width, color="tab:blue",
-          label="speculative: target")
-    a.bar(x + width / 2, spec * share / 1e6, width, bottom=spec * (1 - share) / 1e6,
-          color="tab:orange", label="speculative: draft")
-    a.set(xticks=x, xticklabels=labels, ylabel="MFLOP per token",
-          title="Arithmetic per token (from the shapes)")
-    a.legend(fontsize=8)
+    spec, share = cost("spec_flops_per_token") / 1e6, cost("draft_flops_share")
+    a.bar(x - 0.19, cost("plain_flops_per_token") / 1e6, 0.38, color="grey", label="plain")
+    a.bar(x + 0.19, spec * (1 - share), 0.38, color="tab:blue", label="speculative: target")
+    a.bar(x + 0.19, spec * share, 0.38, bottom=spec * (1 - share), color="tab:orange",
+          label="speculative: draft")
+    a.set(ylabel="MFLOP per token", title="Arithmetic per token (from the shapes)")
     a = axes[1, 0]
-    a.bar(x - 0.27, [r["costs"]["memory_bound_speedup"] for r in picked], 0.27,
-          label="if time followed bytes read (memory-bound)")
-    a.bar(x, [r["speedup"] for r in picked], 0.27, label="measured here (CPU)")
-    a.bar(x + 0.27, [r["costs"]["compute_bound_speedup"] for r in picked], 0.27,
-          label="if time followed FLOPs (compute-bound)")
+    for dx, speedups, label in (
+            (-0.27, cost("memory_bound_speedup"), "if time followed bytes read (memory-bound)"),
+            (0, [r["speedup"] for r in picked], "measured here (CPU)"),
+            (0.27, cost("compute_bound_speedup"), "if time followed FLOPs (compute-bound)")):
+        a.bar(x + dx, speedups, 0.27, label=label)
     a.axhline(1, color="k", lw=0.8)
-    a.set(xticks=x, xticklabels=labels, ylabel="speed-up", title="Three machines, one run")
-    a.legend(fontsize=7)
+    a.set(ylabel="speed-up", title="Three machines, one run")
+    for a in axes.flat[:3]:
+        a.set_xticks(x, [f"{r['draft']}\nT {r['temperature']:g}" for r in picked])
     a = axes[1, 1]
     ks = [r["k"] for r in k_rows]
     a.plot(ks, [r["speedup"] for r in k_rows], "o-", label="measured (greedy)")
@@ -514,7 +465,8 @@ def plot_costs(args, rows, k_rows, best):
     a.axvline(best["best_k_rounds"], color="tab:green", lw=0.6, ls=":",
               label=f"speculative.best_k: {best['best_k_rounds']}")
     a.set(xlabel="k", ylabel="speed-up", title="The best k: measured and by the formula")
-    a.legend(fontsize=8)
+    for a in axes.flat:
+        a.legend(fontsize=7)
     fig.tight_layout()
     return common.figure(args, "sampling_costs.png", fig)
 
@@ -525,75 +477,61 @@ def max_t1(rows):
 
 
 def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, machine_costs):
-    f2 = lambda v: f"{v:.2f}"  # noqa: E731
-    table = [[r["draft"], f"{r['temperature']:g}", r["warp"],
-              f2(r["alpha"]) + (f" ({'/'.join(f2(a) for a in r['alphas'])})"
-                                if len(set(r["alphas"])) > 1 else ""),
-              f2(r["greedy_agreement"]), f2(r["alpha_own_text"]),
-              f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
-              f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['c']:.3f}",
-              f"{r['plain_us_per_token']:.0f}", r["why"]] for r in rows]
+    def f2(v):
+        return f"{v:.2f}"
     t0, t1 = min(r["temperature"] for r in rows), max_t1(rows)
     gap = []
     for name in dict.fromkeys(r["draft"] for r in rows):
         at = {r["temperature"]: r for r in rows if r["draft"] == name and r["warp"] == "none"}
         if t0 in at and t1 in at and t0 != t1:
             a, b = at[t0], at[t1]
-            gap.append([name, f"{a['alpha']:.2f} -> {b['alpha']:.2f}",
-                        f"{a['speedup']:.2f}x -> {b['speedup']:.2f}x",
-                        f"{a['speedup'] / b['speedup']:.2f}"])
-    lev = LEVIATHAN_TABLE_2
+            gap.append([name, f"{f2(a['alpha'])} -> {f2(b['alpha'])}",
+                        f"{f2(a['speedup'])}x -> {f2(b['speedup'])}x",
+                        f2(a["speedup"] / b["speedup"])])
+    argmax, sampled = LEVIATHAN_TABLE_2["argmax"], LEVIATHAN_TABLE_2["temperature 1"]
     gap.append(["Leviathan et al., Table 2 (T5-small for T5-XXL, EnDe, k 7)",
-                f"{lev['argmax']['alpha']} -> {lev['temperature 1']['alpha']}",
-                f"{lev['argmax']['speedup']}x -> {lev['temperature 1']['speedup']}x",
-                f"{lev['argmax']['speedup'] / lev['temperature 1']['speedup']:.2f}"])
-    top = max(r["speedup"] for r in k_rows)
-    close = [r["k"] for r in k_rows if r["speedup"] >= 0.9 * top]
-    off = [r for r in rows if r["why"]]
-    within = len(rows) - len(off)
-    cost_rows = [[r["draft"], f"{r['temperature']:g}", r["costs"]["new_tokens"],
-                  r["costs"]["target_positions"], r["costs"]["wasted_positions"],
-                  f"{r['costs']['positions_per_token']:.2f}",
-                  f"{r['costs']['plain_flops_per_token'] / 1e6:.2f}",
-                  f"{r['costs']['spec_flops_per_token'] / 1e6:.2f}",
-                  f"{r['costs']['plain_bytes_per_token'] / 1e6:.2f}",
-                  f"{r['costs']['spec_bytes_per_token'] / 1e6:.2f}",
-                  f"{r['costs']['memory_bound_speedup']:.2f}x",
-                  f"{r['costs']['compute_bound_speedup']:.2f}x", f"{r['speedup']:.2f}x"]
-                 for r in rows if r["warp"] == "none" and r["temperature"] in (t0, t1)]
-    lines = [
+                f"{argmax['alpha']} -> {sampled['alpha']}",
+                f"{argmax['speedup']}x -> {sampled['speedup']}x",
+                f2(argmax["speedup"] / sampled["speedup"])])
+    close = [r["k"] for r in k_rows if r["speedup"] >= 0.9 * max(r["speedup"] for r in k_rows)]
+    per_token = ("plain_flops", "spec_flops", "plain_bytes", "spec_bytes")   # in millions
+    step_us, verify_k, verify_1 = (machine_costs[key] for key in ("step_us", "verify_k",
+                                                                  "verify_1"))
+    blocks = [
         f"Big model in torch, k = {args.k}, {args.prompts} held-out prompts x {args.new_tokens} "
         f"characters per setting; alpha on {args.windows} held-out windows with the same "
         f"temperature and warp as decoding (greedy agreement: temperature 0). Predicted tokens "
         f"per pass: expected_tokens_per_pass(alpha, k) (the heads: 1 + a1 + a1 a2 + ..., one "
         f"alpha per head, listed); predicted speed-up: that / (k c + verify), c = seconds per "
-        f"guess in these runs / one target step ({machine_costs['step_us']:.0f} us), verify = "
-        f"{machine_costs['verify_k']:.2f} (a pass over {args.k + 1} tokens / one over 1).",
-        "",
+        f"guess in these runs / one target step ({step_us:.0f} us), verify = {verify_k:.2f} (a "
+        f"pass over {args.k + 1} tokens / one over 1).",
         common.markdown_table(
             ["drafter", "T", "warp", "alpha", "greedy agreement", "alpha, target's own text",
              "per pass (predicted)", "speed-up (predicted)", "c", "plain us/char",
              "why per pass differs"],
-            table),
-        "",
+            [[r["draft"], f"{r['temperature']:g}", r["warp"],
+              f2(r["alpha"]) + (f" ({'/'.join(map(f2, r['alphas']))})"
+                                if len(set(r["alphas"])) > 1 else ""),
+              f2(r["greedy_agreement"]), f2(r["alpha_own_text"]),
+              f"{f2(r['tokens_per_pass'])} ({f2(r['predicted_tokens_per_pass'])})",
+              f"{f2(r['speedup'])}x ({f2(r['predicted_speedup'])}x)", f"{r['c']:.3f}",
+              f"{r['plain_us_per_token']:.0f}", r["why"]] for r in rows]),
         f"Speed-ups are medians of {args.repeats} alternated plain/speculative pairs. The "
         f"prediction counts model passes only; plain sampling also pays a warp and a draw per "
-        f"character (plain us/char against one pass's {machine_costs['step_us']:.0f} us), which "
-        f"speculation pays once per round for k+1 rows at once, so sampled speed-ups tend to "
-        f"beat their prediction by that much more than greedy ones do.",
-        "",
-        f"Tokens per pass within 10% of the prediction from held-out alpha: {within} of "
-        f"{len(rows)} settings. The misses are explained in the last column: when alpha "
-        f"measured on the text the target itself samples predicts the run, the draft simply "
-        f"agrees more (or less) with the target's own text than with Shakespeare; when neither "
-        f"it nor the run's own acceptance does, hits and misses come in runs, which the formula's "
-        f"independent guesses leave out.",
-        "", "![alpha and speed-up against temperature](sampling_temperature.png)", "",
-        "**Argmax against temperature 1**, next to Leviathan et al.'s Table 2:", "",
+        f"character (plain us/char against one pass's {step_us:.0f} us), which speculation "
+        f"pays once per round for k+1 rows at once, so sampled speed-ups tend to beat their "
+        f"prediction by that much more than greedy ones do.",
+        f"Tokens per pass within 10% of the prediction from held-out alpha: "
+        f"{sum(not r['why'] for r in rows)} of {len(rows)} settings. The misses are explained "
+        f"in the last column: when alpha measured on the text the target itself samples "
+        f"predicts the run, the draft simply agrees more (or less) with the target's own text "
+        f"than with Shakespeare; when neither it nor the run's own acceptance does, hits and "
+        f"misses come in runs, which the formula's independent guesses leave out.",
+        "![alpha and speed-up against temperature](sampling_temperature.png)",
+        "**Argmax against temperature 1**, next to Leviathan et al.'s Table 2:",
         common.markdown_table(["", "alpha, argmax -> T 1", "speed-up, argmax -> T 1",
                                "ratio"], gap),
-        "",
-        "### Lenience: speed bought with exactness", "",
+        "### Lenience: speed bought with exactness",
         f"speculative_generate(..., lenience=l) keeps a guess x with min(1, p(x) / (l q(x))) and "
         f"draws a rejection's token from norm(max(0, p - l q)); lenience 1 (the default) is the "
         f"exact rule, and a lenience below 1 fails the exactness test "
@@ -604,16 +542,15 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
         f"On the 4-token pair it is exact for whole 3-token outputs (k 2), by enumerating the "
         f"rule's branches (lenient_distribution), and sampled from {args.samples} runs (the "
         f"sampled distance includes sampling noise: its value at lenience 1 is the noise floor).",
-        "",
         common.markdown_table(
             ["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
              "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
-            [[f"{a['lenience']:g}", f"{a['alpha']:.2f}", f"{a['tv_per_token']:.3f}",
-              f"{a['tokens_per_pass']:.2f} ({a['predicted_tokens_per_pass']:.2f})",
-              f"{a['speedup']:.2f}x ({a['predicted_speedup']:.2f}x)", f"{b['exact_tv']:.3f}",
+            [[f"{a['lenience']:g}", f2(a["alpha"]), f"{a['tv_per_token']:.3f}",
+              f"{f2(a['tokens_per_pass'])} ({f2(a['predicted_tokens_per_pass'])})",
+              f"{f2(a['speedup'])}x ({f2(a['predicted_speedup'])}x)", f"{b['exact_tv']:.3f}",
               f"{b['sampled_tv']:.3f}"] for a, b in zip(trained, small)]),
-        "", "![speed against distance](sampling_lenience.png)", "",
-        "### What speculation wastes", "",
+        "![speed against distance](sampling_lenience.png)",
+        "### What speculation wastes",
         "Per run (the rows at the lowest temperature and at 1): positions the target scored "
         "against tokens kept, arithmetic from the models' shapes and weights read per token. "
         "Multiply-adds of one position with `keys` tokens in view: n_layer (12 C^2 + 2 C keys) "
@@ -622,35 +559,37 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
         "n_layer (12 C^2 + 13 C) + 2 C + V C weights, 4 bytes each; a guess of the heads reads "
         "one head (C^2 + C + C V). Plain decoding reads the big model once per token; "
         "speculation once per pass plus the draft once per guess.",
-        "",
         common.markdown_table(
             ["drafter", "T", "tokens", "target positions", "wasted", "positions per token",
              "MFLOP/token plain", "speculative", "MB weights/token plain", "speculative",
-             "memory-bound", "compute-bound", "measured (this CPU)"], cost_rows),
-        "",
+             "memory-bound", "compute-bound", "measured (this CPU)"],
+            [[r["draft"], f"{r['temperature']:g}", c["new_tokens"], c["target_positions"],
+              c["wasted_positions"], f2(c["positions_per_token"]),
+              *(f2(c[key + "_per_token"] / 1e6) for key in per_token),
+              f"{f2(c['memory_bound_speedup'])}x", f"{f2(c['compute_bound_speedup'])}x",
+              f"{f2(r['speedup'])}x"]
+             for r in rows if r["warp"] == "none" and r["temperature"] in (t0, t1)
+             for c in [r["costs"]]]),
         "Speculation always does more arithmetic than plain decoding (every rejected guess was "
         "scored by both models), so a machine whose time follows FLOPs can only lose. It reads "
         "the big model's weights once per pass instead of once per token, so a GPU whose "
         "decoding step is bound by reading weights gains about the bytes' ratio. On this CPU a "
         "step of these tiny models is bound by per-call overhead: a pass over k+1 tokens costs "
-        f"{machine_costs['verify_k']:.2f} one-token passes and each guess c of one, so the gain "
-        "falls between the two.",
-        "", "![cost](sampling_costs.png)", "",
-        "### The formulas", "",
+        f"{verify_k:.2f} one-token passes and each guess c of one, so the gain falls between "
+        "the two.",
+        "![cost](sampling_costs.png)",
+        "### The formulas",
         "Corollary 3.9 of Leviathan et al.: with verify cost 1, k = 1 gives (1 + alpha) / "
         "(1 + c), above 1 exactly when alpha > c; and when alpha <= c no k helps, since "
         "1 + alpha + ... + alpha^k <= 1 + k alpha <= 1 + k c (tests/test_sampling_costs.py "
-        "checks both over a grid). Here a check of 2 tokens costs "
-        f"{machine_costs['verify_1']:.2f} steps, so the condition becomes alpha > c + "
-        f"{machine_costs['verify_1'] - 1:.2f}:",
-        "",
+        f"checks both over a grid). Here a check of 2 tokens costs {verify_1:.2f} steps, so the "
+        f"condition becomes alpha > c + {verify_1 - 1:.2f}:",
         common.markdown_table(
             ["drafter", "T", "alpha", "c", "alpha > c", "(1 + alpha) / (c + verify(1))",
              "alpha > c + verify(1) - 1"],
-            [[r["draft"], f"{r['temperature']:g}", f"{r['alpha']:.2f}", f"{r['c']:.3f}",
-              "yes" if r["alpha_above_c"] else "no", f"{r['speedup_k1']:.2f}",
+            [[r["draft"], f"{r['temperature']:g}", f2(r["alpha"]), f"{r['c']:.3f}",
+              "yes" if r["alpha_above_c"] else "no", f2(r["speedup_k1"]),
               "yes" if r["alpha_above_c_and_check"] else "no"] for r in corollary_rows]),
-        "",
         f"Best k for {k_rows[0]['draft']} (greedy, k in {args.ks}, medians of "
         f"{args.k_repeats} pairs): measured **{best['measured']}**"
         + (f" (within 10% of its speed-up: k = {', '.join(map(str, close))})"
@@ -671,16 +610,14 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
         f"round dearer than the next (c per guess falls from {k_rows[0]['c']:.2f} at k = "
         f"{k_rows[0]['k']} to {k_rows[-1]['c']:.2f} at k = {k_rows[-1]['k']}) and so favours "
         f"longer rounds.",
-        "",
         common.markdown_table(
             ["k", "speed-up", "predicted: pieces", "predicted: round costs", "per pass",
              "c", "verify(k)", "round cost (plain characters)"],
-            [[r["k"], f"{r['speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x",
-              f"{r['predicted_speedup_rounds']:.2f}x", f"{r['tokens_per_pass']:.2f}",
-              f"{r['c']:.3f}", f"{r['verify']:.2f}", f"{r['round_cost']:.2f}"]
-             for r in k_rows]),
+            [[r["k"], f"{f2(r['speedup'])}x", f"{f2(r['predicted_speedup'])}x",
+              f"{f2(r['predicted_speedup_rounds'])}x", f2(r["tokens_per_pass"]),
+              f"{r['c']:.3f}", f2(r["verify"]), f2(r["round_cost"])] for r in k_rows]),
     ]
-    return "\n".join(lines + [""] + notes)
+    return "\n\n".join(blocks + notes)
 
 
 def run(args, log=print):
@@ -692,44 +629,34 @@ def run(args, log=print):
         args.drafts, args.temperatures, args.ks = "draft", "0,1", "1,2"
         args.leniences, args.k = "1,0.5", min(args.k, 2)
     temperatures, leniences, ks, draft_names = check(args)
-    folder = common.checkpoint_folder(args)
-    names = [n for n in dict.fromkeys(draft_names + [args.lenience_draft]) if n in presets.PRESETS]
-    big = common.load_models(args, ["big"] + names, log=log)["big"]
-    if "heads" in draft_names:  # trained here first when missing, once (beyond/heads.py)
-        heads.load(big, folder, log=log)
+    big = load_target(args, list(dict.fromkeys(draft_names + [args.lenience_draft])), log)
     with machine.threads():  # one torch thread: these models' passes are too small to share
-        return measure(args, big, folder, temperatures, leniences, ks, draft_names, started, log)
+        return measure(args, big, temperatures, leniences, ks, draft_names, started, log)
 
 
-def measure(args, big, folder, temperatures, leniences, ks, draft_names, started, log):
+def measure(args, big, temperatures, leniences, ks, draft_names, started, log):
     """Every measurement, figure and table of run(), once the models are loaded."""
     torch.manual_seed(args.seed)
     step = machine.pass_time(big, 1)
-    verify = {k: machine.pass_time(big, k + 1) / step
-              for k in sorted(set(ks) | {1, args.k})}
-    drafters = {name: by_name(name, folder, "numpy") for name in draft_names}
-    rows, spreads = [], []
+    verify = {k: machine.pass_time(big, k + 1) / step for k in sorted(set(ks) | {1, args.k})}
+    models = [n for n in draft_names if n != "heads"] or [args.lenience_draft]
+    best_name = "distilled" if "distilled" in models else models[-1]   # for the best k
+    folder = common.checkpoint_folder(args)
+    drafters = {name: by_name(name, folder, "numpy")
+                for name in dict.fromkeys(draft_names + [args.lenience_draft, best_name])}
+    rows = []
     log(f"temperature sweep: k {args.k}, one target step {step * 1e6:.0f} us, verify "
         f"{verify[args.k]:.2f}")
     with machine.Busy() as busy:
-        for name, draft in drafters.items():
-            rows += sweep(args, big, draft, name, temperatures, step, verify, log)
-        spreads += [r["spread"] for r in rows]
+        for name in draft_names:
+            rows += sweep(args, big, drafters[name], name, temperatures, step, verify, log)
         log(f"lenience ({args.lenience_draft}, temperature 1):")
-        lenient_draft = drafters[args.lenience_draft] if args.lenience_draft in drafters \
-            else by_name(args.lenience_draft, folder, "numpy")
-        trained = lenience_trained(args, big, lenient_draft, leniences, step, verify, log)
-        spreads += [r["spread"] for r in trained]
-        models = [n for n in draft_names if n != "heads"] or [args.lenience_draft]
-        best_name = "distilled" if "distilled" in models else models[-1]
-        best_draft = drafters[best_name] if best_name in drafters else \
-            by_name(best_name, folder, "numpy")
-        k_rows, best = best_k_sweep(args, big, best_draft, best_name, ks, step, verify, log)
-        for r in k_rows:
-            r["draft"] = best_name
+        trained = lenience_trained(args, big, drafters[args.lenience_draft], leniences, step,
+                                   verify, log)
+        k_rows, best = best_k_sweep(args, big, drafters[best_name], best_name, ks, step, verify,
+                                    log)
     small = lenience_small(leniences, args.samples, args.seed)
-    note = busy.note(spreads)
-    notes = [note] if note else []
+    note = busy.note([r["spread"] for r in rows + trained])
     machine_costs = {"step_us": step * 1e6, "verify_k": verify[args.k], "verify_1": verify[1],
                      "verify": verify}
     corollary_rows = corollary(rows, verify[1])
@@ -744,15 +671,13 @@ def measure(args, big, folder, temperatures, leniences, ks, draft_names, started
     log(f"sampling's price list: {numbers['seconds']:.0f}s")
     return {"numbers": numbers,
             "markdown": markdown(args, rows, trained, small, k_rows, best, corollary_rows,
-                                 notes, machine_costs)}
+                                 [note] if note else [], machine_costs)}
 
 
 def main(argv=None):
     args = common.parse_args(__doc__, Args, argv)
-    section = run(args)
-    report.record(args, "sampling", section)
+    report.record(args, "sampling", run(args))
 
 
 if __name__ == "__main__":
-    from lessonkit import cli
     cli.run(main)

@@ -1,10 +1,9 @@
 """
-studies/training.py: what makes the big model train faster, lever by lever: the ladder
-(each rung adds one lever to the rung above it and trains a fresh big model whole: its
-validation loss along the way, the step at which it first reaches the target, the loss at the
-end) and the price of a step under each lever (timed in turn, on the same machine, in the same
-run), with its arithmetic against the machine's float32 matrix product speed. Results in
-results/training.json (docs/RESULTS.md, "The models", renders it).
+studies/training.py: what makes the big model train faster, lever by lever: the ladder (each
+rung adds one lever and trains a fresh big model: its validation loss along the way, the step
+it first reaches the target, its final loss) and each lever's price a step (timed in turn, in
+one run), against the machine's float32 matrix product speed. Results in results/training.json
+(docs/RESULTS.md, "The models", renders it).
 
     python -m studies.training        # the ladder and its step prices (a big model a row)
     python -m studies.training --rungs 2 --steps 100    # a short look
@@ -12,11 +11,10 @@ results/training.json (docs/RESULTS.md, "The models", renders it).
                                       # the step prices alone (quiet: docs/RESULTS.md reads them)
 
 A lever is a change of training.Recipe. LADDER's rungs are kept, each on top of the one above;
-TRIED are levers tried on top of the last rung and not kept, each alone (the last: fewer
-steps). Every rung trains the same number of steps (the old preset's 600: the loss at a fixed
-budget), evaluated every 50 steps on the final evaluation's batches; its time to the target is
-the steps to its first evaluation at or below it times its step's measured price. The last line
-trains the big preset as beyond/presets.py keeps it (its own steps), the lesson's command.
+TRIED are levers tried alone on top of the last rung and not kept. Every rung trains the same
+steps (the loss at a fixed budget), evaluated every 50; its time to the target is the steps to
+its first evaluation at or below it times its step's measured price. The last line trains the
+big preset as beyond/presets.py keeps it (its own steps).
 """
 
 import contextlib
@@ -25,6 +23,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import torch
 
@@ -88,8 +87,7 @@ def step_seconds(tc, steps):
     model = gpt.GPT(presets.preset("big").config)
     started = time.perf_counter()
     training.train(model, replace(tc, steps=1, eval_every=10**9))
-    first = time.perf_counter() - started
-    started = time.perf_counter()
+    first, started = time.perf_counter() - started, time.perf_counter()
     training.train(model, replace(tc, steps=steps, eval_every=10**9))
     return first, (time.perf_counter() - started) / steps
 
@@ -99,16 +97,9 @@ def cold_compiler_cache():
     """torch.compile's cache on disk in a new, empty folder for the while: a compiled lever's
     first step pays the whole compilation, as on a machine that never compiled the model (the
     cache an earlier run left would make it look seconds cheap)."""
-    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="inductor-") as folder:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    with tempfile.TemporaryDirectory(prefix="inductor-") as folder, \
+            mock.patch.dict(os.environ, TORCHINDUCTOR_CACHE_DIR=folder):
+        yield
 
 
 def step_prices(names, args, log):
@@ -167,22 +158,20 @@ def matmul_peak(threads, size=2048, repeats=5):
 def arithmetic(prices, args, log):
     """Each lever's FLOP a step and the speed its measured step reaches, against the float32
     matrix product peak of the same threads: how far a step is from the machine's arithmetic."""
-    threads = args.threads
-    peak = matmul_peak(threads)
-    log(f"float32 matrix products: {peak / 1e9:.0f} GFLOP/s on {threads} thread(s)")
+    peak = matmul_peak(args.threads)
+    log(f"float32 matrix products: {peak / 1e9:.0f} GFLOP/s on {args.threads} thread(s)")
     for name, row in prices.items():
         row["gflop"] = step_flops(recipe(LEVERS[name], args)) / 1e9
         row["of_peak"] = row["gflop"] / (row["ms"] / 1e3) / (peak / 1e9)
         log(f"{name:16s} {row['gflop']:5.1f} GFLOP a step: {row['of_peak']:.0%} of that peak")
-    return {"peak_gflops": peak / 1e9, "threads": threads}
+    return {"peak_gflops": peak / 1e9, "threads": args.threads}
 
 
-def curve_of(tc, log):
+def curve_of(tc):
     """Train a fresh big model with tc, evaluating every 50 steps: its record."""
     torch.manual_seed(tc.seed)   # before the weights, as presets.ensure_trained does
     model = tc.initialise(gpt.GPT(presets.preset("big").config))
-    curve = []
-    started = time.perf_counter()
+    curve, started = [], time.perf_counter()
     training.train(model, replace(tc, eval_every=50),
                    on_eval=lambda step, loss: curve.append([step, round(loss, 4)]))
     reached = next((step for step, loss in curve if loss <= TARGET), None)
@@ -194,8 +183,7 @@ def ladder(args, log):
     rungs, tc = [], replace(Recipe(), threads=args.threads)
     for name, changes in LADDER[:args.rungs]:
         tc = replace(tc, **{**changes, "steps": args.steps})
-        rungs.append({"rung": name, "changes": changes, "priced_as": "preset",
-                      **curve_of(tc, log)})
+        rungs.append({"rung": name, "changes": changes, "priced_as": "preset", **curve_of(tc)})
         log(f"{name}: {rungs[-1]['final']:.3f} after {args.steps} steps, {TARGET} at step "
             f"{rungs[-1]['reached_at']}")
     tried = []
@@ -203,14 +191,14 @@ def ladder(args, log):
         if "steps" in changes:                      # never more than the rungs (a short look)
             changes = {**changes, "steps": min(changes["steps"], args.steps)}
         tried.append({"rung": name, "changes": changes, "priced_as": price,
-                      **curve_of(replace(tc, **changes), log)})
+                      **curve_of(replace(tc, **changes))})
         log(f"  tried, {name}: {tried[-1]['final']:.3f}, {TARGET} at step "
             f"{tried[-1]['reached_at']}")
     if not args.preset:
         return rungs, tried, None
     preset = recipe({}, args)
     kept = {"rung": "the big preset (beyond/presets.py)", "changes": {}, "priced_as": "preset",
-            **curve_of(preset, log)}
+            **curve_of(preset)}
     log(f"{kept['rung']}: {kept['final']:.3f} after {preset.steps} steps")
     return rungs, tried, kept
 

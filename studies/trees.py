@@ -7,12 +7,11 @@ next to the formula's prediction (beyond/tree_grow.py).
     python -m studies.trees --drafts draft --backends torch --budgets 4,16
     python -m studies.trees --quick         # tiny models: what the tests run
 
-For each drafter: `accept[r]`, how often the big model's greedy choice is the drafter's r-th
-guess (measured on the big model's own greedy text after separate calibration prompts), and c,
-the seconds of one call of the drafter over one step of the big model. For each budget N
-(guesses checked per round, the root's besides), two shapes: the chain of N guesses and the
-best tree of N nodes for that accept (tree_grow.best_shape); every output is checked against
-plain greedy decoding. Then, per target backend:
+Per drafter: accept[r], how often the big model's greedy choice is the drafter's r-th guess (on
+its own greedy text after separate calibration prompts), and c, one drafter call over one step
+of the big model. Per budget N (guesses checked a round, besides the root): the chain of N
+guesses and the best tree of N nodes for that accept (tree_grow.best_shape), each output
+checked against plain greedy decoding; per target backend:
 
     per pass   characters written per pass of the big model (predicted: 1 + the sum over nodes
                of the product of accept along the node's path)
@@ -22,10 +21,9 @@ plain greedy decoding. Then, per target backend:
     head to head  the fastest tree against the lesson's own loop (speculative_generate) at the
                fastest chain's k, alternated, twice the repeats
 
-It prints the mask of one real round (the first of the first prompt) and writes
-results/trees.png, results/trees.json, results/trees.md and its section of results/report.md
-(`python -m studies --only trees` runs it with the other studies). docs/RESULTS.md,
-"Token trees: several guesses per position, one pass", has runs' figures and how long they took.
+It prints the mask of one real round and writes results/trees.png, trees.json, trees.md and its
+section of results/report.md (docs/RESULTS.md, "Token trees: several guesses per position, one
+pass", has runs' figures).
 """
 
 import statistics
@@ -36,7 +34,7 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, heads, registry, report
+from beyond import common, presets, registry, report
 from beyond import tree as tr
 from beyond.heads import HeadsDraft, final_states
 from beyond.tree_grow import (
@@ -46,7 +44,8 @@ from beyond.tree_grow import (
     tree_speedup,
     tree_tokens_per_pass,
 )
-from lessonkit import corpus, machine
+from lessonkit import cli, corpus, machine
+from studies.drafters import checked_stats, load_target
 
 
 @dataclass
@@ -191,12 +190,7 @@ def measure(big, draft, prompts, n, kind, shape, plain_out, repeats):
     """One setup: its runs checked against plain decoding's (plain_out: its outputs, the same
     prompts), then timed against it, alternately."""
     run = runner(big, draft, prompts, n, kind, shape)
-    stats = sd.Stats()
-    for (out, s), want in zip(run(), plain_out):
-        if not torch.equal(out, want):
-            raise SystemExit(f"a {kind} of {len(shape)} wrote something other than plain greedy "
-                             f"decoding: a bug, please report it")
-        stats.add(s)
+    stats = checked_stats(run(), plain_out, f"a {kind} of {len(shape)}")
     _, spec_s, speedup, ratios = machine.paired_times(
         lambda: [sd.generate(big, p, n) for p in prompts], run, repeats)
     return {"kind": kind, "shape": shape, "tokens_per_pass": stats.tokens_per_pass,
@@ -279,19 +273,19 @@ def plot(args, rows):
 
 
 def markdown(args, rows, duels, notes, mask_text):
-    table = [[r["backend"], r["draft"], r["budget"], r["kind"], f"{r['depth']} / {r['calls']}",
-              f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
-              f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)", f"{r['tokens_per_s']:,.0f}"]
-             for r in rows]
-    return "\n".join([
+    return "\n\n".join([
         f"`python -m studies.trees{' --quick' if args.quick else ''}`, "
         f"{args.prompts} held-out prompts x {args.new_tokens} characters, greedy, every output "
-        "equal to plain decoding; speed-ups are medians of alternated pairs.", "",
-        common.markdown_table(["big model", "drafter", "N", "shape", "depth / drafter calls",
-                               "per pass (formula)", "speed-up (formula)", "characters/s"],
-                              table), "",
-        *[f"- {line}" for line in verdicts(rows, duels)], *[f"- {note}" for note in notes], "",
-        "```", mask_text, "```"])
+        "equal to plain decoding; speed-ups are medians of alternated pairs.",
+        common.markdown_table(
+            ["big model", "drafter", "N", "shape", "depth / drafter calls", "per pass (formula)",
+             "speed-up (formula)", "characters/s"],
+            [[r["backend"], r["draft"], r["budget"], r["kind"], f"{r['depth']} / {r['calls']}",
+              f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
+              f"{r['speedup']:.2f}x ({r['predicted_speedup']:.2f}x)",
+              f"{r['tokens_per_s']:,.0f}"] for r in rows]),
+        "\n".join(f"- {line}" for line in verdicts(rows, duels) + notes),
+        f"```\n{mask_text}\n```"])
 
 
 def run(args, log=print):
@@ -306,19 +300,17 @@ def run(args, log=print):
     names = [n for n in args.drafts.split(",") if n]
     for name in names:
         registry.check_name(name)
-    folder = common.checkpoint_folder(args)
-    presets = [n for n in names if n in ("draft", "distilled", "names")]
-    big = common.load_models(args, ["big"] + presets, log=log)["big"]
-    block = big.c.block_size     # a pass over N guesses and the root, timed after cached text
+    # a pass over N guesses and the root, timed after cached text, fits the big model's window
+    block = presets.preset("big", "quick" if args.quick else "lesson").config.block_size
     too_big = [b for b in common.whole_numbers(args.budgets, "budgets") if b + 2 > block]
     if too_big:
         raise ValueError(f"--budgets {too_big[0]}: timing a pass over {too_big[0]} guesses, the "
                          f"root and a cached token needs {too_big[0] + 2} of the big model's "
                          f"{block} positions; keep budgets below {block - 1}")
-    if "heads" in names:  # trained here first when missing, once (beyond/heads.py)
-        heads.load(big, folder, log=log)
-    drafts = {name: registry.by_name(name, folder, "numpy") for name in names}
-    for name, draft in drafts.items():
+    big = load_target(args, names, log)
+    drafts = {name: registry.by_name(name, common.checkpoint_folder(args), "numpy")
+              for name in names}
+    for draft in drafts.values():
         as_brancher(draft)                                  # a one-line error before any work
     started = time.time()
     mask_text = one_round(big, next(iter(drafts.values())), corpus.held_out_prompts(1, 32)[0],
@@ -344,5 +336,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from lessonkit import cli
     cli.run(main)

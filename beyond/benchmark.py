@@ -36,9 +36,7 @@ import gpt
 import speculative as sd
 from beyond import adaptive as schedules
 from beyond import presets, registry
-from beyond.registry import by_name, check_name
 from lessonkit import cli, corpus, machine
-from lessonkit.machine import median_time, paired_times
 
 
 @dataclass
@@ -58,9 +56,8 @@ class BenchArgs:
 
 
 def calibrate(target, draft, prompts, n, k=4):
-    """alpha (guesses kept / guesses checked) and seconds per guess, from greedy runs at k on
-    `prompts`: what a guess costs inside the loop, for any drafter (a model, the table, layers
-    sharing the big model's cache)."""
+    """alpha (guesses kept / guesses checked) and seconds per guess inside the loop, from greedy
+    runs at k on `prompts`, for any drafter (a model, the table, layers sharing the cache)."""
     stats = sd.Stats(k=k)
     for p in prompts:
         stats.add(sd.speculative_generate(target, draft, p, n, k=k)[1])
@@ -70,20 +67,19 @@ def calibrate(target, draft, prompts, n, k=4):
 def bench(args, log=print):
     folder = args.checkpoints or None
     target = presets.load_trained("big", folder)
-    drafts = {name: by_name(name, folder, "torch") for name in args.drafts.split(",")}
+    drafts = {name: registry.by_name(name, folder, "torch") for name in args.drafts.split(",")}
     prompts = corpus.held_out_prompts(args.prompts, args.prompt_chars)
     ks = [int(k) if k.isdigit() else k for k in args.ks.split(",")]
     n_new = args.new_tokens * len(prompts)
-    results = {"settings": asdict(args), "recompute": None,
-               "agreement": {}, "runs": []}
+    results = {"settings": asdict(args), "recompute": None, "agreement": {}, "runs": []}
 
     def timed(fn):
-        return median_time(lambda: [fn(p) for p in prompts], args.repeats)
+        return machine.median_time(lambda: [fn(p) for p in prompts], args.repeats)
 
     if args.recompute:
         with machine.Busy() as busy:
-            slow = median_time(lambda: [gpt.recompute_generate(target, p, args.new_tokens)
-                                        for p in prompts], max(1, args.repeats // 2))
+            slow = machine.median_time(lambda: [gpt.recompute_generate(target, p, args.new_tokens)
+                                                for p in prompts], max(1, args.repeats // 2))
             cached = timed(lambda p: sd.generate(target, p, args.new_tokens))
             fast = registry.with_backend(target, "numpy")
             cached_numpy = timed(lambda p: sd.generate(fast, p, args.new_tokens))
@@ -113,8 +109,11 @@ def bench(args, log=print):
         spreads = []
         with machine.Busy() as busy:
             big = registry.with_backend(target, target_backend)
-            plain_out = [sd.generate(big, p, args.new_tokens) for p in prompts]
-            plain_s = timed(lambda p: sd.generate(big, p, args.new_tokens))  # for the headline
+
+            def plain():
+                return [sd.generate(big, p, args.new_tokens) for p in prompts]
+            plain_out = plain()
+            plain_s = machine.median_time(plain, args.repeats)  # for the headline
             target_step = machine.pass_time(big, 1)
             verify = {k: machine.pass_time(big, k + 1) / target_step
                       for k in ks if isinstance(k, int)}
@@ -130,19 +129,18 @@ def bench(args, log=print):
                 for k in ks:
                     fixed = isinstance(k, int)   # else an adaptive k, starting at 4
                     new_k = (lambda k=k: k) if fixed else schedules.by_name(k, 4)
-                    runs = [sd.speculative_generate(big, small, p, args.new_tokens, k=new_k())
-                            for p in prompts]
+
+                    def speculate():
+                        return [sd.speculative_generate(big, small, p, args.new_tokens, k=new_k())
+                                for p in prompts]
+                    runs = speculate()
                     if any(not torch.equal(out, want) for (out, _), want in zip(runs, plain_out)):
                         raise SystemExit(f"greedy speculative output differs from plain decoding "
                                          f"({setup}, {name}, k={k}): a bug, please report it")
-                    plain_s, spec_s, speedup, ratios = paired_times(
-                        lambda: [sd.generate(big, p, args.new_tokens) for p in prompts],
-                        lambda: [sd.speculative_generate(big, small, p, args.new_tokens,
-                                                         k=new_k()) for p in prompts],
-                        args.repeats)
+                    plain_s, spec_s, speedup, ratios = machine.paired_times(plain, speculate,
+                                                                            args.repeats)
                     spreads.append(machine.spread(ratios))
-                    k_max = runs[0][1].k
-                    stats = sd.Stats(k=k_max)
+                    stats = sd.Stats(k=runs[0][1].k)
                     for _, s in runs:
                         stats.add(s)
                     nan = float("nan")  # an adaptive k has no single prediction
@@ -153,8 +151,7 @@ def bench(args, log=print):
                         "verify_cost": verify_k, "target_step_s": target_step,
                         "plain_tokens_per_s": n_new / plain_s, "spec_tokens_per_s": n_new / spec_s,
                         "speedup": speedup, "predicted_speedup": predicted,
-                        "tokens_per_pass": stats.tokens_per_pass,
-                        "expected_tokens_per_pass":
+                        "tokens_per_pass": stats.tokens_per_pass, "expected_tokens_per_pass":
                             sd.expected_tokens_per_pass(a, k) if fixed else nan,
                         "acceptance_rate": stats.acceptance_rate})
                     log(f"  {k:>3} {n_new / spec_s:>9,.0f} {speedup:>8.2f}x "
@@ -193,10 +190,8 @@ def train_step_time(model, threads, repeats=10, batch_size=20):
 
 
 def thread_table(log=print):
-    """Each workload at 1, 2 and all torch threads, quiet and beside two kinds of busy program.
-
-    The models are untrained (timing does not depend on the weights), so this needs no
-    checkpoints. Every figure is a median of repeated runs, in milliseconds."""
+    """Each workload at 1, 2 and all torch threads, quiet and beside two kinds of busy program,
+    in milliseconds (medians), on untrained models (timing does not depend on the weights)."""
     torch.manual_seed(0)
     big = gpt.GPT(presets.preset("big").config).eval()
     draft = gpt.GPT(presets.preset("draft").config).eval()
@@ -253,7 +248,7 @@ def main(argv=None):
         raise ValueError(f"--ks takes whole numbers >= 1 (or heuristic, best: an adaptive k), "
                          f"comma-separated, not {args.ks!r}")
     for name in args.drafts.split(","):
-        check_name(name)
+        registry.check_name(name)
     print(f"machine: {machine.describe()}")
     results = thread_table() if args.threads else bench(args)
     path = args.json or f"results/{'threads' if args.threads else 'benchmark'}.json"

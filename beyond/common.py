@@ -50,23 +50,19 @@ TRAINED = []
 
 def load_models(args, names, log=print):
     """The trained presets `names` (a dict name -> gpt.GPT), training any that are missing."""
-    models = {}
     for name in names:   # --quick: the presets' "quick" size (presets.SIZES), trained in seconds
         presets.ensure_trained(presets.preset(name, "quick" if args.quick else "lesson"),
                                folder=checkpoint_folder(args), progress=not args.quick,
-                               log=log if not args.quick else _quiet, runs=TRAINED)
-        models[name] = presets.load_trained(name, checkpoint_folder(args))
-    return models
+                               log=(lambda *a: None) if args.quick else log, runs=TRAINED)
+    return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
 
 
 # A forecast scales the time each stage took in a reference run by this machine's speed now
-# against that run's: the same probes (probes()) timed here before each stage, and timed at the
-# reference run's start. Training stages scale with the training probe, the rest (the exercises
-# 1-5, the studies) with the decoding one. The reference runs are results files in
-# docs/results/, each with the machine it ran on: `python -m exercises` from nothing
-# (lesson.json: the models), the same again (lesson-again.json: the exercises, without a fresh
-# environment's first imports) and `python -m studies` (studies.json); a later one's
-# time for a stage replaces an earlier one's.
+# against that run's (the same probes(), timed here before each stage and in that run): training
+# stages by the training probe, the rest by the decoding one. The reference runs, in
+# docs/results/: `python -m exercises` from nothing (lesson.json: the models), the same again
+# (lesson-again.json: the exercises, without a fresh environment's first imports) and `python -m
+# studies` (studies.json); a later one's time for a stage replaces an earlier one's.
 REFERENCES = ROOT / "docs" / "results"
 REFERENCE_RUNS = ("lesson.json", "lesson-again.json", "studies.json")
 TRAINING = ("big", "draft", "names", "distilled", "heads")
@@ -78,9 +74,8 @@ class NoReference(ValueError):
 
 @functools.cache
 def reference(folder=REFERENCES):
-    """{stage key (a str): (seconds, {probe kind: seconds at that run's start})} from the
-    reference runs there are, and the machine of the first in words (machine.summary). A
-    run that is there but unreadable, or none at all: NoReference."""
+    """({stage key (a str): (seconds, {probe kind: seconds at that run's start})}, the first
+    run's machine in words). An unreadable reference run, or none at all: NoReference."""
     table, machines = {}, []
     for name in REFERENCE_RUNS:
         path = Path(folder) / name
@@ -103,8 +98,7 @@ def reference(folder=REFERENCES):
 
 def typical_probes(stages):
     """A run's speed: the median of the probes taken before each of its stages, per kind (one
-    probe jumps by a fifth from stage to stage on a quiet machine; the stages' times belong to
-    the run's usual speed)."""
+    probe jumps by a fifth from stage to stage on a quiet machine)."""
     kinds = {kind for stage in stages for kind in stage.get("probes") or {}}
     return {kind: statistics.median(stage["probes"][kind] for stage in stages
                                     if kind in (stage.get("probes") or {})) for kind in kinds}
@@ -116,16 +110,13 @@ def unforecast(keys):
 
 
 def probes(kinds=("training", "decoding"), repeats=5):
-    """This machine's speed now, for each of `kinds`, after two untimed warm-ups, on an
-    untrained model of the big one's size. training: the median of `repeats` training steps
-    (forward and backward, 20 x 128 characters) on training's threads in training's precision,
-    which is arithmetic. decoding: the mean of 2 x `repeats` plain decodings of 64 characters
-    with the KV cache on decoding's one thread, which is mostly the fixed cost of each call.
-    A mean, not a median: beside programs that keep both cores busy, a call either runs
-    whole or is interrupted, and the interrupted ones are the slowdown (medians jumped from run
-    to run there; means of ten followed how much slower the exercises ran). (A training step
-    timed on one thread instead misjudged both a processor without AVX-512, which decoded as
-    fast, and a busy core, beside which the exercises ran at their quiet speed.)"""
+    """This machine's speed now, for each of `kinds`, on an untrained model of the big one's
+    size after two untimed warm-ups. training: the median of `repeats` training steps (20 x 128
+    characters) on training's threads and precision, which is arithmetic. decoding: the mean of
+    2 x `repeats` plain cached decodings of 64 characters on one thread, mostly each call's
+    fixed cost. A mean: beside busy programs a call runs whole or is interrupted, and the
+    interrupted ones are the slowdown (medians jumped from run to run). (A training step on one
+    thread misjudged both a processor without AVX-512 and a busy core.)"""
     torch.manual_seed(0)
     model = gpt.GPT(gpt.Config(**{**vars(presets.preset("big").config), "vocab_size": 65}))
     x = torch.randint(0, 65, (20, model.c.block_size))
@@ -138,9 +129,8 @@ def probes(kinds=("training", "decoding"), repeats=5):
     def training_step():
         _, loss = model(x, x)
         loss.backward()
-    # training's matrix products in its own precision (bfloat16 where the processor has it)
     measured = {}
-    if "training" in kinds:
+    if "training" in kinds:   # in training's own precision (bfloat16 where the processor has it)
         precision = training.speedups(Recipe(), "cpu", width=model.c.n_embd)[0]
         with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
             measured["training"] = seconds(training_step, machine.training_threads(), repeats,
@@ -169,12 +159,10 @@ def forecast(stages, measured=None):
 
 
 class Progress:
-    """One line per stage: what runs now, and about how long is left, forecast from the time
-    each stage took on the reference machine scaled by this machine's speed, measured again
-    before every stage (common.probes: a machine that got busier or quieter is seen at the next
-    stage), and by the stages so far against their forecast. A stage is (label, stage keys:
-    the models it trains first, then its own work). No forecast with --quick: its tiny models
-    take seconds, not the lesson-size times. The probes go into each stage's record even
+    """One line per stage: what runs now, and about how long is left (forecast(), at this
+    machine's speed measured again before every stage, and scaled by the stages so far against
+    their forecast). A stage is (label, stage keys: the models it trains first, then its own
+    work). No forecast with --quick (tiny models). The probes go into each stage's record even
     without a reference run to forecast from (that record is how a reference run is made)."""
 
     def __init__(self, stages, forecast=True, probe=None):
@@ -195,9 +183,8 @@ class Progress:
     def left(self, measured):
         """Seconds the stages not yet started will take at the speed `measured` now."""
         left = forecast([k for _, keys in self.stages[self.done:] for k in keys], measured)
-        elapsed = time.time() - self.started
         if self.forecast_so_far > 30:  # the stages so far say how this machine runs today
-            left *= elapsed / self.forecast_so_far
+            left *= (time.time() - self.started) / self.forecast_so_far
         return left
 
     def start(self):
@@ -227,10 +214,10 @@ class Progress:
                 self.records[-1]["started_s"]
 
     def results(self, trained):
-        """The stages as a results file holds them, and the seconds of each stage key they
-        measured: a model's from its training record (trained: presets.training_record of each
-        model trained meanwhile), a stage's own work the rest of its stage's time. The probes
-        at the start are the speed those seconds belong to (what a forecast scales)."""
+        """The stages as a results file holds them, and each stage key's seconds: a model's from
+        its training record (trained: presets.training_record of each model trained meanwhile),
+        a stage's own work the rest of its stage's time. The probes at the start are the speed
+        those seconds belong to (what a forecast scales)."""
         self.stop()
         seconds = {}
         for record in self.records:
@@ -239,8 +226,8 @@ class Progress:
                       if begun <= run["finished"] <= begun + record["seconds"]]
             for run in inside:
                 seconds[run["preset"]] = run["seconds"]
-            own = record["keys"][-1]
-            seconds[str(own)] = record["seconds"] - sum(run["seconds"] for run in inside)
+            training_s = sum(run["seconds"] for run in inside)
+            seconds[str(record["keys"][-1])] = record["seconds"] - training_s
         first = self.records[0] if self.records else {}
         return {"total_s": time.time() - self.started, "probes": first.get("probes"),
                 "forecast_s": first.get("left_forecast_s"), "stage_seconds": seconds,
@@ -254,8 +241,7 @@ def to_train(names, folder):
     missing = []
     for name in names:
         teacher = "big" if name == "heads" else presets.preset(name).teacher
-        first = [teacher] if teacher else []
-        for model in first + [name]:
+        for model in ([teacher] if teacher else []) + [name]:
             path = heads.heads_path(folder) if model == "heads" else \
                 presets.checkpoint_path(model, folder)
             if model not in missing and not path.exists():
@@ -264,9 +250,8 @@ def to_train(names, folder):
 
 
 def plan(steps, folder):
-    """Stages for Progress: for each (label, the models it uses, its stage key) of
-    `steps`, the models it trains first (those not trained yet in `folder`, nor by an earlier
-    step) and then its own work."""
+    """Stages for Progress: for each (label, the models it uses, its stage key) of `steps`, the
+    models it trains first (not trained yet in `folder`, nor by an earlier step), then its key."""
     planned, trained = [], set()
     for label, models, key in steps:
         new = [m for m in to_train(models, folder) if m not in trained]
@@ -284,9 +269,8 @@ def notebook_args():
 
 
 def notebook_models(names):
-    """The trained presets a notebook needs: those in the checkpoint folder as they are, however
-    they were trained (another seed, more steps: the notebooks' claims hold for any of them);
-    the missing ones trained first, saying how long."""
+    """The trained presets a notebook needs, as they are in the checkpoint folder (the notebooks'
+    claims hold however they were trained); the missing ones trained first, saying how long."""
     args = notebook_args()
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
@@ -299,10 +283,6 @@ def notebook_models(names):
               "from a terminal)")
     load_models(args, missing, log=print)
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
-
-
-def _quiet(*args):
-    pass
 
 
 def results_dir(args):
@@ -380,7 +360,6 @@ def shrink_if_quick(args, **limits):
 
 
 def alpha_for(goal, k, c, verify_cost=1.0):
-    """The agreement alpha at which the formula's speed-up reaches `goal` at k (nan if no alpha
-    below 1 does): speed-up(alpha, k, c, v) = goal exactly where speed-up(alpha, k, c goal,
-    v goal) = 1, which speculative.break_even_alpha finds."""
+    """The alpha at which the formula's speed-up reaches `goal` at k (nan if no alpha below 1
+    does): speed-up(alpha, k, c, v) = goal where speed-up(alpha, k, c goal, v goal) = 1."""
     return sd.break_even_alpha(k, c * goal, verify_cost * goal)

@@ -24,25 +24,19 @@ TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU tim
 STUDIES = [key for key in TITLES if not isinstance(key, int)]  # past the lesson: make studies
 
 
-def sections_dir(args):
-    path = common.results_dir(args) / "sections"
-    path.mkdir(exist_ok=True)
-    return path
-
-
 def section_path(args, n):
-    return sections_dir(args) / (f"ex{n}.json" if isinstance(n, int) else f"{n}.json")
+    folder = common.results_dir(args) / "sections"
+    folder.mkdir(exist_ok=True)
+    return folder / (f"ex{n}.json" if isinstance(n, int) else f"{n}.json")
 
 
 def heading(n):
-    if isinstance(n, int):
-        return f"Exercise {n}: {TITLES[n]}"
-    return TITLES[n][0].upper() + TITLES[n][1:]           # "Every drafter compared"
+    return f"Exercise {n}: {TITLES[n]}" if isinstance(n, int) else \
+        TITLES[n][0].upper() + TITLES[n][1:]           # "Every drafter compared"
 
 
 def record(args, n, section, log=print):
-    """Save exercise n's section ({"numbers", "markdown"}) and rebuild report.md (n: 1-5, or
-    "drafters")."""
+    """Save section n's ({"numbers", "markdown"}; n: 1-5, or a study) and rebuild report.md."""
     machine.write_results(section_path(args, n),
                           {"exercise": n, "title": TITLES[n], "quick": args.quick, **section})
     report = write(args)
@@ -53,28 +47,21 @@ def record(args, n, section, log=print):
 
 def load_sections(args):
     """{n: saved section} for every exercise that has run into this results folder."""
-    sections = {}
-    for n in TITLES:
-        path = section_path(args, n)
-        if path.exists():
-            sections[n] = json.loads(path.read_text())
-    return sections
+    paths = {n: section_path(args, n) for n in TITLES}
+    return {n: json.loads(path.read_text()) for n, path in paths.items() if path.exists()}
 
 
 def write(args):
     sections = load_sections(args)
     about = machine.describe()
     lines = [
-        "# Speculative decoding: the lesson, measured",
-        "",
+        "# Speculative decoding: the lesson, measured", "",
         "Each exercise's section comes from its latest run (date in its heading); `python -m "
         "exercises` reruns them all, `make exercise N=3` one. Greedy decoding unless said "
-        "otherwise; what the lesson is, and its own figures: `docs/LESSON.md`.",
-        "",
+        "otherwise; what the lesson is, and its own figures: `docs/LESSON.md`.", "",
         f"Machine: {about['platform']}, {about['cpu_cores']} CPU cores, "
         f"{about['decode_threads']} torch thread for decoding and timing, GPU: "
-        f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.",
-        "",
+        f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.", "",
         f"Past the lesson: {studies_line(args)}", "",
         *still_to_do(sections),
         "## Models", "", trained_models(args), "",
@@ -93,8 +80,7 @@ def write(args):
 
 def still_to_do(sections):
     """The report's lines on the exercises whose latest run stopped at a part not written yet
-    (exercises/__main__.py's run_exercise): a heading and one line each; none when there are
-    none."""
+    (exercises/__main__.py's run_exercise): a heading and one line each, if any."""
     left = [f"- {section['to_do']}" for section in sections.values() if "to_do" in section]
     return ["## Still to do", "", *left, ""] if left else []
 
@@ -105,8 +91,7 @@ def anchor(title):
 
 
 def studies_line(args):
-    """Where the studies past the lesson are: a link to each one's section of the report once it
-    has run, and the command that runs them."""
+    """A link to each study's section of the report once it has run, and the command for all."""
     sections = load_sections(args)
     studies = [f"[{TITLES[key]}]({anchor(heading(key))})" if key in sections else
                f"{TITLES[key]} (not run yet)" for key in STUDIES]

@@ -6,15 +6,12 @@ The main job: the lesson, end to end. `make lesson` runs this after setting up.
     python -m exercises --quick         # tiny models: what the tests run
 
 First it trains the models the exercises use that are not trained yet (once: they are cached in
-checkpoints/): the big model, its draft and the names draft; the whole lesson (no --only) also
-the one model the notebooks add, the distilled draft, so that no notebook has to. Then the
-exercises run. In the student repository an exercise that calls a part not written yet (its
-stub raises NotImplementedError) stops there with one line naming the part, the notebook cell
-and the file where it is written, and the next exercise runs; results/report.md lists it under
-"Still to do", and the job exits 0 (unwritten work is not an error).
-The studies past the lesson (every drafter compared, transformers, sampling's price list, the
-batch curve, token trees) run by their own commands, all of them by `python -m studies` (make
-studies); the report links to their sections once they have run.
+checkpoints/); the whole lesson (no --only) also the one model the notebooks add, the distilled
+draft, so that no notebook has to. Then the exercises run. In the student repository an
+exercise that calls a part not written yet stops there with one line naming the part, the
+notebook cell and the file where it is written, and the next exercise runs; results/report.md
+lists it under "Still to do", and the job exits 0 (unwritten work is not an error). The studies
+past the lesson run by `python -m studies` (make studies); the report links to their sections.
 
 Writes results/: each exercise's figures and numbers, and results/report.md with every number
 measured next to the lesson's and the formulas', and the machine it ran on (beyond/report.py).
@@ -43,12 +40,11 @@ NOTEBOOK_MODELS = ["big", "draft", "names", "distilled"]
 
 
 def stages(exercise_args, folder, notebooks=True):
-    """(label, keys) per stage: first the models the exercises use (and, with notebooks, those
-    the notebooks use besides) that are not trained yet, then each exercise. Training comes
-    first so that an exercise stopped by a part not written yet leaves every model trained.
-    exercise_args: {n: that exercise's Args}. The models' stage is keyed "notebooks" after its
-    own work, loading them (what the reference runs timed under that key); it is left out when
-    there is nothing to train."""
+    """(label, keys) per stage: first the models the exercises (and, with notebooks, the
+    notebooks) use that are not trained yet, so that an exercise stopped by a part not written
+    yet leaves every model trained; then each exercise (exercise_args: {n: its Args}). The
+    models' own work is keyed "notebooks" (as the reference runs timed it); the stage is left
+    out when there is nothing to train."""
     used = [m for n, args in exercise_args.items() for m in EXERCISES[n][1].models(args)]
     used = list(dict.fromkeys(used + (NOTEBOOK_MODELS if notebooks else [])))
     steps = [("the models", used, "notebooks")] + \
@@ -58,8 +54,8 @@ def stages(exercise_args, folder, notebooks=True):
 
 
 def run_exercise(n, args, log=print):
-    """Exercise n's section of the report, or, when a part it calls is not written yet, a
-    section that says so (one line, also logged). Any other error goes on up."""
+    """Exercise n's section of the report, or, when a part it calls is not written yet, one
+    that says so (one line, also logged). Any other error goes on up."""
     try:
         return EXERCISES[n][1].run(args, log=log)
     except NotImplementedError as e:
@@ -78,13 +74,12 @@ def lesson(args):
     exercise_args = {n: EXERCISES[n][1].Args(seed=args.seed, quick=args.quick,
                                              checkpoints=args.checkpoints, results=args.results)
                      for n in args.only}
-    whole = args.only == list(EXERCISES)
-    planned = stages(exercise_args, common.checkpoint_folder(args), notebooks=whole)
+    planned = stages(exercise_args, common.checkpoint_folder(args),
+                     notebooks=args.only == list(EXERCISES))
     progress = common.Progress(planned, forecast=not args.quick)
     if len(planned) > len(exercise_args):      # the models first, where one is missing
         progress.start()
-        names = [k for k in planned[0][1] if k != "notebooks"]
-        common.load_models(args, names, log=print)
+        common.load_models(args, [k for k in planned[0][1] if k != "notebooks"], log=print)
     sections = {}
     for n, module_args in exercise_args.items():
         progress.start()
@@ -104,8 +99,7 @@ def lesson(args):
 
 
 def main(argv=None):
-    parser = cli.Parser(prog="python -m exercises",
-                        description=__doc__.split("\n\n")[0].strip())
+    parser = cli.Parser(prog="python -m exercises", description=__doc__.split("\n\n")[0].strip())
     parser.add_argument("--only", type=int, nargs="+", default=None, choices=list(EXERCISES),
                         metavar="N", help="these exercises alone (1-5)")
     cli.add_fields(parser, common.ExerciseArgs, title="flags")

@@ -60,8 +60,7 @@ def replay(prompt_ids, trace, window=None):
                        "verdicts": fates, "kept": n_accepted, "target": gpt.decode([token]),
                        "kind": kind})
         if window:   # the check scores positions position .. position + len(proposed)
-            checked = windows(position, position + len(proposed), window)
-            rounds[-1]["passes"] = len(list(checked))
+            rounds[-1]["passes"] = len(list(windows(position, position + len(proposed), window)))
         position += n_accepted + 1
     return rounds
 
@@ -151,23 +150,22 @@ def run(args, log=print):
     folder = common.results_dir(args)
     spent = player.spent(len(rounds), stats.target_passes, window)  # rounds, passes, and why
     write_html(folder / "ex1_watch.html", args.prompt, rounds, stats, args.draft, spent)
-    title = (f"{common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()} guesses, the big "
-             f"model checks (k = {args.k}, greedy)")
-    page = player.page(args.prompt, rounds, title, window=window)  # passes: the rounds' own
+    drafter = common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()
+    page = player.page(args.prompt, rounds, f"{drafter} guesses, the big model checks "
+                       f"(k = {args.k}, greedy)", window=window)  # passes: the rounds' own
     (folder / "ex1_player.html").write_text(page, encoding="utf-8")
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.bar(range(1, len(rounds) + 1), [r["kept"] + 1 for r in rounds],
            color=["#58b4f0" if r["kind"] == "bonus" else "#f5b942" for r in rounds])
     ax.set(xlabel="round", ylabel="characters written", ylim=(0, args.k + 1.5),
-           title=f"{common.DRAFT_NAMES.get(args.draft, args.draft).capitalize()}, k = {args.k}: "
-                 f"characters per pass of the big model (blue: all guesses kept)")
+           title=f"{drafter}, k = {args.k}: characters per pass of the big model "
+                 f"(blue: all guesses kept)")
     common.figure(args, "ex1_rounds.png", fig)
     numbers = {"prompt": args.prompt, "k": args.k, "draft": args.draft, "text": text,
                "rounds": len(rounds), "target_passes": stats.target_passes,
-               "new_tokens": stats.new_tokens,
-               "tokens_per_pass": stats.tokens_per_pass, "acceptance_rate": stats.acceptance_rate,
-               "identical_to_plain": True}
+               "new_tokens": stats.new_tokens, "tokens_per_pass": stats.tokens_per_pass,
+               "acceptance_rate": stats.acceptance_rate, "identical_to_plain": True}
     common.save_json(args, "ex1_watch.json", numbers)
     log(f"{stats.new_tokens} characters in {spent}: {stats.tokens_per_pass:.2f} per pass, "
         f"{stats.acceptance_rate:.0%} of guesses kept; identical to the big model alone. "
@@ -190,5 +188,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     from exercises import stubs
-    from lessonkit import cli
-    cli.run(stubs.main_of(1, main))   # a part not written yet: one line, exit 0
+    stubs.run(1, main)   # a part not written yet: one line, exit 0

@@ -87,9 +87,7 @@ def run(args, log=print):
     if max(p.shape[1] for p in prompts) + args.max_new_tokens > target.c.block_size:
         raise ValueError(f"--max_new_tokens {args.max_new_tokens} takes the longest prompt past "
                          f"the {target.c.block_size}-character window; use fewer")
-    n = args.max_new_tokens
-    fast_draft = registry.with_backend(draft, "numpy")
-
+    n, fast_draft = args.max_new_tokens, registry.with_backend(draft, "numpy")
     versions = {
         "lesson: plain, recompute everything": lambda p: gpt.recompute_generate(target, p, n),
         "lesson: speculative, recompute everything":
@@ -119,8 +117,7 @@ def run(args, log=print):
     log(f"  {stats.tokens_per_pass:.2f} characters per pass of the big model "
         f"({len(prompts) * n / lesson_passes:.2f} in the lesson's loop), "
         f"{stats.acceptance_rate:.0%} of guesses kept")
-    note = busy.note([machine.spread(t) for t in times.values()])
-    tokens = len(prompts) * n
+    note, tokens = busy.note([machine.spread(t) for t in times.values()]), len(prompts) * n
     base_lesson, base_cached = seconds["lesson: plain, recompute everything"], seconds["plain, KV cache"]
     rows = []
     for name, s in seconds.items():
@@ -130,11 +127,11 @@ def run(args, log=print):
 
     # Why about 1.0x. c: the draft's cost per token over the target's, each decoding alone the
     # same way; verify: one target pass over k+1 new tokens over a pass over one.
-    def per_token(fn):
-        return median_time(lambda: [fn(p) for p in prompts], args.repeats) / tokens
-    c_lesson = per_token(lambda p: gpt.recompute_generate(draft, p, n)) / base_lesson * tokens
-    c_cached = per_token(lambda p: sd.generate(draft, p, n)) / base_cached * tokens
-    c_numpy = per_token(lambda p: sd.generate(fast_draft, p, n)) / base_cached * tokens
+    def decoding(fn):
+        return median_time(lambda: [fn(p) for p in prompts], args.repeats)
+    c_lesson = decoding(lambda p: gpt.recompute_generate(draft, p, n)) / base_lesson
+    c_cached = decoding(lambda p: sd.generate(draft, p, n)) / base_cached
+    c_numpy = decoding(lambda p: sd.generate(fast_draft, p, n)) / base_cached
     verify = machine.pass_time(target, args.k + 1) / machine.pass_time(target, 1)
     agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=64).greedy_agreement
     tpp = stats.tokens_per_pass
@@ -144,26 +141,23 @@ def run(args, log=print):
     formula_tpp = sd.expected_tokens_per_pass(agreement, args.k)
     lesson_tpp = sd.expected_tokens_per_pass(0.37, args.k)   # the lesson's agreement
     lesson_c = (lesson_tpp - 1) / args.k                      # where lesson_tpp / (k c + 1) = 1
-    measured = {
-        "lesson": base_lesson / seconds["lesson: speculative, recompute everything"],
-        "cached": base_cached / seconds["speculative, KV caches (draft in torch)"],
-        "numpy": base_cached / seconds["speculative, KV caches (draft in NumPy)"]}
+    measured = {"lesson": base_lesson / seconds["lesson: speculative, recompute everything"],
+                "cached": base_cached / seconds["speculative, KV caches (draft in torch)"],
+                "numpy": base_cached / seconds["speculative, KV caches (draft in NumPy)"]}
     explanation = (
         f"**The lesson's figure:** its own run of this loop saw no wall-clock gain, about 1.0x. "
         f"**Ours, the same loop on this machine:** {measured['lesson']:.2f}x measured, "
-        f"{predicted['lesson']:.2f}x predicted. "
-        f"**Why about 1x, and why ours differs:** a round writes {tpp:.2f} characters for one "
-        f"pass of the big model (the formula says "
-        f"{formula_tpp:.2f} from the {agreement:.0%} greedy "
-        f"agreement on held-out text; misses come in runs, so fewer), but it also costs "
-        f"{args.k} draft steps. Without a cache a draft step recomputes its whole context and "
-        f"costs c = {c_lesson:.2f} target steps here, so a round costs {args.k} x "
-        f"{c_lesson:.2f} + 1 = {costs['lesson']:.2f} target steps: {tpp:.2f} / "
-        f"{costs['lesson']:.2f} = {predicted['lesson']:.2f}x. The lesson's run had its own "
-        f"draft: at its 37% agreement the formula gives {lesson_tpp:.2f} characters per pass, "
-        f"which pays for {args.k} draft steps only while c stays below {lesson_c:.2f}; a draft "
-        f"step costing about that much gives the lesson's 1.0x. Ours agrees more and its "
-        f"recomputed draft step is cheaper, so the same loop gains here. "
+        f"{predicted['lesson']:.2f}x predicted. **Why about 1x, and why ours differs:** a round "
+        f"writes {tpp:.2f} characters for one pass of the big model (the formula says "
+        f"{formula_tpp:.2f} from the {agreement:.0%} greedy agreement on held-out text; misses "
+        f"come in runs, so fewer), but it also costs {args.k} draft steps. Without a cache a "
+        f"draft step recomputes its whole context and costs c = {c_lesson:.2f} target steps "
+        f"here, so a round costs {args.k} x {c_lesson:.2f} + 1 = {costs['lesson']:.2f} target "
+        f"steps: {tpp:.2f} / {costs['lesson']:.2f} = {predicted['lesson']:.2f}x. The lesson's "
+        f"run had its own draft: at its 37% agreement the formula gives {lesson_tpp:.2f} "
+        f"characters per pass, which pays for {args.k} draft steps only while c stays below "
+        f"{lesson_c:.2f}; a draft step costing about that much gives the lesson's 1.0x. Ours "
+        f"agrees more and its recomputed draft step is cheaper, so the same loop gains here. "
         f"**What changes it:** KV caches make both models' steps cheap, but a tiny torch step "
         f"is mostly framework overhead, so the cached draft still costs c = {c_cached:.2f} and "
         f"checking {args.k + 1} tokens costs {verify:.2f} one-token steps "
@@ -209,5 +203,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     from exercises import stubs
-    from lessonkit import cli
-    cli.run(stubs.main_of(3, main))   # a part not written yet: one line, exit 0
+    stubs.run(3, main)   # a part not written yet: one line, exit 0

@@ -34,7 +34,6 @@ import gpt
 import speculative as sd
 from beyond import common, registry, report
 from lessonkit import machine
-from lessonkit.machine import median_time, paired_times
 
 
 @dataclass
@@ -49,8 +48,8 @@ DRAFTS = ("draft", "names", "distilled")  # the GPT presets that can draft for t
 
 
 def models(args):
-    """The trained presets this exercise uses (the main job trains the missing ones first), or
-    a one-line error for a draft it does not know."""
+    """The trained presets this exercise uses (the main job trains the missing ones first); a
+    draft it does not know is a one-line error."""
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
     unknown = [d for d in drafts if d not in DRAFTS]
     if not drafts or unknown:
@@ -69,16 +68,14 @@ def grid_break_even(k, c, step=0.01):
 
 def run(args, log=print):
     common.shrink_if_quick(args, max_new_tokens=30, repeats=1)
-    names = models(args)
-    trained = common.load_models(args, names, log=log)
-    target = trained["big"]
+    trained = common.load_models(args, models(args), log=log)
+    target, n = trained.pop("big"), args.max_new_tokens
     prompts = [common.encode_prompt(p) for p in common.LESSON_PROMPTS]
-    n = args.max_new_tokens
     drafts, spreads = {}, []
     busy = machine.Busy().start()  # stopped after the timings below
-    plain_s = median_time(lambda: [sd.generate(target, p, n) for p in prompts], args.repeats)
-    for name in names[1:]:
-        draft = trained[name]
+    plain_s = machine.median_time(lambda: [sd.generate(target, p, n) for p in prompts],
+                                  args.repeats)
+    for name, draft in trained.items():
         agreement = sd.measure_agreement(target, draft, gpt.val_data, windows=128)
         fast = registry.with_backend(draft, "numpy")
         runs = [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts]
@@ -86,17 +83,18 @@ def run(args, log=print):
         stats = sd.Stats(k=args.k)
         for _, s in runs:
             stats.add(s)
-        _, _, speedup, ratios = paired_times(  # plain and speculative alternately: drift hits both
+        # plain and speculative alternately: a drift in the machine's speed hits both
+        _, _, speedup, ratios = machine.paired_times(
             lambda: [sd.generate(target, p, n) for p in prompts],
             lambda: [sd.speculative_generate(target, fast, p, n, k=args.k) for p in prompts],
             args.repeats)
         spreads.append(machine.spread(ratios))
-        draft_s = median_time(lambda: [sd.generate(fast, p, n) for p in prompts], args.repeats)
-        drafts[name] = {"greedy_agreement": agreement.greedy_agreement, "alpha": agreement.alpha,
-                        "tokens_per_pass": stats.tokens_per_pass,
-                        "acceptance_rate": stats.acceptance_rate, "c": draft_s / plain_s,
-                        "speedup": speedup}
-        d = drafts[name]
+        draft_s = machine.median_time(lambda: [sd.generate(fast, p, n) for p in prompts],
+                                      args.repeats)
+        d = drafts[name] = {"greedy_agreement": agreement.greedy_agreement,
+                            "alpha": agreement.alpha, "tokens_per_pass": stats.tokens_per_pass,
+                            "acceptance_rate": stats.acceptance_rate, "c": draft_s / plain_s,
+                            "speedup": speedup}
         log(f"draft {name!r:12}: agrees with the big model on {d['greedy_agreement']:.0%} of "
             f"held-out characters, alpha {d['alpha']:.2f}; {d['tokens_per_pass']:.2f} "
             f"characters per pass, {d['acceptance_rate']:.0%} kept, c {d['c']:.3f}, "
@@ -174,5 +172,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     from exercises import stubs
-    from lessonkit import cli
-    cli.run(stubs.main_of(4, main))   # a part not written yet: one line, exit 0
+    stubs.run(4, main)   # a part not written yet: one line, exit 0

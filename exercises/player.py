@@ -5,9 +5,7 @@ Round by round, as the lesson's recommended reading draws it: the draft's guesse
 the big model's verdict colours them (green kept, red rejected, struck through: thrown away
 unchecked), then the kept guesses and the big model's own character land in the text (yellow:
 its correction, blue: the bonus after a round where every guess was kept). Play, pause, step
-forward and back; the page needs nothing but a browser (no network, no library). A space or a
-newline in a token box shows as a faint glyph (GLYPHS), since an empty box says nothing; the
-last frame sums the run up (summary()).
+forward and back, in any browser (no network, no library); the last frame sums the run up.
 
 page(prompt, rounds, title) takes the rounds of exercises.ex1_watch.replay(); exercise 1 writes
 results/ex1_player.html, and notebook 1 shows the same page: display(player.show(page)).
@@ -16,8 +14,8 @@ results/ex1_player.html, and notebook 1 shows the same page: display(player.show
 import html
 import json
 
-# How a token box shows a character that would leave it empty: (glyph, its name). The running
-# text keeps the characters themselves (a newline adds its glyph before the line break).
+# How a token box shows a character that would leave it empty (an empty box says nothing):
+# (glyph, its name). The running text keeps the characters themselves.
 GLYPHS = {" ": ("\u2423", "a space"), "\n": ("\u23ce", "a newline")}
 
 STYLE = """
@@ -131,9 +129,8 @@ def count(n, word):
 
 def spent(n_rounds, passes=None, window=None):
     """What the big model did: one check a round, one pass a check, except a check crossing a
-    jump of its context window (scorer.windows splits it: the second pass re-reads
-    the window's kept half). passes: the run's Stats.target_passes, if known; window: the big
-    model's block_size, to name it."""
+    jump of its window (scorer.windows splits it). passes: the run's Stats.target_passes, if
+    known; window: the big model's block_size, to name it."""
     if passes is None:
         return f"{count(n_rounds, 'round')}, one check of the big model each"
     said = f"{count(n_rounds, 'round')}, {count(passes, 'pass')} of the big model"
@@ -145,9 +142,8 @@ def spent(n_rounds, passes=None, window=None):
 
 
 def summary(rounds, passes=None, window=None):
-    """The last frame's closing line. Every round writes its kept guesses and one character of
-    the big model's; plain decoding needs a pass of the big model per character. passes: by
-    default the rounds' own, when they all carry them (ex1's replay given the window)."""
+    """The last frame's closing line: the characters the rounds wrote, and the passes plain
+    decoding needs for them. passes: by default the rounds' own, when they all carry them."""
     if passes is None and rounds and all("passes" in r for r in rounds):
         passes = sum(r["passes"] for r in rounds)
     written = sum(r["verdicts"].count("kept") + 1 for r in rounds)
@@ -156,8 +152,8 @@ def summary(rounds, passes=None, window=None):
 
 
 def page(prompt, rounds, title, delay_ms=600, passes=None, window=None):
-    """The whole page as a string. rounds: [{guesses, verdicts, target, kind}, and passes when
-    ex1's replay was given the window]; passes, window: for the summary (see summary())."""
+    """The whole page as a string. rounds: [{guesses, verdicts, target, kind, maybe passes}];
+    passes, window: for the summary."""
     data = {"prompt": prompt, "delay": delay_ms, "glyphs": GLYPHS,
             "rounds": [{"guesses": list(r["guesses"]), "verdicts": r["verdicts"],
                         "target": r["target"], "kind": r["kind"],
@@ -183,28 +179,18 @@ id="step">step</button> <span id="frame"></span></div>
 """
 
 
-def iframe(page_html, height=480):
-    """The page inside an iframe, for a notebook (its script runs in its own document)."""
-    return (f'<iframe srcdoc="{html.escape(page_html, quote=True)}" style="width:100%;'
-            f'height:{height}px;border:0"></iframe>')
-
-
-class Shown:
-    """The page as a notebook displays it, in an iframe: display(player.show(page(...))).
-    Not HTML(iframe(...)): IPython's HTML warns "Consider using IPython.display.IFrame instead"
-    when given an iframe, and IFrame loads a URL, while this page lives in the iframe's srcdoc
-    (no file, no server). A notebook shows any object through its _repr_html_."""
+class show:
+    """The page as a notebook displays it, in an iframe (its script runs in its own document):
+    display(player.show(page(...))). Not HTML(an iframe): IPython's HTML warns "Consider using
+    IPython.display.IFrame instead", and IFrame loads a URL, while this page lives in the
+    iframe's srcdoc (no file, no server). A notebook shows any object through its _repr_html_."""
 
     def __init__(self, page_html, height=480):
         self.page_html, self.height = page_html, height
 
     def _repr_html_(self):
-        return iframe(self.page_html, self.height)
+        return (f'<iframe srcdoc="{html.escape(self.page_html, quote=True)}" style="width:100%;'
+                f'height:{self.height}px;border:0"></iframe>')
 
     def __repr__(self):                            # where HTML can't show: a plain-text note
         return "<the speculative decoding player: an HTML page, shown by a notebook>"
-
-
-def show(page_html, height=480):
-    """What a notebook cell displays to show the page: display(player.show(page(...)))."""
-    return Shown(page_html, height)

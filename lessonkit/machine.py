@@ -1,22 +1,16 @@
 """
 lessonkit/machine.py: the machine we run on: how many threads torch gets, whether other programs are busy,
-the timers every benchmark and exercise shares, and honest waiting (how long a loop will take,
-from its first steps timed here, and one progress line in a terminal or a notebook).
+the timers every benchmark and exercise shares, and honest waiting (forecasts, one progress line).
 
 Why threads matter. A decoding step of these models is a few hundred microseconds of small
-matrix products, far too little to share between threads. torch's default uses every core;
-when another program occupies one of them, a thread of ours waits for its descheduled partner
-at every operation, and on a 2-core machine plain decoding became many times slower than with
-one thread (`python -m beyond.benchmark --threads` measures it: docs/RESULTS.md, "Threads, and
-a busy machine"). So decoding and the timings run on DECODE_THREADS torch threads, set on entry
-and restored on exit (`threads()`); training, whose steps are large enough to share, uses every
-core unless the machine is busy when it starts (`training_threads()`, or TrainConfig.threads to
-choose).
-
-Why "busy". A timing is only as good as the machine was quiet while it ran. `Busy` records how
-much CPU time other programs took while we timed (from /proc/stat on Linux, the load average
-elsewhere), and the timed commands print its note next to their figures instead of presenting
-a speed-up measured on a crowded machine as if it were real.
+matrix products, too little to share between threads: when another program occupies a core, a
+thread of ours waits for its descheduled partner at every operation, and on a 2-core machine
+plain decoding became many times slower than with one thread (`python -m beyond.benchmark
+--threads`; docs/RESULTS.md, "Threads, and a busy machine"). So decoding and the timings run on
+DECODE_THREADS torch threads (`threads()`); training, whose steps are large enough to share,
+uses every core unless the machine is busy when it starts (`training_threads()`). And a timing
+is only as good as the machine was quiet: `Busy` records how much CPU time other programs took
+while we timed, and the timed commands print its note next to their figures.
 """
 
 import contextlib
@@ -51,13 +45,9 @@ def threads(n=DECODE_THREADS):
 
 
 def training_threads():
-    """Torch threads for training: every core on a quiet machine, one on a busy one.
-
-    A training step (batch 20 x 128 through the big model) is large enough to share: on 2
-    quiet cores two threads are nearly twice as fast as one. But beside a program that keeps
-    one core busy two threads are slower than one, and beside another torch program far slower
-    (docs/RESULTS.md, "Threads, and a busy machine"; `python -m beyond.benchmark --threads`).
-    So look before choosing."""
+    """Torch threads for training: every core on a quiet machine, one on a busy one. On 2 quiet
+    cores two threads train nearly twice as fast as one; beside a busy program, slower
+    (docs/RESULTS.md, "Threads, and a busy machine"). So look before choosing."""
     cores = cpu_cores()
     if cores == 1:
         return 1
@@ -77,6 +67,11 @@ def cpu_cores():
 # The processor features that change these models' speed: wide vectors, and native bfloat16
 # (training's products run in bfloat16 where the processor has it: training.speedups).
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve")
+# Environment variables that hold torch (and the libraries under it) to an older instruction
+# set: with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 and
+# --precision float32, a machine with AVX-512 stands in for one without (docs/RESULTS.md,
+# "The models").
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
 def cpu_model():
@@ -85,15 +80,15 @@ def cpu_model():
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or platform.machine() or "unknown", []
-    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    name = fields.get("model name") or fields.get("Hardware") or platform.machine()
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)}
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    return name, [f for f in CPU_FLAGS if f in flags]
+    return (fields.get("model name") or fields.get("Hardware") or platform.machine(),
+            [f for f in CPU_FLAGS if f in flags])
 
 
 def describe():
-    """The machine and software a run happened on, for reports and JSON files."""
+    """The machine and software a run happened on, for reports and results files."""
     name, flags = cpu_model()
     return {"platform": platform.platform(), "processor": platform.processor() or "unknown",
             "cpu": name, "cpu_flags": flags,
@@ -105,17 +100,9 @@ def describe():
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-# Environment variables that hold torch (and the libraries under it) to an older instruction
-# set: with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 and
-# --precision float32, a machine with AVX-512 stands in for one without (docs/RESULTS.md,
-# "The models").
-ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
-
-
 def summary(about):
-    """describe()'s dict in words: "AMD EPYC, 2 cores with native bfloat16, torch X"
-    (native bfloat16: AVX512-BF16 or AMX, where training multiplies in bfloat16), and the
-    instruction set torch was held to, if it was."""
+    """describe()'s dict in words: "AMD EPYC, 2 cores with native bfloat16, torch X" (native
+    bfloat16: AVX512-BF16 or AMX), and the instruction set torch was held to, if it was."""
     bf16 = "with" if {"avx512_bf16", "amx_bf16"} & set(about["cpu_flags"]) else "without"
     gpu = f", {about['gpu']}" if about.get("gpu") else ""
     limited = f" (held to {about['vectorised']} by {', '.join(about['limited_by'])})" \
@@ -124,20 +111,11 @@ def summary(about):
         f"torch {about['torch']}{gpu}"
 
 
-# A results file: {"format": RESULTS_FORMAT, "run": provenance(), ...the run's figures}. The
-# documents' figures are rendered from such files (studies/render.py); a new format number tells
-# the renderer that an old file no longer holds what it reads.
+# A results file: {"format": RESULTS_FORMAT, "run": where its figures come from, ...the figures}.
+# The documents' figures are rendered from such files (studies/render.py); a new format number
+# tells the renderer that an old file no longer holds what it reads.
 RESULTS_FORMAT = 1
 STARTED = time.time()   # about when this process started: a run's seconds in its results file
-
-
-def provenance(busy="", command=None):
-    """Where a run's figures come from: the command line, the machine, the date (UTC), the
-    seconds since the process started and whether other programs kept the machine busy while
-    it ran (a Busy note; "" when quiet)."""
-    return {"command": command or command_line(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "seconds": round(time.time() - STARTED, 1), "machine": describe(), "busy": busy}
 
 
 def command_line():
@@ -148,14 +126,17 @@ def command_line():
     return " ".join(["python", *program, *sys.argv[1:]])
 
 
-def write_results(path, figures, busy="", command=None):
-    """figures (a dict) with the run's provenance as a results file at `path`, written whole:
-    a reader never sees half of it. Returns the path."""
+def write_results(path, figures, busy=""):
+    """figures (a dict) as a results file at `path`, with where they come from: the command
+    line, the date (UTC), the seconds since the process started, the machine and a Busy note
+    ("" when quiet). Written whole (a reader never sees half of it); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"format": RESULTS_FORMAT, "run": provenance(busy, command), **figures}
+    run = {"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "seconds": round(time.time() - STARTED, 1), "machine": describe(), "busy": busy}
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    temporary.write_text(json.dumps({"format": RESULTS_FORMAT, "run": run, **figures}, indent=2,
+                                    default=float) + "\n")
     os.replace(temporary, path)
     return path
 
@@ -173,8 +154,7 @@ def _cpu_seconds_all():
         return None
     # user nice system idle iowait irq softirq steal ...: everything but idle and iowait is busy;
     # steal is time another virtual machine took from ours, which slows us down just the same.
-    busy = sum(fields[:8]) - fields[3] - fields[4]
-    return busy / os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_seconds():
@@ -191,8 +171,8 @@ class Busy:
     """
 
     def start(self):
-        self.started, self.all0, self.own0 = time.perf_counter(), _cpu_seconds_all(), \
-            _own_cpu_seconds()
+        self.started, self.all0, self.own0 = \
+            time.perf_counter(), _cpu_seconds_all(), _own_cpu_seconds()
         return self
 
     def stop(self):
@@ -207,18 +187,15 @@ class Busy:
             self.other_cores = 0.0
         return self
 
-    def __enter__(self):
-        return self.start()
+    __enter__ = start
 
     def __exit__(self, *exc):
         self.stop()
-        return False
 
     def note(self, spreads=()):
-        """One line saying why the figures may mislead, or "" if nothing suggests so.
-
-        spreads: relative spreads of repeated timings (see spread()); a wide one means the
-        machine's speed changed while we timed, whatever the cause."""
+        """One line saying why the figures may mislead, or "" if nothing suggests so. spreads:
+        relative spreads of repeated timings (spread()): a wide one means the machine's speed
+        changed while we timed, whatever the cause."""
         reasons = []
         if self.other_cores > BUSY_CORES:
             reasons.append(f"other programs used {self.other_cores:.1f} of {cpu_cores()} cores "
@@ -226,18 +203,14 @@ class Busy:
         worst = max(spreads, default=0.0)
         if worst > SPREAD:
             reasons.append(f"repeated timings differed by up to {worst:.0%}")
-        if not reasons:
-            return ""
         return ("note: the machine was busy (" + "; ".join(reasons) + "): the times and "
-                "speed-ups above may be off; rerun them on a quiet machine")
+                "speed-ups above may be off; rerun them on a quiet machine") if reasons else ""
 
 
 def spread(values):
     """(max - min) / median of repeated timings or ratios: 0 for a perfectly steady machine."""
     values = list(values)
-    if len(values) < 2:
-        return 0.0
-    return (max(values) - min(values)) / statistics.median(values)
+    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -245,12 +218,10 @@ def spread(values):
 
 
 def median_time(fn, repeats, n_threads=DECODE_THREADS):
-    """Median seconds of fn() over `repeats` calls, on n_threads torch threads."""
     return statistics.median(times_of(fn, repeats, n_threads))
 
 
 def times_of(fn, repeats, n_threads=DECODE_THREADS):
-    """Seconds of each of `repeats` calls of fn(), on n_threads torch threads."""
     times = []
     with threads(n_threads):
         for _ in range(repeats):
@@ -261,10 +232,8 @@ def times_of(fn, repeats, n_threads=DECODE_THREADS):
 
 
 def paired_times(plain, speculative, repeats):
-    """Time the two alternately, so that a drift in the machine's speed hits both alike.
-
-    Returns (median plain seconds, median speculative seconds, median of the per-pair ratios,
-    the ratios themselves)."""
+    """Time the two alternately, so that a drift in the machine's speed hits both alike: (median
+    plain seconds, median speculative seconds, median of the per-pair ratios, the ratios)."""
     pairs = [(times_of(plain, 1)[0], times_of(speculative, 1)[0]) for _ in range(repeats)]
     ratios = [a / b for a, b in pairs]
     return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
@@ -301,7 +270,6 @@ def sync(model):
 
 
 def on_gpu(model):
-    """Does `model` run on a GPU (whose work must be waited for before a timing is read)?"""
     p = next(model.parameters(), None) if hasattr(model, "parameters") else None
     return p is not None and p.is_cuda
 
@@ -310,17 +278,14 @@ def pass_time(model, tokens, *, batch=1, repeats=300, measure=None, context=64,
               n_threads=DECODE_THREADS):
     """Median seconds of one cached forward pass of a gpt.GPT or beyond.fast_numpy.NumpyGPT
     over batch x tokens new tokens, after `context` cached ones (the cache rolled back each
-    time).
-
-    measure(fn, repeats) -> median seconds; by default the wall clock on n_threads torch threads
-    (exercise 5 passes its own timer, which on a GPU waits for the device)."""
+    time). measure(fn, repeats) -> median seconds; by default the wall clock on n_threads torch
+    threads (exercise 5 passes its own timer, which on a GPU waits for the device)."""
     context = min(context, model.c.block_size - tokens)
     idx = torch.randint(0, model.c.vocab_size, (batch, context + tokens),
                         generator=torch.Generator().manual_seed(0))
     cache = model.new_cache(batch)
     if hasattr(model, "logits"):                    # NumPy: no torch on the timed path
-        idx = idx.numpy()
-        forward = model.logits
+        idx, forward = idx.numpy(), model.logits
     else:
         idx = idx.to(next(model.parameters()).device)
 
@@ -372,7 +337,6 @@ class StopOnInterrupt:
 
 def duration(seconds):
     """Seconds as a person says them: "40 s", "3 min 10 s", "1 h 5 min" (never "0 min").
-
     A forecast's last digits are noise, so minutes keep tens of seconds, and hours minutes."""
     seconds = max(1, round(seconds))
     if seconds < 60:
@@ -423,7 +387,7 @@ class Pace:
         self.ticks, self.last, self.evaluating = self.ticks + 1, now, False
         self.done += 1
 
-    def evaluated(self):
+    def evaluated(self):   # the interval that ends at the next tick() held an evaluation
         self.evaluating = True
 
     def seconds_per_step(self):
@@ -444,8 +408,7 @@ class Pace:
         if self.timed_steps < self.min_steps or self.step_seconds < self.min_seconds:
             return None
         per_step = self.seconds_per_step()
-        per_eval = self.eval_seconds if self.eval_seconds is not None else \
-            self.eval_steps * per_step
+        per_eval = self.eval_steps * per_step if self.eval_seconds is None else self.eval_seconds
         return max(0, self.steps - self.done) * per_step + self.evaluations_left() * per_eval
 
 
@@ -474,8 +437,7 @@ class ProgressLine:
 
     def __init__(self, total, initial=0, label="", *, notebook=None, every=0.5,
                  clock=time.monotonic):
-        self.total, self.n, self.label = total, initial, label
-        self.text, self.left = "", None
+        self.total, self.n, self.label, self.text, self.left = total, initial, label, "", None
         self.notebook = in_notebook() if notebook is None else notebook
         self.every, self.clock = every, clock
         self.started = self.shown = clock()
@@ -499,11 +461,8 @@ class ProgressLine:
 
     def write(self, text, log=print):
         """log(text) as a line of its own (in a terminal, above tqdm's bar rather than into it)."""
-        if self.notebook:
+        with contextlib.nullcontext() if self.notebook else self.bar.external_write_mode():
             log(text)
-        else:
-            with self.bar.external_write_mode():
-                log(text)
 
     def close(self):
         if self.notebook:
@@ -519,9 +478,7 @@ class ProgressLine:
     def render(self):
         filled = round(self.WIDTH * self.n / max(1, self.total))
         parts = [f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
-                 f"{self.n}/{self.total} steps".lstrip()]
-        if self.text:
-            parts.append(self.text)
+                 f"{self.n}/{self.total} steps".lstrip()] + ([self.text] if self.text else [])
         took = duration(self.clock() - self.started)
         parts.append(f"{took}, about {duration(self.left)} left" if self.left is not None
                      else took)

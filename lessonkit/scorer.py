@@ -4,13 +4,11 @@ lessonkit/scorer.py: the window rule, and the one scorer that every decoder chec
 A model sees at most block_size tokens. window_start(n) says where the context of token n
 starts, windows() walks the passes that score a run of positions under that rule, and
 WindowScorer feeds a model's KV cache only what it lacks: cached tokens that no longer match
-(rejected guesses) are rolled back, and a row whose window jumps starts afresh. speculative.py,
-beyond/batched.py, beyond/tree.py, beyond/heads.py and beyond/hf.py score through it; the
-exercise (numpy_speculative.py) has its own strict score() and takes the window rule from here.
-
-NumPy only, no torch: a model is anything with the Model protocol below (gpt.GPT and
-beyond/fast_numpy.py's NumpyGPT have it).
-Shapes: B batch, T tokens of a sequence, t new tokens, V vocabulary.
+(rejected guesses) are rolled back, and a row whose window jumps starts afresh. Every decoder
+scores through it; the exercise (numpy_speculative.py) has its own strict score() and takes the
+window rule from here. NumPy only, no torch: a model is anything with the Model protocol below
+(gpt.GPT and beyond/fast_numpy.py's NumpyGPT). Shapes: B batch, T tokens of a sequence, t new
+tokens, V vocabulary.
 """
 
 from typing import Protocol, runtime_checkable
@@ -20,9 +18,9 @@ import numpy as np
 
 def window_start(n, block_size):
     """First position of the context from which token n (0-based) is predicted. The window
-    starts at 0; when it would hold more than block_size tokens it jumps forward so that only
-    the last block_size // 2 are kept (re-encoded into a fresh cache). It depends on n alone, so
-    plain and speculative decoding change windows at exactly the same positions."""
+    starts at 0; when it would hold more than block_size tokens it jumps forward, keeping the
+    last block_size // 2 (re-encoded into a fresh cache). It depends on n alone, so plain and
+    speculative decoding change windows at exactly the same positions."""
     if n <= block_size:
         return 0
     keep = max(1, block_size // 2)
@@ -63,9 +61,9 @@ class Model(Protocol):
 
 
 class Scorer:
-    """The target's side of a round: logits (B, T - first + 1, V) of positions first..T of each
-    sequence (WindowScorer, for every model with a KV cache). passes: forward passes made (a
-    check that crosses a window jump makes two)."""
+    """The target's side of a round: score(seqs, first) -> logits (B, T - first + 1, V) of
+    positions first..T of each sequence. passes: forward passes made (a check that crosses a
+    window jump makes two)."""
     vocab_size: int
     passes = 0
 
@@ -77,10 +75,9 @@ class Scorer:
 
 
 class WindowScorer(Scorer):
-    """score(seqs, first): logits (B, T - first + 1, V) of positions first..T of each sequence,
-    each from its window; score_rows(seqs, {b: first}) -> {b: logits}. Rows share one cache
-    length here (decoded in step); beyond/batched.py's subclass lets them drift apart. `passes`
-    counts forward passes (a check that crosses a window jump makes two)."""
+    """The Scorer of every model with a KV cache, each position scored from its window;
+    score_rows(seqs, {b: first}) -> {b: logits}. Rows share one cache length here (decoded in
+    step); beyond/batched.py's subclass lets them drift apart."""
 
     def __init__(self, model, batch_size=1):
         if not isinstance(model, Model):
@@ -88,7 +85,7 @@ class WindowScorer(Scorer):
                             f"scorer (scorer.Scorer: vocab_size, score(seqs, first))")
         self.model, self.batch_size = model, batch_size
         self.vocab_size, self.block_size = model.c.vocab_size, model.c.block_size
-        self.passes = 0                             # forward passes made
+        self.passes = 0
         self.reset()
 
     def reset(self):

@@ -76,8 +76,6 @@ class Stats:
 # What became of each guess (the command line's colours; exercise 1's animation reads it too)
 
 
-
-
 def verdicts(proposed, n_accepted):
     """One round of a Stats.trace: the fate of each guess (kept, then the first rejected, then
     thrown away unchecked) and the kind of token the target added: "bonus" when every guess was

@@ -43,7 +43,7 @@ def within(rows, what="speedup"):
 
 
 def best_fixed(runs, backend, name):
-    return drafters.best_fixed(runs["drafters"]["runs"], backend, name)
+    return drafters.best_fixed(runs["drafters"]["runs"], backend, name)[0]
 
 
 def drafter_pairs(runs):

@@ -7,15 +7,12 @@ that measured them (docs/results/*.json, each with its command, machine and date
 
 A document marks a figure inline, `<!-- fig NAME -->1.60x<!-- /fig -->`, and a generated block
 (a table, a provenance line) between `<!-- begin NAME -->` and `<!-- end NAME -->` lines; the
-text between the markers is this script's to write, NAME one of FIGURES or BLOCKS below, or
-provenance.FILE.FILE...: the provenance line of each results file named (figures.provenance).
-Re-measuring: run the command (`make benchmark`, `make lesson` in a fresh clone, `make test`),
-copy its results/NAME.json into docs/results/, run `make docs` and review the diff.
-
-A results file that is missing, malformed or of another format, or a claim in a document that
-its results file contradicts, stops the rendering with one line naming it, before any document
-is written: a document is never half rendered. Beside this script: studies/figures.py (what the
-two share) and studies/render_studies.py (RESULTS.md's study sections).
+text between is this script's, NAME one of FIGURES or BLOCKS below or provenance.FILE.FILE...
+(figures.provenance). A results file that cannot be rendered from, or a claim in a document
+that it contradicts, stops the rendering in one line naming it, before any document is written.
+A new measurement: copy the run's results/NAME.json into docs/results/, run `make docs`, review
+the diff. Beside this script: studies/figures.py (what the two share) and
+studies/render_studies.py (the study sections of RESULTS.md).
 """
 
 import re

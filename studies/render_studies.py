@@ -43,36 +43,32 @@ def against(r, what="speedup", write=times, predicted=None):
     return f"{write(r[what])} ({write(r[predicted or f'predicted_{what}'])})"
 
 
-def hundredths(x):
-    return f"{x:.2f}"
+hundredths = "{:.2f}".format   # 1.23
 
 
 # ----------------------------------------------------------------------------------------------
 # Every drafter compared (studies/drafters.py)
 
 
-def best_fixed(runs, backend, name):
-    """(the drafter's row at its fastest fixed k, {k or schedule: its row})."""
-    return drafters.best_fixed(runs["drafters"]["runs"], backend, name)
-
-
-def drafter_pairs(runs):
-    """(backend, drafter) of the run, fastest first within each backend."""
-    pairs = dict.fromkeys((r["backend"], r["draft"]) for r in runs["drafters"]["runs"])
-    return sorted(pairs, key=lambda p: (p[0], -best_fixed(runs, *p)[0]["speedup"]))
+def best_fixed(runs):
+    """{(backend, drafter): (its row at its fastest fixed k, {k or schedule: its row})}, fastest
+    first within each backend."""
+    rows = runs["drafters"]["runs"]
+    pairs = dict.fromkeys((r["backend"], r["draft"]) for r in rows)
+    best = {p: drafters.best_fixed(rows, *p) for p in pairs}
+    return dict(sorted(best.items(), key=lambda kv: (kv[0][0], -kv[1][0]["speedup"])))
 
 
 def drafters_table(runs):
     rows = []
-    for where, name in drafter_pairs(runs):
-        b, mine = best_fixed(runs, where, name)
+    for (where, name), (b, mine) in best_fixed(runs).items():
         rows.append([BACKEND[where], name, hundredths(b["alpha"]), f"{b['c']:.3f}", b["k"],
-                     hundredths(b["verify"]), against(b, "tokens_per_pass", hundredths), against(b),
-                     grouped(b["tokens_per_s"]),
+                     hundredths(b["verify"]), against(b, "tokens_per_pass", hundredths),
+                     against(b), grouped(b["tokens_per_s"]),
                      " / ".join(percent(mine[a]["speedup"] / b["speedup"])
                                 for a in drafters.ADAPTIVE)])
     # what the sentences under the table say of its rows
-    best = {(b, name): best_fixed(runs, b, name)[0] for b, name in drafter_pairs(runs)}
+    best = {pair: b for pair, (b, _) in best_fixed(runs).items()}
     claim(best["torch", "heads"]["speedup"] > 1 >= best["torch", "exit2"]["speedup"],
           "No second model pays with the big model in torch only with the heads")
     claim(min(best[b, "exit2"]["c"] for b in BACKEND) >= 0.5,
@@ -124,8 +120,7 @@ def ceiling(runs, name):
 
 def drafters_why(runs):
     lines = []
-    for where, name in drafter_pairs(runs):
-        r = best_fixed(runs, where, name)[0]
+    for (where, name), (r, _) in best_fixed(runs).items():
         if abs(off(r)) > CLOSE:
             lines.append(f"  - `{name}`, {BACKEND[where]} big model: {times(r['speedup'])} "
                          f"against {times(r['predicted_speedup'])}; {drafters.why_off(r)}.")
@@ -189,22 +184,18 @@ def hf_split(runs):
     rows = [hf_mode(runs, m) for m in modes]
     claim(rows[1]["rest_us"] < rows[0]["rest_us"],
           "Through the adapter our loop spends less around transformers' forward than generate()")
-    claim(all(p["ratio"] > 1 for p in runs["transformers"]["goals"]["adapter speculative"]["pairs"]),
+    claim(all(p["ratio"] > 1
+              for p in runs["transformers"]["goals"]["adapter speculative"]["pairs"]),
           "ours through the adapter is faster than assisted generation with the same draft and k")
     claim(rows[-1]["target_us"] > rows[-1]["wall_us"] / 2,
           "Our fastest exact setup spends most of its time in the NumPy forward")
+    alpha = runs["transformers"]["bound"]["alpha"]   # nan: no agreement would reach the goal
+    claim(alpha == alpha, "to reach the goal, even a free drafter would have to be right")
     return table(["mode", "wall", "target forward", "draft forward", "everything else",
                   "in the models"],
                  [[r["mode"], grouped(r["wall_us"]), grouped(r["target_us"]),
                    grouped(r["draft_us"]), grouped(r["rest_us"]),
                    percent((r["target_us"] + r["draft_us"]) / r["wall_us"])] for r in rows])
-
-
-def hf_bound_alpha(runs):
-    """The agreement a free drafter would need to reach the first goal (nan: none would do)."""
-    alpha = runs["transformers"]["bound"]["alpha"]
-    claim(alpha == alpha, "to reach the goal, even a free drafter would have to be right")
-    return f"{alpha:.1%}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,10 +213,9 @@ def fastest_row(rows):
 
 
 def split_cells(r):
-    if r["steps_speedup"] is None:
-        return ["-", "-"]
-    return [f"{percent(r['encode_share_plain'])} / {percent(r['encode_share_spec'])}",
-            times(r["steps_speedup"])]
+    return ["-", "-"] if r["steps_speedup"] is None else [
+        f"{percent(r['encode_share_plain'])} / {percent(r['encode_share_spec'])}",
+        times(r["steps_speedup"])]
 
 
 def batch_table(runs):
@@ -234,8 +224,8 @@ def batch_table(runs):
         r = fastest_row(sweep)
         free = max((x["k"] + 1) / x["verify_cost"] for x in sweep)
         rows.append([BACKEND[backend], name, r["k"], against(r, predicted="predicted"),
-                     hundredths(r["alpha"]), f"{r['c']:.3f}", hundredths(r["verify_cost"]), *split_cells(r),
-                     times(free)])
+                     hundredths(r["alpha"]), f"{r['c']:.3f}", hundredths(r["verify_cost"]),
+                     *split_cells(r), times(free)])
     # what the sentences around the table say of batch 16 and of its fastest row
     plain, best = runs["batch_curve"]["rows_vs_batch"], batch_best(runs)[1]
     claim(plain["numpy"]["speedup"] < plain["torch"]["speedup"], "batching gains [NumPy] less")
@@ -322,8 +312,8 @@ def temperature_table(runs):
     def argmax_to_t1(name, write):
         return f"{write(sampled(runs, name, 0.0))} -> {write(sampled(runs, name, 1.0))}"
     rows = [[name, argmax_to_t1(name, lambda r: hundredths(r["alpha"])),
-             argmax_to_t1(name, lambda r: times(r["speedup"])), hundredths(argmax_over_t1(runs, name))]
-            for name in names]
+             argmax_to_t1(name, lambda r: times(r["speedup"])),
+             hundredths(argmax_over_t1(runs, name))] for name in names]
     a, t = theirs["argmax"], theirs["temperature 1"]
     rows.append([f"Leviathan et al., Table 2 (T5-small for T5-XXL, EnDe, k {a['k']})",
                  f"{a['alpha']:.2f} -> {t['alpha']:.2f}", f"{a['speedup']:g}x -> {t['speedup']:g}x",
@@ -339,6 +329,9 @@ def lenience_table(runs):
     claim(all(a["alpha"] < b["alpha"] and a["tv_per_token"] < b["tv_per_token"]
               for a, b in zip(steps, steps[1:])),
           "The lower the lenience, the more guesses are kept and the further the output moves")
+    best_k = runs["sampling_costs"]["best_k"]   # and what the bullets after the table say
+    claim(best_k["best_k_rounds"] == best_k["measured"],
+          "`speculative.best_k` picks the measured best")
     return table(["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
                   "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
                  [[f"{r['lenience']:g}", hundredths(r["alpha"]), f"{r['tv_per_token']:.3f}",
@@ -356,14 +349,6 @@ def waste(runs):
     claim(per["spec_flops"] > per["plain_flops"] and per["spec_bytes"] < per["plain_bytes"],
           "more arithmetic, but fewer weights read")
     return w | per
-
-
-def best_k(runs):
-    """The k `speculative.best_k` picks, fed with a round's cost as the runs paid it: the
-    sentence says it is the measured best."""
-    b = runs["sampling_costs"]["best_k"]
-    claim(b["best_k_rounds"] == b["measured"], "`speculative.best_k` picks the measured best")
-    return str(b["best_k_rounds"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -430,7 +415,8 @@ def passes_table(runs):
     for name in tree_drafters(runs):
         mine = tree_rows(runs, name)
         cells = [f"{hundredths(mine[n, 'chain']['tokens_per_pass'])} / "
-                 f"{against(mine[n, 'tree'], 'tokens_per_pass', hundredths)}" for n in budgets(runs)]
+                 f"{against(mine[n, 'tree'], 'tokens_per_pass', hundredths)}"
+                 for n in budgets(runs)]
         rows.append([name, acceptance_words(ranks(runs, name)), *cells,
                      hundredths(tree_over_chain(runs, name))])
     return table(["drafter", "acceptance of its 1st / 2nd / 3rd guess",
@@ -510,7 +496,7 @@ FIGURES = {
         lambda r: f"{backend(r, 'torch')['step_us'] / backend(r, 'numpy')['step_us']:.1f}",
     "drafters.ceiling.torch": lambda r: ceiling(r, "torch"),
     "drafters.ceiling.torch.numpy": lambda r: times(ideal(r, "torch")),
-    "drafters.within": lambda r: within([best_fixed(r, *p)[0] for p in drafter_pairs(r)]),
+    "drafters.within": lambda r: within([b for b, _ in best_fixed(r).values()]),
     # with Hugging Face transformers
     "hf.difference": "{transformers[difference]:.0e}",
     "hf.goal.fastest": lambda r: hf_goal(r, "fastest"),
@@ -527,7 +513,7 @@ FIGURES = {
     "hf.bound.chars": "{transformers[bound][chars_per_s]:,.0f}",
     "hf.bound.theirs": "{transformers[bound][vs_theirs]:.1f}x",
     "hf.bound.goal": "{transformers[goals][fastest][goal]:g}x",
-    "hf.bound.alpha": hf_bound_alpha,
+    "hf.bound.alpha": "{transformers[bound][alpha]:.1%}",
     # batches
     "batch.new_tokens": "{batch_curve[settings][new_tokens]}",
     "batch.plain.torch": "{batch_curve[rows_vs_batch][torch][speedup]:.2f}x",
@@ -538,10 +524,12 @@ FIGURES = {
     "sampling.within": lambda r: within(r["sampling_costs"]["temperature"], "tokens_per_pass"),
     "sampling.waste.positions": lambda r: str(waste(r)["target_positions"]),
     "sampling.waste.tokens": lambda r: str(waste(r)["new_tokens"]),
-    "sampling.waste.flops": lambda r: "{spec_flops:.2f} against {plain_flops:.2f}".format(**waste(r)),
-    "sampling.waste.bytes": lambda r: "{spec_bytes:.2f} against {plain_bytes:.2f}".format(**waste(r)),
+    "sampling.waste.flops":
+        lambda r: "{spec_flops:.2f} against {plain_flops:.2f}".format(**waste(r)),
+    "sampling.waste.bytes":
+        lambda r: "{spec_bytes:.2f} against {plain_bytes:.2f}".format(**waste(r)),
     "sampling.waste.memory": lambda r: times(waste(r)["memory_bound_speedup"]),
-    "sampling.best_k": best_k,
+    "sampling.best_k": "{sampling_costs[best_k][best_k_rounds]}",
     "sampling.best_k.draft": "{sampling_costs[best_k][runs][0][draft]}",
     "sampling.best_k.pieces": "{sampling_costs[best_k][best_k_pieces]}",
     "sampling.best_k.lesson": "{sampling_costs[best_k][best_k_lesson]}",

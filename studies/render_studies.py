@@ -380,10 +380,9 @@ def ranks(runs, name):
 
 
 def acceptance_words(per):
-    if len(per) == 1:
-        return " / ".join(f"{a:.3f}" for a in per[0][:3])
-    return ", ".join(f"head {i + 1}: " + " / ".join(f"{a:.3f}" for a in per[i][:3])
-                     for i in (0, len(per) - 1))
+    """The first three ranks' acceptance; with heads, the first head's and the last's."""
+    words = [" / ".join(f"{a:.3f}" for a in accept[:3]) for accept in per]
+    return words[0] if len(per) == 1 else f"head 1: {words[0]}, head {len(per)}: {words[-1]}"
 
 
 def tree_over_chain(runs, name):

@@ -57,8 +57,9 @@ def benchmark_table(runs):
                   "guesses kept", "c", "verify cost"],
                  [[r["setup"].replace("/", " / "), r["draft"], r["k"],
                    grouped(r["plain_tokens_per_s"]), grouped(r["spec_tokens_per_s"]),
-                   times(r["speedup"]), times(r["predicted_speedup"]), f"{r['tokens_per_pass']:.2f}",
-                   percent(r["acceptance_rate"]), f"{r['c']:.3f}", f"{r['verify_cost']:.2f}"]
+                   times(r["speedup"]), times(r["predicted_speedup"]),
+                   f"{r['tokens_per_pass']:.2f}", percent(r["acceptance_rate"]), f"{r['c']:.3f}",
+                   f"{r['verify_cost']:.2f}"]
                   for r in rows.values()])
 
 
@@ -340,8 +341,8 @@ FIGURES = {
     "avx2.big.loss": lambda r: f"{held_to_avx2(r)[0]['val_loss']:.3f}",
     "avx2.big.steps": lambda r: str(held_to_avx2(r)[0]["steps"]),
     "avx2.command.time": "{train-avx2[run][seconds]:duration}",
-    "avx2.steps_in_goal":   # the preset's steps a minute holds at their price there
-        lambda r: f"{GOAL_SECONDS * 1e3 // r['training-prices-avx2']['levers']['preset']['ms']:.0f}",
+    "avx2.steps_in_goal": lambda r: str(int(   # the preset's steps a minute holds there
+        GOAL_SECONDS / (r["training-prices-avx2"]["levers"]["preset"]["ms"] / 1e3))),
     "avx2.faster_step": lambda r: f"{held_to_avx2(r)[1]:.1f}",
     "avx2.needed_of_peak": lambda r: percent(
         held_to_avx2(r)[1] * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),

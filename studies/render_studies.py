@@ -3,9 +3,10 @@ studies/render_studies.py: the figures and tables of docs/RESULTS.md's study sec
 from the results files `python -m studies` writes (drafters, transformers, batch_curve,
 sampling_costs, trees); studies/render.py merges FIGURES and BLOCKS below into its own.
 
-The sentences are RESULTS.md's; each conclusion one draws from the data is checked here
-(figures.claim), most often by the table or figure it comments on. What each field means: the
-study that writes it (studies/NAME.py).
+A sentence that draws a conclusion from the figures is RESULTS.md's, and checked here
+(figures.claim), most often by the table it comments on; a few phrases the data chooses (a goal
+met or not, the fastest setup) are written here. What each field means: the study that writes
+it (studies/NAME.py).
 """
 
 from beyond import batch_curve
@@ -432,10 +433,9 @@ def tree_gain(runs, name):
 
 def sure_drafters(runs):
     """The drafters whose best tree of up to 16 nodes is the chain itself."""
-    def chain_itself(mine, n):
-        return mine[n, "tree"]["shape"] == mine[n, "chain"]["shape"]
-    return [name for name in tree_drafters(runs)
-            if all(chain_itself(tree_rows(runs, name), n) for n in budgets(runs) if n <= 16)]
+    shapes = {name: tree_rows(runs, name) for name in tree_drafters(runs)}
+    return [name for name, mine in shapes.items() if all(
+        mine[n, "tree"]["shape"] == mine[n, "chain"]["shape"] for n in budgets(runs) if n <= 16)]
 
 
 def speed_table(runs):

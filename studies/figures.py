@@ -69,7 +69,7 @@ def grouped(x):
     return f"{x:,.0f}"
 
 
-def span(values, write):
+def span(values, write="{:.2f}".format):
     """The smallest and the largest of values, written: "0.84-1.27x" (one figure if equal)."""
     low, high = write(min(values)), write(max(values))
     return low if low == high else f"{low.rstrip('x%')}-{high}"

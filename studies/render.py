@@ -7,15 +7,12 @@ that measured them (docs/results/*.json, each with its command, machine and date
 
 A document marks a figure inline, `<!-- fig NAME -->1.60x<!-- /fig -->`, and a generated block
 (a table, a provenance line) between `<!-- begin NAME -->` and `<!-- end NAME -->` lines; the
-text between the markers is this script's to write, NAME one of FIGURES or BLOCKS below, or
-provenance.FILE.FILE...: the provenance line of each results file named (figures.provenance).
-Re-measuring: run the command (`make benchmark`, `make lesson` in a fresh clone, `make test`),
-copy its results/NAME.json into docs/results/, run `make docs` and review the diff.
-
-A results file that is missing, malformed or of another format, or a claim in a document that
-its results file contradicts, stops the rendering with one line naming it, before any document
-is written: a document is never half rendered. Beside this script: studies/figures.py (what the
-two share) and studies/render_studies.py (RESULTS.md's study sections).
+text between is this script's, NAME one of FIGURES or BLOCKS below or provenance.FILE.FILE...
+(figures.provenance). A results file that cannot be rendered from, or a claim in a document
+that it contradicts, stops the rendering in one line naming it, before any document is written.
+A new measurement: copy the run's results/NAME.json into docs/results/, run `make docs`, review
+the diff. Beside this script: studies/figures.py (what the two share) and
+studies/render_studies.py (the study sections of RESULTS.md).
 """
 
 import re
@@ -25,19 +22,8 @@ from pathlib import Path
 from lessonkit import cli, machine
 from studies import render_studies
 from studies import training as study_training
-from studies.figures import (
-    RUNS,
-    RenderError,
-    Runs,
-    claim,
-    grouped,
-    percent,
-    provenance,
-    read,
-    span,
-    table,
-    times,
-)
+from studies.figures import (RUNS, RenderError, Runs, claim, grouped, percent, provenance, read,
+                             span, table, times)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", "docs/LESSON.md", "docs/RESULTS.md", "docs/TESTING.md"]
@@ -54,47 +40,40 @@ DRAFT_WORDS = {"draft": "the lesson's (1 layer x 32)", "distilled": "distilled (
                "ngram": "n-gram table"}
 
 
-def best_rows(runs):
-    """The best fixed k of each (setup, draft) of the benchmark, in the run's order."""
-    best = {}
-    for row in runs["benchmark"]["runs"]:
-        if isinstance(row["k"], int):
-            key = (row["setup"], row["draft"])
-            if key not in best or row["speedup"] > best[key]["speedup"]:
-                best[key] = row
-    return list(best.values())
-
-
-def bench_row(runs, setup, draft):
-    return next(r for r in best_rows(runs) if (r["setup"], r["draft"]) == (setup, draft))
+def best(runs):
+    """{(setup, draft): its row at its best fixed k}, in the benchmark's order."""
+    rows = [r for r in runs["benchmark"]["runs"] if isinstance(r["k"], int)]
+    pairs = dict.fromkeys((r["setup"], r["draft"]) for r in rows)
+    return {p: max((r for r in rows if (r["setup"], r["draft"]) == p), key=lambda r: r["speedup"])
+            for p in pairs}
 
 
 def benchmark_table(runs):
-    header = ["big model / draft backend", "draft", "best k", "plain tokens/s",
-              "speculative tokens/s", "speed-up", "predicted", "tokens per pass",
-              "guesses kept", "c", "verify cost"]
-    rows = [[r["setup"].replace("/", " / "), r["draft"], r["k"], grouped(r["plain_tokens_per_s"]),
-             grouped(r["spec_tokens_per_s"]), times(r["speedup"]), times(r["predicted_speedup"]),
-             f"{r['tokens_per_pass']:.2f}", percent(r["acceptance_rate"]), f"{r['c']:.3f}",
-             f"{r['verify_cost']:.2f}"] for r in best_rows(runs)]
-    claim(bench_row(runs, "torch/numpy", "draft")["speedup"]
-          < bench_row(runs, "torch/numpy", "distilled")["speedup"],
+    rows = best(runs)
+    claim(rows["torch/numpy", "draft"]["speedup"] < rows["torch/numpy", "distilled"]["speedup"],
           "the lesson's 1 x 32 draft [gains] less: it writes only about 2 characters per pass")
-    return table(header, rows)
+    return table(["big model / draft backend", "draft", "best k", "plain tokens/s",
+                  "speculative tokens/s", "speed-up", "predicted", "tokens per pass",
+                  "guesses kept", "c", "verify cost"],
+                 [[r["setup"].replace("/", " / "), r["draft"], r["k"],
+                   grouped(r["plain_tokens_per_s"]), grouped(r["spec_tokens_per_s"]),
+                   times(r["speedup"]), times(r["predicted_speedup"]),
+                   f"{r['tokens_per_pass']:.2f}", percent(r["acceptance_rate"]), f"{r['c']:.3f}",
+                   f"{r['verify_cost']:.2f}"]
+                  for r in rows.values()])
 
 
 def readme_benchmark(runs):
-    header = ["draft", "best k", "tokens per pass", "guesses kept", "speed-up", "predicted"]
     rows = []
-    for setup in ("torch/numpy", "torch/torch"):
+    for setup in SETUP_WORDS:   # the draft's shape once, in its first rows
         for draft in ("draft", "distilled"):
-            r = bench_row(runs, setup, draft)
-            name = DRAFT_WORDS[draft] if setup == "torch/numpy" else \
-                DRAFT_WORDS[draft].split(" (")[0]
-            rows.append([f"{name}, {SETUP_WORDS[setup]}", r["k"], f"{r['tokens_per_pass']:.2f}",
+            r, name = best(runs)[setup, draft], DRAFT_WORDS[draft]
+            rows.append([f"{name if setup == 'torch/numpy' else name.split(' (')[0]}, "
+                         f"{SETUP_WORDS[setup]}", r["k"], f"{r['tokens_per_pass']:.2f}",
                          percent(r["acceptance_rate"]), times(r["speedup"]),
                          times(r["predicted_speedup"])])
-    return table(header, rows)
+    return table(["draft", "best k", "tokens per pass", "guesses kept", "speed-up", "predicted"],
+                 rows)
 
 
 def verify_at(runs, setup, k):
@@ -115,14 +94,8 @@ LARGER = ("plain decoding, 200 characters", "lesson's loop (no cache), 100 chara
 
 def thread_times(runs):
     """{(condition, work, threads): milliseconds}, in the run's order."""
-    split = (key.removesuffix(" threads").split(" / ") for key in runs["threads"]
-             if key.count(" / ") == 2)
-    return {(c, work, int(n)): runs["threads"][f"{c} / {work} / {n} threads"]
-            for c, work, n in split}
-
-
-def milliseconds(ms):
-    return f"{ms:.2f}" if ms < 10 else grouped(ms)
+    return {(c, work, int(n.removesuffix(" threads"))): ms for key, ms in runs["threads"].items()
+            if key.count(" / ") == 2 for c, work, n in [key.split(" / ")]}
 
 
 def threads_table(runs):
@@ -140,7 +113,7 @@ def threads_table(runs):
     claim(all(two_against_one(runs, c, "plain decoding, 200 characters") >= 1 for c in conditions),
           "plain decoding is fastest on one thread in every condition")
     rows = [[work if n == min(n for _, w, n in times_ if w == work) else "", n,
-             *[milliseconds(times_[c, work, n]) for c in conditions]]
+             *[f"{ms:.2f}" if (ms := times_[c, work, n]) < 10 else grouped(ms) for c in conditions]]
             for work, n in dict.fromkeys((w, n) for _, w, n in times_)]
     return table(["work", "torch threads", *conditions], rows)
 
@@ -226,13 +199,11 @@ OPTIMIZERS = {"adamw": "AdamW", "muon": "Muon"}
 
 
 def models_table(runs):
-    agreement = runs["benchmark"]["agreement"]
-    names = runs["ex4_break"]["drafts"]["names"]["greedy_agreement"]
+    agreement = {name: row["greedy_agreement"] for name, row in   # names: exercise 4's only
+                 (runs["ex4_break"]["drafts"] | runs["benchmark"]["agreement"]).items()}
     rows = []
     for record in runs["lesson"]["trained"]:
-        name = record["preset"]
-        alpha = agreement[name]["greedy_agreement"] if name in agreement else \
-            names if name == "names" else None
+        name, alpha = record["preset"], agreement.get(record["preset"])
         rows.append([f"`{name}`", MODEL_SHAPES[name],
                      f"{record['n_layer']} x {record['n_embd']}, "
                      f"{record['parameters'] / 1e6:.2f}M", OPTIMIZERS[record["optimizer"]],
@@ -300,53 +271,32 @@ def lever_table(runs, name="training-prices"):
                   f"({runs[name]['peak']['peak_gflops']:.0f} GFLOP/s)"], rows)
 
 
+GOAL_SECONDS = 60   # the speedrun's goal (issue 35): the ladder's target in a minute there
+
+
 def held_to_avx2(runs):
-    """The big preset's training record from the run with torch held to AVX2 (a stand-in for
-    a machine without AVX-512)."""
-    return next(r for r in runs["train-avx2"]["models"] if r["preset"] == "big")
-
-
-GOAL_LOSS, GOAL_SECONDS = 1.70, 60   # the speedrun's goal (issue 35): 1.70 in a minute there
-
-
-def steps_in_goal(runs):
-    """How many of the big preset's steps, at their price held to AVX2, fit in the goal's
-    seconds; the sentence that quotes it says they are fewer than the preset needs."""
-    steps = int(GOAL_SECONDS / (runs["training-prices-avx2"]["levers"]["preset"]["ms"] / 1e3))
-    claim(steps < runs["training"]["preset"]["reached_at"],
-          "fewer steps than the preset needs fit in the goal's time")
-    return str(steps)
-
-
-def faster_step_needed(runs):
-    """How many times faster than its price held to AVX2 the preset's step would have to be
-    for its steps to the target to fit in the goal's seconds. The sentences around it say that
-    no rung or lever tried reaches the target in that time at those prices; that the recipe
-    fitted whole into a minute's steps there, and batch 10's cheaper steps, end above the goal;
-    and that no lever's step reaches the share of the machine's float32 product speed that a
-    step so fast would use: all checked."""
-    prices = runs["training-prices-avx2"]["levers"]
-    study = runs["training"]
-    for record in study["ladder"] + study["tried"] + [study["preset"]]:
-        claim(record["reached_at"] is None or record["reached_at"]
-              * prices[record["priced_as"]]["ms"] / 1e3 > GOAL_SECONDS,
+    """The big preset trained with torch held to AVX2 (a stand-in for a machine without
+    AVX-512), and how many times as fast its step would have to be, at its price there, for its
+    steps to the target to fit in the goal's minute; what "Without AVX-512" says of them."""
+    record = next(r for r in runs["train-avx2"]["models"] if r["preset"] == "big")
+    study, levers = runs["training"], runs["training-prices-avx2"]["levers"]
+    price = {lever: row["ms"] / 1e3 for lever, row in levers.items()}   # a step's seconds there
+    claim(record["val_loss"] > study["target"] or
+          runs["train-avx2"]["run"]["seconds"] > GOAL_SECONDS,
+          "**short of** the goal of the target in a minute on such a machine")
+    faster = study["preset"]["reached_at"] * price["preset"] / GOAL_SECONDS
+    claim(faster > 1, "fewer steps than the preset needs fit in the goal's time")
+    for r in study["ladder"] + study["tried"] + [study["preset"]]:
+        claim(r["reached_at"] is None or r["reached_at"] * price[r["priced_as"]] > GOAL_SECONDS,
               "no lever above reaches the target in a minute there")
     for rung in ("the same recipe fitted", "batch 10 instead"):
-        record = next(r for r in study["tried"] if r["rung"].startswith(rung))
-        price = prices[record["priced_as"]]["ms"] / 1e3
-        claim(record["steps"] * price >= GOAL_SECONDS, f"{rung}: at least a minute's steps there")
-        claim(record["final"] > GOAL_LOSS, f"{rung}: above the goal after a minute's steps there")
-    needed = study["preset"]["reached_at"] * prices["preset"]["ms"] / 1e3 / GOAL_SECONDS
-    claim(all(row["of_peak"] < needed * prices["preset"]["of_peak"] for row in prices.values()),
+        r = next(r for r in study["tried"] if r["rung"].startswith(rung))
+        claim(r["steps"] * price[r["priced_as"]] >= GOAL_SECONDS,
+              f"{rung}: at least a minute's steps there")
+        claim(r["final"] > study["target"], f"{rung}: above the goal after a minute's steps there")
+    claim(all(row["of_peak"] < faster * levers["preset"]["of_peak"] for row in levers.values()),
           "no lever's step uses the share of the machine's product speed a minute needs")
-    return needed
-
-
-def avx2_goal(runs):
-    record = held_to_avx2(runs)
-    met = record["val_loss"] <= GOAL_LOSS and runs["train-avx2"]["run"]["seconds"] <= GOAL_SECONDS
-    return (f"{'within' if met else '**short of**'} the goal of {GOAL_LOSS:.2f} in "
-            f"{GOAL_SECONDS} s on such a machine")
+    return record, faster
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,18 +309,17 @@ FIGURES = {
     "bench.minutes": "{benchmark[run][seconds]:minutes}",
     "bench.date": "{benchmark[run][date]:.10}",
     "bench.machine": "{benchmark[run][machine]:machine}",
-    "bench.ngram": lambda r: times(bench_row(r, "torch/numpy", "ngram")["speedup"]),
+    "bench.ngram": lambda r: times(best(r)["torch/numpy", "ngram"]["speedup"]),
     "bench.ngram.alpha": "{benchmark[agreement][ngram][greedy_agreement]:.2f}",
-    "bench.distilled.numpy": lambda r: times(bench_row(r, "torch/numpy", "distilled")["speedup"]),
-    "bench.distilled.numpy.k": lambda r: str(bench_row(r, "torch/numpy", "distilled")["k"]),
-    "bench.draft.numpy.pass":
-        lambda r: f"{bench_row(r, 'numpy/numpy', 'draft')['tokens_per_pass']:.2f}",
-    "bench.draft.numpy.k": lambda r: str(bench_row(r, "numpy/numpy", "draft")["k"]),
-    "bench.verify": lambda r: span([x["verify_cost"] for x in best_rows(r)], "{:.2f}".format),
+    "bench.distilled.numpy": lambda r: times(best(r)["torch/numpy", "distilled"]["speedup"]),
+    "bench.distilled.numpy.k": lambda r: str(best(r)["torch/numpy", "distilled"]["k"]),
+    "bench.draft.numpy.pass": lambda r: f"{best(r)['numpy/numpy', 'draft']['tokens_per_pass']:.2f}",
+    "bench.draft.numpy.k": lambda r: str(best(r)["numpy/numpy", "draft"]["k"]),
+    "bench.verify": lambda r: span([x["verify_cost"] for x in best(r).values()]),
     "bench.verify5.torch": lambda r: verify_at(r, "torch/torch", 4),
     "bench.verify5.numpy": lambda r: verify_at(r, "numpy/numpy", 4),
-    "bench.lesson_draft": lambda r: span([x["speedup"] for x in best_rows(r) if x["draft"]
-                                          == "draft" and x["setup"].startswith("torch/")], times),
+    "bench.lesson_draft": lambda r: span([x["speedup"] for (setup, draft), x in best(r).items()
+                                          if draft == "draft" and setup != "numpy/numpy"], times),
     "bench.alpha.draft": "{benchmark[agreement][draft][greedy_agreement]:.3f}",
     "bench.alpha.distilled.percent": "{benchmark[agreement][distilled][greedy_agreement]:.0%}",
     "bench.kv": "{benchmark[recompute][speedup]:.1f}x",
@@ -388,15 +337,15 @@ FIGURES = {
     # the training ladder, and the big preset held to AVX2
     "training.target": "{training[target]}",
     "training.threads": "{training[peak][threads]}",
-    "avx2.big.time": lambda r: machine.duration(held_to_avx2(r)["seconds"]),
-    "avx2.big.loss": lambda r: f"{held_to_avx2(r)['val_loss']:.3f}",
-    "avx2.big.steps": lambda r: str(held_to_avx2(r)["steps"]),
+    "avx2.big.time": lambda r: machine.duration(held_to_avx2(r)[0]["seconds"]),
+    "avx2.big.loss": lambda r: f"{held_to_avx2(r)[0]['val_loss']:.3f}",
+    "avx2.big.steps": lambda r: str(held_to_avx2(r)[0]["steps"]),
     "avx2.command.time": "{train-avx2[run][seconds]:duration}",
-    "avx2.goal": avx2_goal,
-    "avx2.steps_in_goal": steps_in_goal,
-    "avx2.faster_step": lambda r: f"{faster_step_needed(r):.1f}",
+    "avx2.steps_in_goal": lambda r: str(int(   # the preset's steps a minute holds there
+        GOAL_SECONDS / (r["training-prices-avx2"]["levers"]["preset"]["ms"] / 1e3))),
+    "avx2.faster_step": lambda r: f"{held_to_avx2(r)[1]:.1f}",
     "avx2.needed_of_peak": lambda r: percent(
-        faster_step_needed(r) * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
+        held_to_avx2(r)[1] * r["training-prices-avx2"]["levers"]["preset"]["of_peak"]),
     # exercises 3 and 4 of that run (LESSON.md's table of the lesson's figures)
     "ex3.kept": "{ex3_build[acceptance_rate]:.0%}",
     "ex3.pass": "{ex3_build[tokens_per_pass]:.2f}",
@@ -461,15 +410,12 @@ def render(text, runs, where=""):
 
 
 def render_all(root=ROOT, runs_folder=RUNS):
-    """{document path: (old text, new text)}, every document rendered first."""
-    runs = Runs(runs_folder)
-    out = {}
+    """{document path: (old text, new text)}, every document rendered first (the student
+    repository leaves README.md and TESTING.md out)."""
+    runs, out = Runs(runs_folder), {}
     for name in DOCUMENTS:
-        path = Path(root) / name
-        if not path.exists():   # the student repository leaves README.md and TESTING.md out
-            continue
-        old = path.read_text()
-        out[path] = (old, render(old, runs, name))
+        if (path := Path(root) / name).exists():
+            out[path] = (path.read_text(), render(path.read_text(), runs, name))
     return out
 
 
@@ -488,20 +434,17 @@ def main(argv=None):
                         help="the results files to render from (default: docs/results/)")
     args = parser.parse_args(argv)
     rendered = render_all(runs_folder=args.runs)
-    stale = [(path, changes) for path, (old, new) in rendered.items()
-             if (changes := changed_figures(old, new)) or old != new]
-    for path, changes in stale:
-        names = ", ".join(name for name, _, _ in changes)
+    stale = {path: (old, new) for path, (old, new) in rendered.items() if old != new}
+    for path, (old, new) in stale.items():
+        names = ", ".join(name for name, _, _ in changed_figures(old, new))
         print(f"{path.relative_to(ROOT)}: {names or 'changed'}")
-    if args.check:
-        if stale:
-            sys.exit("the documents are not what their results files say: run make docs")
-        print("every figure is its results file's")
-        return
-    for path, (old, new) in rendered.items():
-        if old != new:
+    if args.check and stale:
+        sys.exit("the documents are not what their results files say: run make docs")
+    if not args.check:
+        for path, (_, new) in stale.items():
             path.write_text(new)
-    print(f"rendered {len(stale)} of {len(rendered)} documents from {args.runs}")
+    print("every figure is its results file's" if args.check else
+          f"rendered {len(stale)} of {len(rendered)} documents from {args.runs}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@ studies/render_studies.py: the figures and tables of docs/RESULTS.md's study sec
 from the results files `python -m studies` writes (drafters, transformers, batch_curve,
 sampling_costs, trees); studies/render.py merges FIGURES and BLOCKS below into its own.
 
-A sentence that draws a conclusion from the figures is either written here from the data (the
-fastest setup, which goals were met) or checked here (figures.claim), most often by the table
-it comments on. What each field means: the study that writes it (studies/NAME.py).
+A sentence that draws a conclusion from the figures is RESULTS.md's, and checked here
+(figures.claim), most often by the table it comments on; a few phrases the data chooses (a goal
+met or not, the fastest setup) are written here. What each field means: the study that writes
+it (studies/NAME.py).
 """
 
 from beyond import batch_curve
@@ -38,107 +39,91 @@ def within(rows, what="speedup"):
     return f"{sum(abs(off(r, what)) <= CLOSE for r in rows)} of {len(rows)}"
 
 
+def against(r, what="speedup", write=times, predicted=None):
+    """A measurement, then the formula's prediction in brackets: "1.42x (1.50x)"."""
+    return f"{write(r[what])} ({write(r[predicted or f'predicted_{what}'])})"
+
+
+hundredths = "{:.2f}".format   # 1.23
+
+
 # ----------------------------------------------------------------------------------------------
 # Every drafter compared (studies/drafters.py)
 
 
-def best_fixed(runs, backend, name):
-    return drafters.best_fixed(runs["drafters"]["runs"], backend, name)[0]
-
-
-def drafter_pairs(runs):
-    """(backend, drafter) of the run, fastest first within each backend."""
-    pairs = dict.fromkeys((r["backend"], r["draft"]) for r in runs["drafters"]["runs"])
-    return sorted(pairs, key=lambda p: (p[0], -best_fixed(runs, *p)["speedup"]))
+def best_fixed(runs):
+    """{(backend, drafter): (its row at its fastest fixed k, {k or schedule: its row})}, fastest
+    first within each backend."""
+    rows = runs["drafters"]["runs"]
+    pairs = dict.fromkeys((r["backend"], r["draft"]) for r in rows)
+    best = {p: drafters.best_fixed(rows, *p) for p in pairs}
+    return dict(sorted(best.items(), key=lambda kv: (kv[0][0], -kv[1][0]["speedup"])))
 
 
 def drafters_table(runs):
     rows = []
-    for backend, name in drafter_pairs(runs):
-        b = best_fixed(runs, backend, name)
-        mine = {r["k"]: r for r in runs["drafters"]["runs"]
-                if (r["backend"], r["draft"]) == (backend, name)}
-        rows.append([BACKEND[backend], name, f"{b['alpha']:.2f}", f"{b['c']:.3f}", b["k"],
-                     f"{b['verify']:.2f}",
-                     f"{b['tokens_per_pass']:.2f} ({b['predicted_tokens_per_pass']:.2f})",
-                     f"{times(b['speedup'])} ({times(b['predicted_speedup'])})",
-                     grouped(b["tokens_per_s"]),
+    for (where, name), (b, mine) in best_fixed(runs).items():
+        rows.append([BACKEND[where], name, hundredths(b["alpha"]), f"{b['c']:.3f}", b["k"],
+                     hundredths(b["verify"]), against(b, "tokens_per_pass", hundredths),
+                     against(b), grouped(b["tokens_per_s"]),
                      " / ".join(percent(mine[a]["speedup"] / b["speedup"])
                                 for a in drafters.ADAPTIVE)])
     # what the sentences under the table say of its rows
-    heads, exit2 = (best_fixed(runs, "torch", name)["speedup"] for name in ("heads", "exit2"))
-    claim(heads > 1 >= exit2,
+    best = {pair: b for pair, (b, _) in best_fixed(runs).items()}
+    claim(best["torch", "heads"]["speedup"] > 1 >= best["torch", "exit2"]["speedup"],
           "No second model pays with the big model in torch only with the heads")
-    claim(min(best_fixed(runs, b, "exit2")["c"] for b in BACKEND) >= 0.5,
+    claim(min(best[b, "exit2"]["c"] for b in BACKEND) >= 0.5,
           "a guess costs about as much as the step it tries to save")
-    for b in BACKEND:
-        own, text = best_fixed(runs, b, "ngram-big"), best_fixed(runs, b, "ngram")
-        claim(own["alpha"] > text["alpha"] and own["speedup"] > text["speedup"],
-              "a drafter needs to know what the big model writes, not the language")
-    numpy, torch = (runs["drafters"]["backends"][b]["verify"] for b in ("numpy", "torch"))
-    claim(all(torch[k] < numpy[k] for k in torch), "With the big model in torch a check is cheaper")
+    claim(all(best[b, "ngram-big"][x] > best[b, "ngram"][x] for b in BACKEND
+              for x in ("alpha", "speedup")),
+          "a drafter needs to know what the big model writes, not the language")
+    numpy, torch = (backend(runs, b) for b in BACKEND)
+    claim(all(torch["verify"][k] < numpy["verify"][k] for k in torch["verify"]),
+          "With the big model in torch a check is cheaper")
+    claim(torch["step_us"] > numpy["step_us"], "a step [in torch] is dearer")
     return table(["big model in", "drafter", "alpha", "c", "best k", "verify",
                   "per pass (predicted)", "speed-up (predicted)", "characters/s",
                   "heuristic / best / confidence / oracle, of best k"], rows)
 
 
+def backend(runs, name):
+    """What the run measured of the big model in one backend: plain decoding, a step, checks."""
+    return runs["drafters"]["backends"][name]
+
+
 def fastest_plain(runs):
-    return max(b["plain_tokens_per_s"] for b in runs["drafters"]["backends"].values())
+    return max(backend(runs, b)["plain_tokens_per_s"] for b in BACKEND)
 
 
-def fastest_drafter(runs):
-    """The fastest exact setup of the run (the oracle, which knows the future, left out)."""
-    return max((r for r in runs["drafters"]["runs"] if r["k"] != "oracle"),
-               key=lambda r: r["tokens_per_s"])
-
-
-def fastest_setup(runs):
-    r = fastest_drafter(runs)
-    how = f"at k = {r['k']}" if isinstance(r["k"], int) else f"with {SCHEDULE[r['k']]}"
-    return (f"`{r['draft']}` beside the {BACKEND[r['backend']]} big model {how}: "
-            f"{grouped(r['tokens_per_s'])} characters/s, "
-            f"{times(r['tokens_per_s'] / fastest_plain(runs))} the fastest plain decoding")
-
-
-def ideal_over_plain(runs, backend):
+def ideal(runs, name):
     """What a free, always-right drafter gains beside this backend, over the fastest plain."""
-    b = runs["drafters"]["backends"][backend]
+    b = backend(runs, name)
     return max(b["ceiling"].values()) * b["plain_tokens_per_s"] / fastest_plain(runs)
 
 
-def drafters_goal(runs):
-    reached = fastest_drafter(runs)["tokens_per_s"] / fastest_plain(runs)
-    if reached >= DRAFTERS_GOAL:
-        return f"More than the {DRAFTERS_GOAL:g}x we aimed for"
-    possible = max(ideal_over_plain(runs, b) for b in runs["drafters"]["backends"])
-    return f"Not the {DRAFTERS_GOAL:g}x we aimed for, " + (
-        "and no drafter can get there on this CPU" if possible < DRAFTERS_GOAL
-        else "though the checks would allow a better drafter to get there")
+def fastest(runs):
+    """The fastest exact setup of the run (the oracle, which knows the future, left out). The
+    sentence after it says that it falls short of the goal, and so would an ideal drafter."""
+    r = max((r for r in runs["drafters"]["runs"] if r["k"] != "oracle"),
+            key=lambda r: r["tokens_per_s"])
+    claim(r["tokens_per_s"] / fastest_plain(runs) < DRAFTERS_GOAL, "Not the 3x we aimed for")
+    claim(max(ideal(runs, b) for b in BACKEND) < DRAFTERS_GOAL,
+          "no drafter can get there on this CPU")
+    how = f"at k = {r['k']}" if isinstance(r["k"], int) else f"with {SCHEDULE[r['k']]}"
+    return r, f"`{r['draft']}` beside the {BACKEND[r['backend']]} big model {how}"
 
 
-def ceiling(runs, backend):
-    b = runs["drafters"]["backends"][backend]
+def ceiling(runs, name):
+    b = backend(runs, name)
     k = max(b["ceiling"], key=b["ceiling"].get)
     return f"{times(b['ceiling'][k])} (k = {k})"
 
 
-def verify_costs(runs, backend):
-    return span(runs["drafters"]["backends"][backend]["verify"].values(), "{:.2f}".format)
-
-
-def step_ratio(runs):
-    b = runs["drafters"]["backends"]
-    ratio = b["torch"]["step_us"] / b["numpy"]["step_us"]
-    claim(ratio > 1, "a step [in torch] is dearer")
-    return f"{ratio:.1f}"
-
-
 def drafters_why(runs):
     lines = []
-    for backend, name in drafter_pairs(runs):
-        r = best_fixed(runs, backend, name)
+    for (where, name), (r, _) in best_fixed(runs).items():
         if abs(off(r)) > CLOSE:
-            lines.append(f"  - `{name}`, {BACKEND[backend]} big model: {times(r['speedup'])} "
+            lines.append(f"  - `{name}`, {BACKEND[where]} big model: {times(r['speedup'])} "
                          f"against {times(r['predicted_speedup'])}; {drafters.why_off(r)}.")
     return "\n".join(lines) + "\n"
 
@@ -179,29 +164,17 @@ def hf_table(runs):
     return table(["family", "mode", "characters/s", "vs generate()",
                   "vs transformers' fastest exact", "characters per target pass", "identical"],
                  [[r["family"], r["mode"], grouped(r["chars_per_s"]), times(r["vs_generate"]),
-                   times(r["vs_fastest_transformers"]), f"{r['chars_per_target_pass']:.2f}",
+                   times(r["vs_fastest_transformers"]), hundredths(r["chars_per_target_pass"]),
                    "yes" if r["identical"] else f"**no** (prompts {r['differs_on']})"]
                   for r in runs["transformers"]["rows"]])
 
 
-GOAL_WORDS = {"fastest": "our fastest exact setup against transformers' fastest exact mode",
-              "adapter plain": "our plain decoding through the adapter against "
-                               "`generate(do_sample=False)`",
-              "adapter speculative": "our speculative decoding through the adapter against "
-                                     "assisted generation, same draft and k"}
-
-
-def hf_goals(runs):
-    goals = runs["transformers"]["goals"]
-    claim(all(p["ratio"] > 1 for p in goals["adapter speculative"]["pairs"]),
-          "ours through the adapter is faster than assisted generation with the same draft and k")
-    lines = []
-    for name, g in goals.items():
-        measured = ", ".join(f"{times(p['ratio'])} ({p['second']} against {p['first']})"
-                             for p in g["pairs"])
-        lines.append(f"- {GOAL_WORDS[name]}: goal {g['goal']:g}x, measured {measured}: "
-                     f"**{'met' if g['met'] else 'not met'}**")
-    return "\n".join(lines) + "\n"
+def hf_goal(runs, name):
+    """A goal of the study: the ratios measured for it, and whether it was met."""
+    goal = runs["transformers"]["goals"][name]
+    measured = ", ".join(f"{times(p['ratio'])} ({p['second']} against {p['first']})"
+                         for p in goal["pairs"])
+    return f"goal {goal['goal']:g}x, measured {measured}: **{'met' if goal['met'] else 'not met'}**"
 
 
 def hf_split(runs):
@@ -212,21 +185,18 @@ def hf_split(runs):
     rows = [hf_mode(runs, m) for m in modes]
     claim(rows[1]["rest_us"] < rows[0]["rest_us"],
           "Through the adapter our loop spends less around transformers' forward than generate()")
+    claim(all(p["ratio"] > 1
+              for p in runs["transformers"]["goals"]["adapter speculative"]["pairs"]),
+          "ours through the adapter is faster than assisted generation with the same draft and k")
     claim(rows[-1]["target_us"] > rows[-1]["wall_us"] / 2,
           "Our fastest exact setup spends most of its time in the NumPy forward")
+    alpha = runs["transformers"]["bound"]["alpha"]   # nan: no agreement would reach the goal
+    claim(alpha == alpha, "to reach the goal, even a free drafter would have to be right")
     return table(["mode", "wall", "target forward", "draft forward", "everything else",
                   "in the models"],
                  [[r["mode"], grouped(r["wall_us"]), grouped(r["target_us"]),
                    grouped(r["draft_us"]), grouped(r["rest_us"]),
                    percent((r["target_us"] + r["draft_us"]) / r["wall_us"])] for r in rows])
-
-
-def hf_bound_alpha(runs):
-    study = runs["transformers"]
-    goal, alpha = study["goals"]["fastest"]["goal"], study["bound"]["alpha"]
-    if alpha != alpha:   # nan: no agreement suffices
-        return f"no drafter can reach {goal:g}x here"
-    return f"to reach {goal:g}x, even a free drafter would have to be right {alpha:.1%} of the time"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,15 +213,10 @@ def fastest_row(rows):
     return max(rows, key=lambda r: r["speedup"])
 
 
-def predicted(r):
-    return f"{times(r['speedup'])} ({times(r['predicted'])})"
-
-
 def split_cells(r):
-    if r["steps_speedup"] is None:
-        return ["-", "-"]
-    return [f"{percent(r['encode_share_plain'])} / {percent(r['encode_share_spec'])}",
-            times(r["steps_speedup"])]
+    return ["-", "-"] if r["steps_speedup"] is None else [
+        f"{percent(r['encode_share_plain'])} / {percent(r['encode_share_spec'])}",
+        times(r["steps_speedup"])]
 
 
 def batch_table(runs):
@@ -259,8 +224,9 @@ def batch_table(runs):
     for (backend, name), sweep in batch_sweeps(runs).items():
         r = fastest_row(sweep)
         free = max((x["k"] + 1) / x["verify_cost"] for x in sweep)
-        rows.append([BACKEND[backend], name, r["k"], predicted(r), f"{r['alpha']:.2f}",
-                     f"{r['c']:.3f}", f"{r['verify_cost']:.2f}", *split_cells(r), times(free)])
+        rows.append([BACKEND[backend], name, r["k"], against(r, predicted="predicted"),
+                     hundredths(r["alpha"]), f"{r['c']:.3f}", hundredths(r["verify_cost"]),
+                     *split_cells(r), times(free)])
     # what the sentences around the table say of batch 16 and of its fastest row
     plain, best = runs["batch_curve"]["rows_vs_batch"], batch_best(runs)[1]
     claim(plain["numpy"]["speedup"] < plain["torch"]["speedup"], "batching gains [NumPy] less")
@@ -305,7 +271,7 @@ def batch_verify_one(runs):
                if (r["batch"], r["k"]) == (1, best["k"]))
     claim(one["verify_cost"] < best["verify_cost"], "checking k + 1 tokens for 16 rows costs "
                                                     "more steps than one row's")
-    return f"{one['verify_cost']:.2f}"
+    return hundredths(one["verify_cost"])
 
 
 def curve_table(runs):
@@ -313,9 +279,9 @@ def curve_table(runs):
     claim(by_size[max(by_size)]["speedup"] < curve_first(runs)["speedup"],
           "The speed-up falls with the batch size")
     k4 = {r["batch"]: r for r in runs["batch_curve"]["curve"]["rows"] if r["k"] == 4}
-    rows = [[b, predicted(k4[b]) if b in k4 else "-", r["k"], predicted(r),
-             f"{r['verify_cost']:.2f}", f"{r['c']:.3f}", *split_cells(r)]
-            for b, r in by_size.items()]
+    rows = [[b, against(k4[b], predicted="predicted") if b in k4 else "-", r["k"],
+             against(r, predicted="predicted"), hundredths(r["verify_cost"]), f"{r['c']:.3f}",
+             *split_cells(r)] for b, r in by_size.items()]
     return table(["batch", "k = 4", "best k", "speed-up at best k", "verify (best k)", "c",
                   "encoding: plain / speculative", "the rest"], rows)
 
@@ -346,13 +312,13 @@ def temperature_table(runs):
 
     def argmax_to_t1(name, write):
         return f"{write(sampled(runs, name, 0.0))} -> {write(sampled(runs, name, 1.0))}"
-    rows = [[name, argmax_to_t1(name, lambda r: f"{r['alpha']:.2f}"),
-             argmax_to_t1(name, lambda r: times(r["speedup"])), f"{argmax_over_t1(runs, name):.2f}"]
-            for name in names]
+    rows = [[name, argmax_to_t1(name, lambda r: hundredths(r["alpha"])),
+             argmax_to_t1(name, lambda r: times(r["speedup"])),
+             hundredths(argmax_over_t1(runs, name))] for name in names]
     a, t = theirs["argmax"], theirs["temperature 1"]
     rows.append([f"Leviathan et al., Table 2 (T5-small for T5-XXL, EnDe, k {a['k']})",
                  f"{a['alpha']:.2f} -> {t['alpha']:.2f}", f"{a['speedup']:g}x -> {t['speedup']:g}x",
-                 f"{a['speedup'] / t['speedup']:.2f}"])
+                 hundredths(a["speedup"] / t["speedup"])])
     return table(["drafter", "alpha, argmax -> T 1", "speed-up, argmax -> T 1",
                   "argmax over T 1"], rows)
 
@@ -364,37 +330,26 @@ def lenience_table(runs):
     claim(all(a["alpha"] < b["alpha"] and a["tv_per_token"] < b["tv_per_token"]
               for a, b in zip(steps, steps[1:])),
           "The lower the lenience, the more guesses are kept and the further the output moves")
+    best_k = runs["sampling_costs"]["best_k"]   # and what the bullets after the table say
+    claim(best_k["best_k_rounds"] == best_k["measured"],
+          "`speculative.best_k` picks the measured best")
     return table(["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
                   "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
-                 [[f"{r['lenience']:g}", f"{r['alpha']:.2f}", f"{r['tv_per_token']:.3f}",
-                   f"{r['tokens_per_pass']:.2f} ({r['predicted_tokens_per_pass']:.2f})",
-                   f"{times(r['speedup'])} ({times(r['predicted_speedup'])})",
+                 [[f"{r['lenience']:g}", hundredths(r["alpha"]), f"{r['tv_per_token']:.3f}",
+                   against(r, "tokens_per_pass", hundredths), against(r),
                    f"{small[r['lenience']]['exact_tv']:.3f}",
                    f"{small[r['lenience']]['sampled_tv']:.3f}"] for r in steps])
 
 
 def waste(runs):
-    """What the distilled draft at temperature 1 made the big model do (Stats and shapes)."""
-    return sampled(runs, "distilled", 1.0)["costs"]
-
-
-def waste_against(runs, kind):
-    """Speculative against plain decoding per character: MFLOP (more) or MB of weights (less)."""
-    w = waste(runs)
-    spec, plain = w[f"spec_{kind}_per_token"] / 1e6, w[f"plain_{kind}_per_token"] / 1e6
-    claim((spec > plain) == (kind == "flops"), "more arithmetic, but fewer weights read")
-    return f"{spec:.2f} against {plain:.2f}"
-
-
-def best_k_words(runs):
-    b = runs["sampling_costs"]["best_k"]
-    name = b["runs"][0]["draft"]
-    found = "the measured best" if b["best_k_rounds"] == b["measured"] else \
-        f"where the measured best is k = {b['measured']}"
-    return (f"fed with a round's cost as the runs paid it, `speculative.best_k` picks "
-            f"k = {b['best_k_rounds']} for the {name} draft, {found} (from the pieces timed "
-            f"apart: k = {b['best_k_pieces']}; with the lesson's verify cost 1: "
-            f"k = {b['best_k_lesson']})")
+    """What the distilled draft at temperature 1 made the big model do (Stats and shapes), in
+    MFLOP and MB per character; the sentence says more arithmetic, but fewer weights read."""
+    w = sampled(runs, "distilled", 1.0)["costs"]
+    per = {f"{how}_{kind}": w[f"{how}_{kind}_per_token"] / 1e6
+           for how in ("spec", "plain") for kind in ("flops", "bytes")}
+    claim(per["spec_flops"] > per["plain_flops"] and per["spec_bytes"] < per["plain_bytes"],
+          "more arithmetic, but fewer weights read")
+    return w | per
 
 
 # ----------------------------------------------------------------------------------------------
@@ -426,10 +381,9 @@ def ranks(runs, name):
 
 
 def acceptance_words(per):
-    if len(per) == 1:
-        return " / ".join(f"{a:.3f}" for a in per[0][:3])
-    return ", ".join(f"head {i + 1}: " + " / ".join(f"{a:.3f}" for a in per[i][:3])
-                     for i in (0, len(per) - 1))
+    """The first three ranks' acceptance; with heads, the first head's and the last's."""
+    words = [" / ".join(f"{a:.3f}" for a in accept[:3]) for accept in per]
+    return words[0] if len(per) == 1 else f"head 1: {words[0]}, head {len(per)}: {words[-1]}"
 
 
 def tree_over_chain(runs, name):
@@ -460,11 +414,11 @@ def passes_table(runs):
     rows = []
     for name in tree_drafters(runs):
         mine = tree_rows(runs, name)
-        cells = [f"{mine[n, 'chain']['tokens_per_pass']:.2f} / "
-                 f"{mine[n, 'tree']['tokens_per_pass']:.2f} "
-                 f"({mine[n, 'tree']['predicted_tokens_per_pass']:.2f})" for n in budgets(runs)]
+        cells = [f"{hundredths(mine[n, 'chain']['tokens_per_pass'])} / "
+                 f"{against(mine[n, 'tree'], 'tokens_per_pass', hundredths)}"
+                 for n in budgets(runs)]
         rows.append([name, acceptance_words(ranks(runs, name)), *cells,
-                     f"{tree_over_chain(runs, name):.2f}"])
+                     hundredths(tree_over_chain(runs, name))])
     return table(["drafter", "acceptance of its 1st / 2nd / 3rd guess",
                   *[f"N {n}: chain / tree" for n in budgets(runs)], "best tree / best chain"], rows)
 
@@ -479,10 +433,9 @@ def tree_gain(runs, name):
 
 def sure_drafters(runs):
     """The drafters whose best tree of up to 16 nodes is the chain itself."""
-    def chain_itself(mine, n):
-        return mine[n, "tree"]["shape"] == mine[n, "chain"]["shape"]
-    return [name for name in tree_drafters(runs)
-            if all(chain_itself(tree_rows(runs, name), n) for n in budgets(runs) if n <= 16)]
+    shapes = {name: tree_rows(runs, name) for name in tree_drafters(runs)}
+    return [name for name, mine in shapes.items() if all(
+        mine[n, "tree"]["shape"] == mine[n, "chain"]["shape"] for n in budgets(runs) if n <= 16)]
 
 
 def speed_table(runs):
@@ -491,6 +444,8 @@ def speed_table(runs):
     claim(fast and all(mine[n, "fast tree"][x] < mine[n, "tree"][x]
                        for n in fast for x in ("depth", "calls")),
           "the fastest trees are shallow and wide")
+    claim(all(checks(runs, b)[-1] > 1.5 * checks(runs, b)[0] for b in BACKEND),
+          "checks are not flat on this CPU")
     rows = []
     for duel in runs["trees"]["head_to_head"]:
         tree, chain = (trees.fastest(runs["trees"]["rows"], duel["backend"], duel["draft"], kind)
@@ -503,11 +458,11 @@ def speed_table(runs):
                   "head to head: tree over the lesson's chain"], rows)
 
 
-def tree_verify(runs, backend):
-    costs = [tree_rows(runs, tree_drafters(runs)[0], backend)[n, "chain"]["verify"]
-             for n in budgets(runs)]
-    claim(costs[-1] > 1.5 * costs[0], "checks are not flat on this CPU")
-    return ", ".join(f"{c:.2f}" for c in costs)
+def checks(runs, backend):
+    """What a pass over N + 1 tokens costs in one-token steps, at each N (the first drafter's
+    chains: every drafter's check is the same pass)."""
+    mine = tree_rows(runs, tree_drafters(runs)[0], backend)
+    return [mine[n, "chain"]["verify"] for n in budgets(runs)]
 
 
 def tree_goal(runs):
@@ -527,31 +482,37 @@ FIGURES = {
     # every drafter compared
     "drafters.plain.numpy": "{drafters[backends][numpy][plain_tokens_per_s]:,.0f}",
     "drafters.plain.torch": "{drafters[backends][torch][plain_tokens_per_s]:,.0f}",
-    "drafters.fastest": fastest_setup,
-    "drafters.goal": drafters_goal,
-    "drafters.verify.numpy": lambda r: verify_costs(r, "numpy"),
+    "drafters.fastest": lambda r: fastest(r)[1],
+    "drafters.fastest.speed": lambda r: grouped(fastest(r)[0]["tokens_per_s"]),
+    "drafters.fastest.gain": lambda r: times(fastest(r)[0]["tokens_per_s"] / fastest_plain(r)),
+    "drafters.goal": lambda r: f"{DRAFTERS_GOAL:g}x",
+    "drafters.verify.numpy": lambda r: span(backend(r, "numpy")["verify"].values()),
     "drafters.ceiling.numpy": lambda r: ceiling(r, "numpy"),
     "drafters.limit.numpy": "{drafters[backends][numpy][limit]:.2f}x",
     "drafters.per_token.numpy": "{drafters[backends][numpy][per_token]:.2f}",
-    "drafters.verify.torch": lambda r: verify_costs(r, "torch"),
-    "drafters.step_ratio": step_ratio,
+    "drafters.verify.torch": lambda r: span(backend(r, "torch")["verify"].values()),
+    "drafters.step_ratio":
+        lambda r: f"{backend(r, 'torch')['step_us'] / backend(r, 'numpy')['step_us']:.1f}",
     "drafters.ceiling.torch": lambda r: ceiling(r, "torch"),
-    "drafters.ceiling.torch.numpy": lambda r: times(ideal_over_plain(r, "torch")),
-    "drafters.within": lambda r: within([best_fixed(r, *p) for p in drafter_pairs(r)]),
+    "drafters.ceiling.torch.numpy": lambda r: times(ideal(r, "torch")),
+    "drafters.within": lambda r: within([b for b, _ in best_fixed(r).values()]),
     # with Hugging Face transformers
     "hf.difference": "{transformers[difference]:.0e}",
+    "hf.goal.fastest": lambda r: hf_goal(r, "fastest"),
+    "hf.goal.plain": lambda r: hf_goal(r, "adapter plain"),
+    "hf.goal.speculative": lambda r: hf_goal(r, "adapter speculative"),
     "hf.pass.theirs": "{transformers[one_pass][transformers GPT2LMHeadModel][pass_us]:,.0f}",
     "hf.pass.torch": "{transformers[one_pass][gpt.GPT (torch)][pass_us]:,.0f}",
     "hf.pass.numpy": "{transformers[one_pass][NumpyGPT][pass_us]:,.0f}",
     # generate()'s whole time over the adapter's forward alone: the most a free loop would gain
     "hf.loop.bound": lambda r: times(hf_mode(r, "generate(do_sample=False)")["wall_us"]
                                      / hf_mode(r, "adapter: generate")["target_us"]),
-    "hf.verify": lambda r: span(r["transformers"]["one_pass"]["NumpyGPT"]["verify"].values(),
-                                "{:.2f}".format),
+    "hf.verify": lambda r: span(r["transformers"]["one_pass"]["NumpyGPT"]["verify"].values()),
     "hf.bound": "{transformers[bound][gain]:.2f}x",
     "hf.bound.chars": "{transformers[bound][chars_per_s]:,.0f}",
     "hf.bound.theirs": "{transformers[bound][vs_theirs]:.1f}x",
-    "hf.bound.alpha": hf_bound_alpha,
+    "hf.bound.goal": "{transformers[goals][fastest][goal]:g}x",
+    "hf.bound.alpha": "{transformers[bound][alpha]:.1%}",
     # batches
     "batch.new_tokens": "{batch_curve[settings][new_tokens]}",
     "batch.plain.torch": "{batch_curve[rows_vs_batch][torch][speedup]:.2f}x",
@@ -562,16 +523,21 @@ FIGURES = {
     "sampling.within": lambda r: within(r["sampling_costs"]["temperature"], "tokens_per_pass"),
     "sampling.waste.positions": lambda r: str(waste(r)["target_positions"]),
     "sampling.waste.tokens": lambda r: str(waste(r)["new_tokens"]),
-    "sampling.waste.flops": lambda r: waste_against(r, "flops"),
-    "sampling.waste.bytes": lambda r: waste_against(r, "bytes"),
+    "sampling.waste.flops":
+        lambda r: "{spec_flops:.2f} against {plain_flops:.2f}".format(**waste(r)),
+    "sampling.waste.bytes":
+        lambda r: "{spec_bytes:.2f} against {plain_bytes:.2f}".format(**waste(r)),
     "sampling.waste.memory": lambda r: times(waste(r)["memory_bound_speedup"]),
-    "sampling.best_k": best_k_words,
+    "sampling.best_k": "{sampling_costs[best_k][best_k_rounds]}",
+    "sampling.best_k.draft": "{sampling_costs[best_k][runs][0][draft]}",
+    "sampling.best_k.pieces": "{sampling_costs[best_k][best_k_pieces]}",
+    "sampling.best_k.lesson": "{sampling_costs[best_k][best_k_lesson]}",
     # token trees
     "trees.draft.gain": lambda r: tree_gain(r, "draft"),
     "trees.heads.gain": lambda r: tree_gain(r, "heads"),
     "trees.sure": lambda r: each(sure_drafters(r), lambda n: f"`{n}`"),
-    "trees.verify.torch": lambda r: tree_verify(r, "torch"),
-    "trees.verify.numpy": lambda r: tree_verify(r, "numpy"),
+    "trees.verify.torch": lambda r: ", ".join(hundredths(c) for c in checks(r, "torch")),
+    "trees.verify.numpy": lambda r: ", ".join(hundredths(c) for c in checks(r, "numpy")),
     "trees.goal": tree_goal,
 }
 
@@ -580,7 +546,6 @@ BLOCKS = {
     "drafters.why": drafters_why,
     "drafters.ladder": ladder_table,
     "hf.table": hf_table,
-    "hf.goals": hf_goals,
     "hf.split": hf_split,
     "batch.table": batch_table,
     "batch.curve": curve_table,

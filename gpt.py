@@ -315,11 +315,10 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, progres
             optimizer.step()
             if step % tc.eval_every == 0 or step == tc.steps:
                 val_loss = estimate_loss(model, val_source, tc, device)
-            line = progress_line(step, loss.item(), val_loss, time.time() - started)
             if bar:
-                bar.update(step, line)
+                bar.update(step, progress_line(step, loss.item(), val_loss, time.time() - started))
             elif log_every and (step % log_every == 0 or step == tc.steps):
-                print(line)
+                print(progress_line(step, loss.item(), val_loss, time.time() - started))
     if bar:
         bar.close()
     model.eval()

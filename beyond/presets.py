@@ -98,12 +98,16 @@ def checkpoint_path(name, folder=None):
     return Path(folder or CHECKPOINTS) / f"{name}.pt"
 
 
+def folder_option(folder):
+    """A command's --checkpoints flag for `folder` ("" for checkpoints/)."""
+    if folder and Path(folder).resolve() != CHECKPOINTS:
+        return f" --checkpoints {shlex.quote(str(folder))}"
+    return ""
+
+
 def train_command(name, folder=None):
     """The command that trains preset `name` into `folder` (for error messages)."""
-    command = f"python train.py --preset {name}"
-    if folder and Path(folder).resolve() != CHECKPOINTS:
-        command += f" --checkpoints {shlex.quote(str(folder))}"
-    return command
+    return f"python train.py --preset {name}" + folder_option(folder)
 
 
 def load_trained(name, folder=None, device="cpu"):

@@ -191,9 +191,7 @@ class HeadsBranches:
 
     def attach(self, scorer, score_tree):
         """The target's TreeScorer (keeping states) and its own score_tree, for a missing state."""
-        if scorer.model.c.n_embd != self.heads.fc_w.shape[1]:
-            raise ValueError(f"these heads read {self.heads.fc_w.shape[1]}-channel states, the "
-                             f"target's are {scorer.model.c.n_embd}: trained for another model")
+        self.heads.check_width(scorer.model)
         self.scorer, self.score_tree = scorer, score_tree
 
     def branch(self, seq, depth, width, sampling):

@@ -236,13 +236,11 @@ EVAL_BATCH_STEPS = 1 / 3
 
 
 class Watch:
-    """Follows gpt.train from outside: a progress line with the loss and, once there is one, the
-    validation loss; and one announcement of how long the training will take, forecast from its
-    first steps timed on this machine (machine.Pace), evaluations included.
-
-    gpt.train calls the model once per training step, in training mode (its evaluations run in
-    eval mode), so a forward hook on the model sees every step and its loss, and on_eval every
-    evaluation. (Distillation computes its loss outside the model: its line shows val alone.)
+    """Follows the training from outside: a progress line with the loss and, once there is one,
+    the validation loss; and one announcement of how long it will take, forecast from its first
+    steps timed here (machine.Pace), evaluations included. The model runs once per step in
+    training mode (evaluations in eval mode), so a forward hook sees every step and its loss,
+    and on_eval every evaluation. (Distillation's loss is not the model's: its line shows val.)
     """
 
     def __init__(self, name, model, tc, done=0, *, progress=True, log=print, val=None,

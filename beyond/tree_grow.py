@@ -243,8 +243,7 @@ def as_brancher(draft):
 def grow(brancher, seq, shape, max_depth, sampling):
     """The tree of `shape` after seq (root: seq[-1]), no deeper than max_depth. A rank the
     drafter has no guess for is left out, with everything under it."""
-    tree, node_of, guesses = Tree([seq[-1]]), {(): 0}, {}
-    widths = {}
+    tree, node_of, guesses, widths = Tree([seq[-1]]), {(): 0}, {}, {}
     for ranks in shape:                                 # how many guesses each parent needs
         widths[ranks[:-1]] = max(widths.get(ranks[:-1], 0), ranks[-1] + 1)
     for ranks in shape:                                 # parents first: depth first, in order

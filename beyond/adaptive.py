@@ -73,8 +73,8 @@ class BestK(Schedule):
 
     def __init__(self, start=4, k_max=16, warmup_rounds=9, trials=16):
         check_range(start, k_max)
-        self.start, self.k, self.k_max, self.warmup = start, start, k_max, warmup_rounds
-        self.trials = trials
+        self.start, self.k, self.k_max, self.warmup, self.trials = (start, start, k_max,
+                                                                    warmup_rounds, trials)
         self.rounds_at, self.tokens_at, self.seconds_at = {}, {}, {}   # per k: measured speed
         self.explore = [max(1, start - 1), start, min(k_max, start + 2)]
         self.checked = self.kept = self.guesses = 0
@@ -102,10 +102,8 @@ class BestK(Schedule):
             self.tokens_at[proposed] = self.tokens_at.get(proposed, 0) + kept + 1
             self.seconds_at[proposed] = (self.seconds_at.get(proposed, 0.0) + draft_seconds
                                          + check_seconds)
-        if self.n < self.warmup:
-            self.k = self.explore[int(self.n) % len(self.explore)]
-            return
-        self.k = self.climb()
+        warming = self.n < self.warmup
+        self.k = self.explore[int(self.n) % len(self.explore)] if warming else self.climb()
 
     def climb(self):
         """The next k: an untried neighbour of the fastest k measured so far, or that k."""
@@ -154,11 +152,10 @@ class Confidence(Schedule):
     Confidence: the drafter's own probability that every guess so far this round is right (the
     product of its probabilities for each). A GPT draft given as a ConfidentDraft honours
     `min_confidence` and reports `confidences`; with a drafter that does not (a plain GPT draft,
-    the n-gram table), this is BestK. Learning: every guess is sorted into
-    one of BINS by its confidence, with whether it was kept (a guess after the first rejected
-    one is thrown away: not kept). A guess pays when it is kept often enough: it costs a draft
-    step and one more token in the check, and a kept one saves a pass of the big model (both
-    measured as BestK measures them). The threshold becomes the lowest bin edge above which
+    the n-gram table), this is BestK. Learning: every guess is sorted into one of BINS by its
+    confidence, with whether it was kept (a guess after the first rejected one: not kept). A
+    guess pays when it is kept often enough: it costs a draft step and one more token in the
+    check, and a kept one saves a pass of the big model (both measured as BestK measures them). The threshold becomes the lowest bin edge above which
     every bin pays; a bin with fewer than min_count guesses so far pays if it lies above the
     starting threshold.
     """
@@ -169,8 +166,7 @@ class Confidence(Schedule):
         check_range(start, k_max)
         self.k_max, self.min_count = k_max, min_count
         self.threshold = self.prior = threshold
-        self.seen = [0] * self.BINS
-        self.kept_in = [0] * self.BINS
+        self.seen, self.kept_in = [0] * self.BINS, [0] * self.BINS
         self.costs = BestK(start, k_max)     # its running estimates of a guess and a check
         self.drafter = None
 
@@ -217,9 +213,8 @@ class Oracle(Schedule):
     from the big model's own token)."""
 
     def __init__(self, trace):
-        self.plan = [n_accepted for _, n_accepted, _ in trace]
+        self.plan, self.round = [n_accepted for _, n_accepted, _ in trace], 0
         self.k_max = max(self.plan + [1])
-        self.round = 0
 
     @property
     def k(self):

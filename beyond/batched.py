@@ -270,12 +270,14 @@ class BatchStats(sd.Stats):
         return self.new_tokens / self.batch_passes if self.batch_passes else 0.0
 
 
-def _pick(logits, sampling):
-    """One token per row of logits (R, V): the argmax, or a draw from the warped distribution
-    (returned too, (R, V), for the acceptance rule)."""
+def next_tokens(scorer, seqs, rows, sampling):
+    """One pass of `scorer` over `rows`: each row's next token, the argmax or a draw from the
+    warped distribution (returned too, (R, V), for the acceptance rule)."""
+    logits = scorer.score_rows(seqs, {b: len(seqs[b]) for b in rows})
+    last = np.stack([logits[b][-1] for b in rows])                                # (R, V)
     if sampling.greedy:
-        return logits.argmax(-1).tolist(), None
-    probs = sampling.warp(logits)
+        return last.argmax(-1).tolist(), None
+    probs = sampling.warp(last)
     return [sampling.draw(p) for p in probs], probs
 
 
@@ -297,12 +299,10 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
     stats = stats if stats is not None else sd.Stats()
     scorer = BatchScorer(model, len(seqs))
     sampling = Sampling(temperature, top_k, top_p, sd.TorchUniform(generator))
-    rows = list(range(len(seqs)))
     started = time.perf_counter()
     with machine.threads(threads):
         for _ in range(max_new_tokens):
-            logits = scorer.score_rows(seqs, {b: len(seqs[b]) for b in rows})
-            tokens, _ = _pick(np.stack([logits[b][-1] for b in rows]), sampling)      # (B,)
+            tokens, _ = next_tokens(scorer, seqs, range(len(seqs)), sampling)         # (B,)
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
         machine.sync(model)
@@ -361,8 +361,7 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
             if model:
                 for j in range(max(k_row.values())):
                     rows = [b for b in active if k_row[b] > j]
-                    logits = guesser.score_rows(seqs, {b: len(seqs[b]) for b in rows})
-                    tokens, p = _pick(np.stack([logits[b][-1] for b in rows]), sampling)
+                    tokens, p = next_tokens(guesser, seqs, rows, sampling)
                     for i, (b, token) in enumerate(zip(rows, tokens)):
                         seqs[b].append(token)
                         if p is not None:

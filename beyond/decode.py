@@ -81,9 +81,15 @@ def main(argv=None):
         check_backend(backend)
     target, draft = load_pair(args)
     draft = schedules.drafting_for(args.adaptive, draft)
-    out, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
-                                      generator=torch.Generator().manual_seed(args.seed),
-                                      **sampling)
+
+    def plain_run():
+        return generate(target, idx, args.max_new_tokens,
+                        generator=torch.Generator().manual_seed(args.seed), **sampling)
+
+    def speculative_run():
+        return speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
+                                    generator=torch.Generator().manual_seed(args.seed), **sampling)
+    out, stats = speculative_run()
     use_colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     pieces = [(prompt, "prompt")] + [(gpt.decode([t]), kind) for t, kind in
                                      zip(out[0, idx.shape[1]:].tolist(), origins(stats.trace))]
@@ -101,14 +107,6 @@ def main(argv=None):
     print(f"time in the draft {stats.draft_time * 1e3:.0f} ms, in the target "
           f"{stats.target_time * 1e3:.0f} ms")
     if args.compare:
-        def plain_run():
-            return generate(target, idx, args.max_new_tokens,
-                            generator=torch.Generator().manual_seed(args.seed), **sampling)
-
-        def speculative_run():
-            return speculative_generate(target, draft, idx, args.max_new_tokens, k=new_k(),
-                                        generator=torch.Generator().manual_seed(args.seed),
-                                        **sampling)
         plain = plain_run()
         with machine.Busy() as busy:  # plain and speculative alternately: drift hits both
             plain_s, spec_s, ratio, ratios = machine.paired_times(plain_run, speculative_run, 5)

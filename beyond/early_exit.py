@@ -3,13 +3,10 @@ beyond/early_exit.py: self-speculation by early exit. The big model's own first 
 final LayerNorm and its head draft; the whole model checks. No second model to train or load
 (LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
 
-Whether its first layers can draft depends on how the big model was trained. Measured on
-held-out text, with no extra training, the big model trained with AdamW agreed with its own
-first 1, 2 and 3 layers on more characters with each layer, most of them at 3: its later layers
-mostly refined what the earlier ones already predicted. Trained with Muon, as the big preset is
-since 2026-12-03, its first layers agree with it far less: its prediction forms later, and
-early exit, which did not pay with the AdamW model, loses more (docs/RESULTS.md, "Every drafter
-compared: the fastest way to write this text exactly", has both models' figures).
+Whether its first layers can draft depends on how the big model was trained: trained with
+AdamW, its later layers mostly refined what its first ones already predicted; trained with Muon,
+as the big preset is, its first layers agree with it far less, its prediction forming later
+(docs/RESULTS.md, "Every drafter compared: the fastest way to write this text exactly").
 
 EarlyExit(model, L) (what `--draft exitL` gives) shares ONE KV cache with the check, as
 LayerSkip does. A guess runs the lower layers (0..L-1) on one token and reads the head off their
@@ -27,15 +24,12 @@ is rolled back in both groups by comparing the cached tokens with the sequence.
 first_layers(model, L) is the variant without sharing: a GPT of the first L layers, an ordinary
 draft with a KV cache of its own, so those layers' keys and values are computed twice.
 
-Measured (2 CPU cores, 8 held-out prompts x 200 characters, greedy; best L and k of each):
-sharing makes early exit faster on both backends, most in NumPy, yet it stays slower than plain
-decoding (docs/RESULTS.md, "Every drafter compared: the fastest way to write this text
-exactly"), and the formula says why: speed-up = (1 - a^(k+1)) / (1 - a) / (k c + verify). A
-guess through L of n layers costs c, about L/n of a step or more, and its agreement a is too
-low for that price: more layers agree more, but cost more still; the check of k + 1 rows costs
-more than a step in torch and in NumPy, where 2 or 3 rows cost as much row for row as one,
-L/n + (k + 1)(n - L)/n (k <= 2). Even a free check (verify = 1, c = L/n) would give little more
-than plain decoding.
+Sharing makes early exit faster on both backends, yet it stays slower than plain decoding
+(same section), and the formula says why: speed-up = (1 - a^(k+1)) / (1 - a) / (k c + verify).
+A guess through L of n layers costs c, about L/n of a step or more, and its agreement a is too
+low for that price: more layers agree more, but cost more still; and the check of k + 1 rows
+costs more than a step. Even a free check (verify = 1) would give little more than plain
+decoding.
 Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
 distilled from the whole model in about a minute) lifted agreement at every L and took torch
 just past plain decoding at k = 1, but not NumPy, whose plain decoding is the faster one.
@@ -95,17 +89,15 @@ class EarlyExit(Drafter, Scorer):
         return self.scorer
 
     def propose(self, seq, k, sampling):
-        work, tokens, probs = list(seq), [], []
+        work, probs = list(seq), []
         for _ in range(k):
             logits = self.scorer.exit_logits(work, len(work))[-1]              # (V,)
             if sampling.greedy:
-                token = int(logits.argmax())
+                work.append(int(logits.argmax()))
             else:
                 probs.append(sampling.warp(logits))                            # (V,)
-                token = sampling.draw(probs[-1])
-            tokens.append(token)
-            work.append(token)
-        return tokens, (np.array(probs) if probs else None)                    # (k, V) or None
+                work.append(sampling.draw(probs[-1]))
+        return work[len(seq):], (np.array(probs) if probs else None)           # (k, V) or None
 
     def score(self, seqs, first):
         """The exit's logits (B, T - first + 1, V), as scorer.WindowScorer.score gives a
@@ -179,6 +171,10 @@ class Layers:
     A backend gives embed(tokens, row) -> (T, C), layers(x, row, lo, hi) -> (T, C), head(x),
     each running the model's own code (no forward pass of its own: a layer range at a time)."""
 
+    def __init__(self, model, layers):
+        self.m, self.exit_layer, self.n_layer = model, layers, model.c.n_layer
+        self.cache = model.new_cache(1)
+
     def lower(self, tokens, row):
         x = self.layers(self.embed(tokens, row), row, 0, self.exit_layer)
         self.hidden[row:row + len(tokens)] = x                                # (T, C)
@@ -196,8 +192,8 @@ class TorchLayers(Layers):
     mode = torch.inference_mode
 
     def __init__(self, model, layers):
-        self.m, self.exit_layer, self.n_layer = model, layers, model.c.n_layer
-        self.cache, p = model.new_cache(1), model.lm_head.weight
+        super().__init__(model, layers)
+        p = model.lm_head.weight
         self.hidden = torch.zeros(model.c.block_size, model.c.n_embd, device=p.device,
                                   dtype=p.dtype)                           # (block, C)
 
@@ -224,8 +220,7 @@ class NumpyLayers(Layers):
     mode = contextlib.nullcontext
 
     def __init__(self, model, layers):
-        self.m, self.exit_layer, self.n_layer = model, layers, model.c.n_layer
-        self.cache = model.new_cache(1)
+        super().__init__(model, layers)
         self.hidden = np.zeros((model.c.block_size, model.c.n_embd), np.float32)  # (block, C)
 
     def embed(self, tokens, row):

@@ -2,13 +2,11 @@
 beyond/fast_numpy.py: the forward pass of gpt.GPT in plain NumPy, folded for speed, with the same
 KV cache interface.
 
-Why a second implementation? A tiny model's decoding step does little arithmetic: on a laptop
-CPU most of a one-token step is the fixed cost of each framework call (dispatch, autograd
-bookkeeping, small allocations), several times smaller in NumPy than in torch. So the same
-weights decode much faster here (docs/RESULTS.md, "With Hugging Face transformers": plain
-decoding, ours in torch and in NumPy), and speculative decoding's draft gets cheap enough to
-pay for itself. It also shows in a few dozen lines all that a GPT forward pass does (picoGPT,
-by Jay Mody, does the same for GPT-2).
+Why a second implementation? Most of a tiny model's one-token step on a CPU is the fixed cost
+of each framework call (dispatch, autograd bookkeeping, small allocations), several times
+smaller in NumPy than in torch. So the same weights decode much faster here (docs/RESULTS.md,
+"With Hugging Face transformers"), and a draft gets cheap enough to pay for itself. It also
+shows in a few dozen lines all that a GPT forward pass does (as picoGPT, by Jay Mody, does).
 
 NumpyGPT(model) copies a trained gpt.GPT and behaves like it where decoding looks: `c`,
 `new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`, torch in and out, so
@@ -25,10 +23,9 @@ Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - the attention scale 1/sqrt(hs) is folded into the query weights, GELU's 0.5 into the MLP's
   output weights;
 - one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
-  vectors whose LayerNorm statistics are Python floats: fewer NumPy calls, so clearly faster
-  than the block path on the big model. It earns its place so, and the class its own, while
-  it stays studies.forwards.KEEP times as fast as the readable numpy_speculative.forward
-  (python -m studies.forwards times all three).
+  vectors whose LayerNorm statistics are Python floats: fewer NumPy calls. It keeps its place,
+  and the class its own, while it stays studies.forwards.KEEP times as fast as the readable
+  numpy_speculative.forward (python -m studies.forwards times all three).
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """
@@ -45,12 +42,9 @@ _blas_limited = False
 
 
 def single_threaded_blas():
-    """Limit NumPy's BLAS to one thread, for the rest of the process.
-
-    A one-token step is far too small to share between threads, and BLAS threads that wake up
-    for it fight with torch's own threads for the cores: measured on a 2-core machine, that
-    made a NumPy draft step next to a torch target about three times slower.
-    """
+    """Limit NumPy's BLAS to one thread, for the rest of the process: a one-token step is far too
+    small to share, and BLAS threads that wake up for it fight with torch's for the cores (a
+    NumPy draft step next to a torch target ran several times slower)."""
     global _blas_limited
     if not _blas_limited:
         ThreadpoolController().select(internal_api="openblas").limit(limits=1)
@@ -173,8 +167,7 @@ class NumpyGPT:
 
     def step(self, token, pos, cache):
         """forward_block for one token of one sequence, on vectors: -> logits (V,)."""
-        x = self.vector_layers(self.wte[token] + self.wpe[pos], pos, cache)
-        return normalise_vector(x) @ self.head_w + self.head_b      # (V,)
+        return self.head(self.vector_layers(self.wte[token] + self.wpe[pos], pos, cache)[None])[0]
 
     def vector_layers(self, x, pos, cache, lo=0, hi=None):
         """block_layers for one token of sequence 0 at position pos, x (C,) -> (C,)."""
@@ -201,11 +194,8 @@ class NumpyGPT:
             return (normalise_vector(x[0]) @ self.head_w + self.head_b)[None]     # (1, V)
         return normalise(x) @ self.head_w + self.head_b                          # (T, V)
 
-    @staticmethod
-    def normalised(x):
-        """Final hidden states x (T, C) normalised (ln_f without its gain and bias, which the
-        head holds): x -> (normalised @ head_w + head_b) are the logits."""
-        return normalise(x)
+    # Final hidden states (T, C) -> ln_f without its gain and bias (the head holds them).
+    normalised = staticmethod(normalise)
 
     def ragged_cache(self, batch_size):
         """beyond/batched.py's cache for B rows of their own lengths: S = block_size + 1 slots a

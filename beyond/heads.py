@@ -23,16 +23,13 @@ A k above h gets h guesses: there is no head for a further one.
 Training (python -m beyond.heads: 400 steps, a few minutes on a CPU; the first `--draft heads`,
 or the first study that uses them, does the same once): the big model stays frozen; it
 continues the first quarter of each training window greedily, and head i learns the big
-model's top token for position t + 1 + i of that text. Greedy decoding writes the big model's
-greedy text, so that is the text to learn. Measured with 4 heads, in characters per big-model
-pass (greedy, 8 held-out prompts x 200 characters, k = 4): heads that learn its greedy text
-write far more than heads that learn the training text, and its top tokens (hard targets) beat
-its distributions (soft targets) on either text. `python -m beyond.heads --speed` times greedy
-decoding against plain decoding with the same target: with a torch target every k from 1 to 5
-pays, k = 5 most; with a NumPy target the heads hardly pay, because a NumPy pass over k + 1
-tokens costs several one-token passes, where torch's costs not much more than one
-(docs/RESULTS.md, "Every drafter compared: the fastest way to write this text exactly"). Hence
-HEADS = 5.
+model's top token for position t + 1 + i of that text, the text greedy decoding writes.
+Measured in characters per big-model pass, heads that learn its greedy text write far more than
+heads that learn the training text, and its top tokens (hard targets) beat its distributions
+(soft targets). `python -m beyond.heads --speed` times greedy decoding against plain: with a
+torch target every k up to 5 pays, k = 5 most; with a NumPy target the heads hardly pay, as a
+NumPy pass over k + 1 tokens costs several one-token passes (docs/RESULTS.md, "Every drafter
+compared: the fastest way to write this text exactly"). Hence HEADS = 5.
 
 The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
 (beyond/fast_numpy.py), and the scorer unfolds it from there.
@@ -46,7 +43,6 @@ the target's backend.
 import contextlib
 import copy
 import math
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -68,10 +64,8 @@ HEADS = 5  # chosen by measurement: see the module docstring
 
 
 def final_states(model, idx, cache=None):
-    """A gpt.GPT's logits (B, T, V) and final hidden states after ln_f (B, T, C) for idx (B, T).
-
-    The states are caught by a forward hook on ln_f that lives only during this pass, so the
-    model stays untouched for anyone else."""
+    """A gpt.GPT's logits (B, T, V) and final hidden states after ln_f (B, T, C) for idx (B, T),
+    caught by a forward hook on ln_f that lives only during this pass."""
     states = []
     hook = model.transformer.ln_f.register_forward_hook(lambda m, i, out: states.append(out))
     try:
@@ -159,13 +153,16 @@ class HiddenScorer(WindowScorer):
         return logits
 
     def state(self, seq, pos):
-        """The final hidden state (C,) at position `pos` of seq, if the cache holds seq up to
-        there; else None."""
-        start = self.starts[0]
-        j = pos - start
-        if 0 <= j < len(self.fed[0]) and self.fed[0][:j + 1] == seq[start:pos + 1]:
-            return self.hidden[j]
-        return None
+        return cached_state(self, self.hidden, seq, pos)
+
+
+def cached_state(scorer, states, seq, pos):
+    """states[j] (C,), the state of seq's token at `pos`, if the scorer's cache (one sequence)
+    holds seq up to there; else None."""
+    j, fed = pos - scorer.starts[0], scorer.fed[0]
+    if 0 <= j < len(fed) and fed[:j + 1] == seq[scorer.starts[0]:pos + 1]:
+        return states[j]
+    return None
 
 
 def silu(x):
@@ -189,13 +186,16 @@ class HeadsDraft(sd.Drafter):
     def reset(self):
         self.scorer = None
 
+    def check_width(self, target):
+        if target.c.n_embd != self.fc_w.shape[1]:
+            raise ValueError(f"these heads read {self.fc_w.shape[1]}-channel states, the "
+                             f"target's are {target.c.n_embd}: they were trained for another model")
+
     def scorer_for(self, target):
         if not isinstance(target, Model):
             raise ValueError("extra heads draft from the big model's own pass: the target must "
                              "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
-        if target.c.n_embd != self.fc_w.shape[1]:
-            raise ValueError(f"these heads read {self.fc_w.shape[1]}-channel states, the "
-                             f"target's are {target.c.n_embd}: they were trained for another model")
+        self.check_width(target)
         self.scorer = HiddenScorer(target, self.ln_f_weight, self.ln_f_bias)
         return self.scorer
 
@@ -260,10 +260,7 @@ def heads_path(folder=None):
 
 
 def train_command(folder=None):
-    command = "python -m beyond.heads"
-    if folder and Path(folder).resolve() != presets.CHECKPOINTS:
-        command += f" --checkpoints {shlex.quote(str(folder))}"
-    return command
+    return "python -m beyond.heads" + presets.folder_option(folder)
 
 
 def loss_of(guesses, logits, targets):
@@ -315,14 +312,11 @@ def train(big, hc, path, source=None, log=print, progress=False):
         tmp.replace(path)  # atomic: the old file stays whole until the new one is
 
     big.eval()
-    started = time.time()
-    pace, announced = machine.Pace(hc.steps, step), False
+    started, pace, announced = time.time(), machine.Pace(hc.steps, step), False
     line = machine.ProgressLine(hc.steps, step, "heads") if progress else None
     say = (lambda text: line.write(text, log)) if line else log
     with machine.threads(hc.threads or machine.training_threads()), \
-            contextlib.ExitStack() as stack:
-        if line:
-            stack.callback(line.close)
+            (contextlib.closing(line) if line else contextlib.nullcontext()):
         while step < hc.steps:
             for group in optimizer.param_groups:  # cosine from lr down to lr / 10
                 group["lr"] = hc.lr * (0.55 + 0.45 * math.cos(math.pi * step / hc.steps))

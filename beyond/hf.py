@@ -32,9 +32,7 @@ With internet, on two small open models (distilgpt2 drafting for gpt2):
     print(tokenizer.decode(out[0]), f"{stats.tokens_per_pass:.2f} tokens per gpt2 pass")
 
 Changes from transformers' GPT-2: none in the arithmetic (GELU "gelu_new" is our tanh GELU,
-LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), head tied to wte); the weights of its
-Conv1D layers are stored (in, out), ours (nn.Linear) (out, in): the four below are transposed.
-Changes from transformers' assisted generation (generate(assistant_model=...)): the same
+LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), head tied to wte). Changes from transformers' assisted generation (generate(assistant_model=...)): the same
 tokens at temperature 0, from the lesson's loop (speculative.py), its drafters and its Stats.
 
 Shapes: B batch, T time, C channels (n_embd), V vocabulary.
@@ -53,7 +51,7 @@ from lessonkit import cli
 from lessonkit.scorer import WindowScorer
 
 INSTALL = "install it with: pip install -e '.[hf]'"
-# Our nn.Linear weights are (out, in); GPT-2's Conv1D keeps (in, out): these four are transposed.
+# Our nn.Linear weights are (out, in); GPT-2's Conv1D layers keep (in, out): these are transposed.
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
@@ -171,15 +169,9 @@ class DynamicKV:
 
 
 class HFModel(WindowScorer):
-    """A transformers causal LM with vocab_size and score(seqs, first), as scorer.WindowScorer
-    defines them (its score() is used as it is): only tokens not yet cached are fed, rejected ones
-    are cropped from the cache, and contexts longer than the model's window follow the window
-    rule.
-
-    vocab_size: the vocabulary both models share (default config.vocab_size; pass the
-    tokenizer's length to cut padded logits). window: the longest context the model is given
-    (default: its max_position_embeddings).
-    """
+    """A transformers causal LM as a scorer.WindowScorer (see the module docstring). vocab_size:
+    the vocabulary both models share (default config.vocab_size; the tokenizer's length cuts
+    padded logits); window: the longest context it is given (default max_position_embeddings)."""
 
     def __init__(self, model, vocab_size=None, window=None):
         config = model.config
@@ -194,12 +186,10 @@ class HFModel(WindowScorer):
         self.device = next(model.parameters()).device
         self.vocab_size = vocab_size or config.vocab_size
         self.block_size = window or getattr(config, "max_position_embeddings", None) or 2 ** 62
-        self.passes = 0
-        self.checked = False
+        self.passes, self.checked = 0, False
         self.reset()
 
-    def reset(self, batch_size=1):
-        """Forget the cache: a new sequence (or batch) starts."""
+    def reset(self, batch_size=1):             # a new sequence (or batch) starts
         self.cache = DynamicKV()
         self.fed = [[] for _ in range(batch_size)]  # the tokens in the cache, per sequence
         self.starts = [0] * batch_size              # each sequence's window start

@@ -19,13 +19,11 @@ Guesses are deterministic, so for sampling each comes with a one-hot distributio
 acceptance rule keeps it with probability target(x) and otherwise draws from the target with x
 removed, which is exactly the target's distribution.
 
-The order, 5, was chosen by measurement. On greedy runs of the big model (8 held-out prompts x
-200 characters, k = 4 and 8), order 5 with prompt lookup, which the command line switches on,
-wrote the most characters per pass: a shorter table knows too little context, and a longer one
-follows the training text more than the model. `python -m beyond.ngram` prints each order's
-agreement with the big model on held-out text, where a shorter order leads; but the contexts a
-drafter meets while decoding are the big model's own text, and there it must be measured. The
-table is built from the training split in seconds and cached next to the checkpoints.
+The order, 5, was chosen by measurement (`python -m beyond.ngram`): on greedy runs of the big
+model, order 5 with prompt lookup, which the command line switches on, wrote the most characters
+per pass; a shorter table knows too little context, a longer one follows the training text more
+than the model. (On held-out text a shorter order agrees more, but the contexts a drafter meets
+while decoding are the big model's own text.) The table is cached next to the checkpoints.
 """
 
 import sys
@@ -42,13 +40,9 @@ from lessonkit import cli, corpus
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
 
-# "ngram-big": the table of the big model's own greedy text, which models the model rather than
-# the language. Measured by `python -m beyond.ngram` (greedy runs of the big model, 8 held-out
-# prompts x 200 characters, no prompt lookup): tables of order 6, 8 and 10 from 1,024 runs of
-# 200 characters kept about as many guesses as each other and wrote about as much per pass, and
-# four times the runs gained nothing: hence the smallest. Each kept more guesses and wrote more
-# than the training text's table with prompt lookup; prompt lookup on top of this table lowered
-# both: the table already knows the model's habits.
+# "ngram-big": the table of the big model's own greedy text. Measured by `python -m beyond.ngram`:
+# orders 6, 8 and 10 did about as well as each other, and four times the runs gained nothing:
+# hence the smallest. Prompt lookup on top of it did worse: it already knows the model's habits.
 OWN_ORDER, OWN_RUNS, OWN_LENGTH, OWN_PROMPT = 6, 1024, 200, 32
 
 

@@ -98,12 +98,16 @@ def checkpoint_path(name, folder=None):
     return Path(folder or CHECKPOINTS) / f"{name}.pt"
 
 
+def folder_option(folder):
+    """A command's --checkpoints flag for `folder` ("" for checkpoints/)."""
+    if folder and Path(folder).resolve() != CHECKPOINTS:
+        return f" --checkpoints {shlex.quote(str(folder))}"
+    return ""
+
+
 def train_command(name, folder=None):
     """The command that trains preset `name` into `folder` (for error messages)."""
-    command = f"python train.py --preset {name}"
-    if folder and Path(folder).resolve() != CHECKPOINTS:
-        command += f" --checkpoints {shlex.quote(str(folder))}"
-    return command
+    return f"python train.py --preset {name}" + folder_option(folder)
 
 
 def load_trained(name, folder=None, device="cpu"):
@@ -232,13 +236,11 @@ EVAL_BATCH_STEPS = 1 / 3
 
 
 class Watch:
-    """Follows gpt.train from outside: a progress line with the loss and, once there is one, the
-    validation loss; and one announcement of how long the training will take, forecast from its
-    first steps timed on this machine (machine.Pace), evaluations included.
-
-    gpt.train calls the model once per training step, in training mode (its evaluations run in
-    eval mode), so a forward hook on the model sees every step and its loss, and on_eval every
-    evaluation. (Distillation computes its loss outside the model: its line shows val alone.)
+    """Follows the training from outside: a progress line with the loss and, once there is one,
+    the validation loss; and one announcement of how long it will take, forecast from its first
+    steps timed here (machine.Pace), evaluations included. The model runs once per step in
+    training mode (evaluations in eval mode), so a forward hook sees every step and its loss,
+    and on_eval every evaluation. (Distillation's loss is not the model's: its line shows val.)
     """
 
     def __init__(self, name, model, tc, done=0, *, progress=True, log=print, val=None,

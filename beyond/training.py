@@ -37,10 +37,8 @@ from lessonkit import corpus, machine
 
 @dataclass
 class Recipe(gpt.TrainConfig):
-    """gpt.TrainConfig's settings and these: the optimizer, Muon's peak learning rate, the
-    schedule, the initialisation, the precision of the matrix products and whether to compile.
-    The defaults are the lesson's recipe (AdamW, cosine), in bfloat16 where that is faster
-    (see speedups)."""
+    """gpt.TrainConfig's settings and the levers below; the defaults are the lesson's recipe
+    (AdamW, cosine), in bfloat16 where that is faster (see speedups)."""
     optimizer: str = "adamw"   # adamw (all), or muon (the blocks' matrices; AdamW the rest)
     muon_lr: float = 0.02      # Muon's peak learning rate (warmed up and decayed alike)
     precision: str = "auto"    # auto (bfloat16 where the processor has it, else float32), bfloat16 or float32
@@ -94,10 +92,10 @@ class Recipe(gpt.TrainConfig):
 
 
 def rate(recipe, step, peak=None):
-    """The learning rate at `step` for an optimizer whose peak is `peak` (None: recipe.lr):
-    gpt.learning_rate's warm-up and cosine decay (schedule cosine), or wsd: the same warm-up,
-    the peak held, then a straight line down to the floor over the last decay_fraction of the
-    steps. Either way a peak other than lr is warmed up and decayed to the same fraction."""
+    """The learning rate at `step` for an optimizer whose peak is `peak` (None: recipe.lr, and
+    another peak is scaled alike): gpt.learning_rate's warm-up and cosine decay, or wsd: the
+    same warm-up, the peak held, then a straight line down to min_lr over the last
+    decay_fraction of the steps."""
     decay_start = recipe.steps * (1 - recipe.decay_fraction)
     if recipe.schedule == "cosine":
         rate = gpt.learning_rate(step, recipe)
@@ -219,9 +217,7 @@ def train(model, recipe, source=None, *, corpus_name=None, teacher=None, device=
     note = note or (print if log_every else lambda line: None)
     loss_of_batch, precision = loss_function(recipe, model, device, teacher, precision, note)
 
-    def save(last=False):
-        """Save the checkpoint; a failed save along the way is one line and training goes on
-        (the last whole checkpoint stays), a failed last save is the caller's error."""
+    def save(last=False):  # a failed save along the way is one line; a failed last one raises
         if not checkpoint:
             return
         try:

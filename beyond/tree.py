@@ -43,6 +43,7 @@ import torch
 from torch.nn import functional as F
 
 import speculative as sd
+from beyond.heads import cached_state
 from beyond.tree_grow import (  # noqa: F401
     HeadsBranches,
     as_brancher,
@@ -146,13 +147,8 @@ class TreeScorer(WindowScorer):
         self.cache.k, self.cache.v = wider(shape), wider(shape)
         self.states = np.zeros((shape[3], model.c.n_embd), np.float32) if states else None
 
-    def state(self, seq, pos):
-        """The normalised final hidden state (C,) of seq's token at `pos`, if the cache holds
-        seq up to there; else None."""
-        j, fed = pos - self.starts[0], self.fed[0]
-        if 0 <= j < len(fed) and fed[:j + 1] == seq[self.starts[0]:pos + 1]:
-            return self.states[j]
-        return None
+    def state(self, seq, pos):              # the normalised final hidden state (C,), or None
+        return cached_state(self, self.states, seq, pos)
 
     def room(self, seq):
         """How deep a tree after seq may be: its deepest node predicts a token from the same

@@ -191,9 +191,7 @@ class HeadsBranches:
 
     def attach(self, scorer, score_tree):
         """The target's TreeScorer (keeping states) and its own score_tree, for a missing state."""
-        if scorer.model.c.n_embd != self.heads.fc_w.shape[1]:
-            raise ValueError(f"these heads read {self.heads.fc_w.shape[1]}-channel states, the "
-                             f"target's are {scorer.model.c.n_embd}: trained for another model")
+        self.heads.check_width(scorer.model)
         self.scorer, self.score_tree = scorer, score_tree
 
     def branch(self, seq, depth, width, sampling):
@@ -245,8 +243,7 @@ def as_brancher(draft):
 def grow(brancher, seq, shape, max_depth, sampling):
     """The tree of `shape` after seq (root: seq[-1]), no deeper than max_depth. A rank the
     drafter has no guess for is left out, with everything under it."""
-    tree, node_of, guesses = Tree([seq[-1]]), {(): 0}, {}
-    widths = {}
+    tree, node_of, guesses, widths = Tree([seq[-1]]), {(): 0}, {}, {}
     for ranks in shape:                                 # how many guesses each parent needs
         widths[ranks[:-1]] = max(widths.get(ranks[:-1], 0), ranks[-1] + 1)
     for ranks in shape:                                 # parents first: depth first, in order

@@ -292,12 +292,12 @@ def test_sampling_test_catches_broken_batching(small_pair, monkeypatch):  # noqa
                         temperature=1.0)) < 1e-6
     monkeypatch.undo()
     # Broken 2: each row checked against the draft probabilities of its neighbour.
-    pick = batched._pick
+    pick = batched.next_tokens
 
-    def mixed_up(logits, sampling):
-        tokens, probs = pick(logits, sampling)
+    def mixed_up(scorer, seqs, rows, sampling):
+        tokens, probs = pick(scorer, seqs, rows, sampling)
         return tokens, None if probs is None else np.roll(probs, 1, axis=0)
-    monkeypatch.setattr(batched, "_pick", mixed_up)
+    monkeypatch.setattr(batched, "next_tokens", mixed_up)
     assert max(p_values(small_pair, batch_counts(target, draft, 30, seed=0, temperature=1.0),
                         temperature=1.0)) < 1e-6
 

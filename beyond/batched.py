@@ -55,7 +55,7 @@ from torch.nn import functional as F
 import speculative as sd
 from beyond.backends import is_numpy
 from gpt import GPT, KVCache
-from lessonkit import cli, machine
+from lessonkit import machine
 from lessonkit.scorer import WindowScorer
 from speculative import ModelDraft, Sampling, as_drafter
 
@@ -294,7 +294,7 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
     """Plain decoding of every row at once, one batched pass per token (speculative.generate's
     arguments). Rows may differ in length; each row's output is plain decoding of it alone."""
     seqs = rows_of(prompts, model.c.vocab_size, [model])
-    cli.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
                             top_k, top_p)                # (the prompts were checked above)
     stats = stats if stats is not None else sd.Stats()
     scorer = BatchScorer(model, len(seqs))
@@ -335,11 +335,11 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
     Each round: the draft guesses up to k tokens per row (one batched pass per position), the
     target checks every row's guesses in one batched pass, each row keeps its own number."""
     model = batch_draft(draft)
-    seqs = rows_of(prompts, cli.vocab_size_of(target),
+    seqs = rows_of(prompts, sd.vocab_size_of(target),
                    [m for m in (target, model) if m is not None and batchable(m)])
-    cli.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
+    sd.check_decoding_args(torch.zeros(1, 1, dtype=torch.long), max_new_tokens, temperature,
                             top_k, top_p, k)
-    cli.check_vocabularies(target, draft)
+    sd.check_vocabularies(target, draft)
     drafter = None if model else as_drafter(draft)
     B, rng = len(seqs), sd.TorchUniform(generator)
     if not isinstance(k, int) or not batchable(target) or \

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 import gpt
+import speculative as sd
 from beyond import adaptive as schedules
 from beyond import presets, registry
 from beyond.registry import check_backend, with_backend
@@ -73,7 +74,7 @@ def main(argv=None):
     idx = torch.tensor([gpt.encode(prompt)])
     sampling = dict(temperature=args.temperature, top_k=args.top_k or None,
                     top_p=None if args.top_p == 1.0 else args.top_p)
-    cli.check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
+    sd.check_decoding_args(idx, args.max_new_tokens, k=args.k, **sampling)
     new_k = schedules.by_name(args.adaptive, args.k)  # a bad name fails before any loading
     presets.preset(args.target)  # an unknown name lists the presets
     registry.check_name(args.draft)

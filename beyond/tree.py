@@ -54,7 +54,6 @@ from beyond.tree_grow import (  # noqa: F401
 )
 from beyond.tree_sampling import sample_walk
 from lessonkit import machine
-from lessonkit.cli import check_decoding_args, check_vocabularies
 from lessonkit.scorer import Model, WindowScorer, common_prefix, window_start
 
 # ----------------------------------------------------------------------------------------------
@@ -246,8 +245,8 @@ def tree_generate(target, draft, idx, max_new_tokens, *, shape=None, budget=None
     a fifth its second, ...). Greedy output equals speculative.generate(target, ...) exactly;
     sampling has exactly its distribution. In Stats, a round's "guesses" are all its nodes
     (proposed, target_positions) and accepted_per_position[d] counts kept nodes of depth d+1."""
-    check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
-    check_vocabularies(target, draft)
+    sd.check_decoding_args(idx, max_new_tokens, temperature, top_k, top_p)
+    sd.check_vocabularies(target, draft)
     if not isinstance(target, Model):
         raise ValueError("the target of a tree must be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
     if shape is not None and budget is not None:

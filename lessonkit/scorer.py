@@ -64,7 +64,7 @@ class Scorer:
     """The target's side of a round: score(seqs, first) -> logits (B, T - first + 1, V) of
     positions first..T of each sequence. passes: forward passes made (a check that crosses a
     window jump makes two)."""
-    vocab_size: int
+    vocab_size = None                    # a subclass says (None: unknown)
     passes = 0
 
     def score(self, seqs, first):

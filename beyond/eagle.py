@@ -26,17 +26,18 @@ computed (beyond/heads.py's HiddenScorer keeps them), and a small KV cache carri
 The drafter runs in NumPy: a step is a few small products, far less than a pass of the big model.
 
 Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
-stays frozen and writes its features of windows of the Shakespeare training text; the draft learns
-them with a feature regression (SmoothL1, weight 1) plus the cross-entropy of the head's
+stays frozen, continues the first quarter of a few training windows greedily (greedy decoding
+writes its greedy text, so that is the text to learn, as for the heads) and writes its features
+of that text; the draft learns them with a feature regression (SmoothL1, weight 1) plus the cross-entropy of the head's
 logits of its guess against the head's distribution at the true feature (weight 0.1), with
 uniform noise on the input features (the rolled-forward draft reads its own imperfect ones).
 `python -m beyond.eagle --speed` compares it with the extra heads (beyond/heads.py) and the
 distilled draft: characters per big-model pass and the speed-up over plain greedy decoding
-(docs/RESULTS.md has the figures).
+(the figures are the run's: they depend on the machine).
 
 Changes from EAGLE: a chain of top guesses instead of a tree; the draft attends over a band of
 its last inputs instead of the whole context; no position encoding (the features carry it); a
-character model trained on the text itself for about a minute of CPU.
+character model trained on its own greedy text for a minute or two of CPU.
 
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """
@@ -254,6 +255,8 @@ class EagleConfig:
     block: int = 64             # characters per window
     lr: float = 3e-3            # AdamW learning rate, decaying to a tenth of it (cosine)
     noise: float = 0.2          # width of the uniform noise on the input features
+    text: str = "greedy"        # greedy: the big model's continuations of the text; real: the text
+    pool: int = 64              # windows of greedy text, written once before training
     ce_weight: float = 0.1      # weight of the cross-entropy through the head (regression: 1)
     save_every: int = 100       # save eagle.pt every this many steps (an interruption resumes)
     seed: int = 1337            # seed of the training batches and the noise
@@ -272,6 +275,8 @@ class EagleConfig:
         if self.threads < 0:
             raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
                              f"not {self.threads}")
+        if self.text not in ("greedy", "real"):
+            raise ValueError(f"--text is greedy or real, not {self.text!r}")
 
 
 def eagle_path(folder=None):
@@ -283,6 +288,28 @@ def train_command(folder=None):
     if folder and Path(folder).resolve() != presets.CHECKPOINTS:
         command += f" --checkpoints {shlex.quote(str(folder))}"
     return command
+
+
+def greedy_pool(big, source, n, seed):
+    """n windows (n, T) of the big model's greedy text, each continuing the first quarter of a
+    window of `source`, and its features of them (n, T, C): what greedy decoding will show the
+    draft, written once (a pass a character) and then read many times."""
+    T = min(big.c.block_size, len(source) - 1)
+    x, _ = gpt.get_batch("train", source, batch_size=n, block_size=T,
+                         generator=torch.Generator().manual_seed(seed))
+    x = sd.generate(big, x[:, :T // 4], T - T // 4, threads=None)           # (n, T)
+    with torch.no_grad():
+        return x, final_states(big, x)[1]                                   # (n, T, C)
+
+
+def batch_of(pool, batch_size, block, generator):
+    """batch_size random windows of `block` tokens of the pool (tokens (n, T), features
+    (n, T, C)): (B, block) and (B, block, C)."""
+    x, features = pool
+    rows = torch.randint(len(x), (batch_size,), generator=generator)
+    starts = torch.randint(x.shape[1] - block + 1, (batch_size,), generator=generator)
+    at = starts[:, None] + torch.arange(block)                              # (B, block)
+    return x[rows[:, None], at], features[rows[:, None], at]
 
 
 def train(big, ec, path, source=None, log=print, progress=False):
@@ -325,6 +352,8 @@ def train(big, ec, path, source=None, log=print, progress=False):
     wte, lm_head = frozen(big)
     block = min(ec.block, big.c.block_size, len(source) - 1)
     started = time.time()
+    pool = greedy_pool(big, source, ec.pool, ec.seed) if ec.text == "greedy" and \
+        step < ec.steps else None
     pace, announced = machine.Pace(ec.steps, step), False
     line = machine.ProgressLine(ec.steps, step, "eagle") if progress else None
     say = (lambda text: line.write(text, log)) if line else log
@@ -336,10 +365,13 @@ def train(big, ec, path, source=None, log=print, progress=False):
         while step < ec.steps:
             for group in optimizer.param_groups:  # cosine from lr down to lr / 10
                 group["lr"] = ec.lr * (0.55 + 0.45 * math.cos(math.pi * step / ec.steps))
-            x, _ = gpt.get_batch("train", source, batch_size=ec.batch_size, block_size=block,
-                                 generator=generator)                       # (B, T)
-            with torch.no_grad():
-                _, features = final_states(big, x)                          # (B, T, C)
+            if pool:
+                x, features = batch_of(pool, ec.batch_size, block, generator)   # (B, T), (B, T, C)
+            else:
+                x, _ = gpt.get_batch("train", source, batch_size=ec.batch_size, block_size=block,
+                                     generator=generator)                   # (B, T)
+                with torch.no_grad():
+                    _, features = final_states(big, x)                      # (B, T, C)
             loss = loss_of(eagle, features, x, wte, lm_head, ec.noise, ec.ce_weight, generator)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

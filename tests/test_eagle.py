@@ -29,7 +29,8 @@ from beyond.eagle import (
 from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name
 
-QUICK = dict(steps=60, batch_size=8, block=16, lr=1e-2, window=6, save_every=60, threads=1)
+QUICK = dict(steps=60, batch_size=8, block=16, lr=1e-2, window=6, pool=16, save_every=60,
+             threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +94,18 @@ def wrong_shift(features, idx):  # the pitfall: f_t paired with x_t, the token i
     return features[:, :-1], idx[:, :-1], features[:, 1:]
 
 
-def test_the_wrong_shift_is_caught_and_costs_agreement(target, eagle, tmp_path, monkeypatch):
+def test_the_wrong_shift_is_caught_and_costs_agreement(target, tmp_path, monkeypatch):
     # The hand-made check above fails with it,
     features, idx = torch.arange(5.0).view(1, 5, 1), 100 + torch.arange(5).view(1, 5)
     assert wrong_shift(features, idx)[1].flatten().tolist() != [101, 102, 103, 104]
     # and a draft trained with it agrees far less with the big model than one trained right.
+    # (Both learn the text itself, which agreement reads.)
+    right = trained(target, tmp_path / "right", text="real")
     with monkeypatch.context() as patch:
         patch.setattr(eagle_module, "shifted", wrong_shift)
-        wrong = trained(target, tmp_path)
+        wrong = trained(target, tmp_path / "wrong", text="real")
     right_agrees, wrong_agrees = (agreement(target, e, gpt.val_data, windows=16)
-                                  for e in (eagle, wrong))
+                                  for e in (right, wrong))
     assert right_agrees > wrong_agrees + 0.15, (right_agrees, wrong_agrees)
 
 
@@ -178,7 +181,8 @@ def test_bad_input_is_one_clear_line(target, eagle):
     with pytest.raises(ValueError, match="speculative_generate"):
         EagleDraft(eagle, target).propose([1, 2], 1, sd.Sampling())
     for bad, message in [({"steps": 0}, "at least 1"), ({"window": 0}, "at least 1"),
-                         ({"block": 2}, "at least 3"), ({"threads": -1}, "--threads")]:
+                         ({"block": 2}, "at least 3"), ({"threads": -1}, "--threads"),
+                         ({"text": "poetry"}, "greedy or real")]:
         with pytest.raises(ValueError, match=message):
             EagleConfig(**bad)
 

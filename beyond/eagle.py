@@ -28,9 +28,10 @@ The drafter runs in NumPy: a step is a few small products, far less than a pass 
 Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
 stays frozen, continues the first quarter of a few training windows greedily (greedy decoding
 writes its greedy text, so that is the text to learn, as for the heads) and writes its features
-of that text; the draft learns them with a feature regression (SmoothL1, weight 1) plus the cross-entropy of the head's
-logits of its guess against the head's distribution at the true feature (weight 0.1), with
-uniform noise on the input features (the rolled-forward draft reads its own imperfect ones).
+of that text; the draft learns them with a feature regression (SmoothL1, weight 1) plus the
+cross-entropy of the head's logits of its guess against the head's distribution at the true
+feature (weight 0.1), with uniform noise on the input features (the rolled-forward draft reads
+its own imperfect ones).
 `python -m beyond.eagle --speed` compares it with the extra heads (beyond/heads.py) and the
 distilled draft: characters per big-model pass and the speed-up over plain greedy decoding
 (the figures are the run's: they depend on the machine).
@@ -445,7 +446,7 @@ def agreement(big, eagle, data, windows=64):
     T = big.c.block_size
     starts = torch.linspace(0, len(data) - T - 1, windows).long()
     x = torch.stack([data[s:s + T] for s in starts])                    # (W, T)
-    logits, features = final_states(big, x)                             # (W, T, V), (W, T, C)
+    _, features = final_states(big, x)                                  # (W, T, C)
     wte, lm_head = frozen(big)
     states, tokens, targets = shifted(features, x)
     guess = F.linear(eagle(states, tokens, wte), lm_head)               # (W, T-1, V)
@@ -467,7 +468,7 @@ def speed_table(big, drafts, ks, prompts, new_tokens=200, repeats=3, log=print):
     want, table = plain(), {}
     for name, draft in drafts.items():
         for k in ks:
-            def speculative():
+            def speculative(draft=draft, k=k):
                 return [sd.speculative_generate(big, draft, p, new_tokens, k=k) for p in prompts]
             stats = sd.Stats(k=k)
             for (out, run), expected in zip(speculative(), want):

@@ -6,9 +6,9 @@ resumes, and a draft of another big model is a one-line error."""
 import numpy as np
 import pytest
 import torch
-from torch.nn import functional as F
 from conftest import tiny_config
 from test_speculative import make_model, prompts
+from torch.nn import functional as F
 
 import gpt
 import speculative as sd

@@ -7,18 +7,20 @@ beyond/registry.py: every drafter and both backends by name, for the command lin
 The drafters themselves subclass speculative.Drafter, one file each:
 a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
 table, of the training text or of the big model's own greedy text), beyond/early_exit.py (the
-big model's own first layers) and beyond/heads.py (extra heads on the big model's last hidden
-state, Medusa-style); beyond/adaptive.py adapts k for any of them.
+big model's own first layers), beyond/heads.py (extra heads on the big model's last hidden
+state, Medusa-style) and beyond/eagle.py (one layer that predicts the big model's next feature,
+EAGLE-style); beyond/adaptive.py adapts k for any of them.
 """
 
 from beyond import presets
 from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.eagle import load as load_eagle
 from beyond.early_exit import EarlyExit
 from beyond.heads import load as load_heads
 from beyond.ngram import NGramDraft
 
 # What --draft accepts (exitL: any L).
-NAMES = ("draft", "distilled", "names", "ngram", "ngram-big", "exit2", "heads")
+NAMES = ("draft", "distilled", "names", "ngram", "ngram-big", "exit2", "heads", "eagle")
 
 
 def check_name(name):
@@ -30,8 +32,8 @@ def check_name(name):
 
 def by_name(name, folder=None, backend="numpy"):
     """The drafter a command line names: a trained GPT preset, "ngram" (the training text's
-    table), "ngram-big" (the table of the big model's own text), "heads", or "exitL" (the big
-    model's own first L layers)."""
+    table), "ngram-big" (the table of the big model's own text), "heads", "eagle", or "exitL"
+    (the big model's own first L layers)."""
     check_name(name)
     if name == "ngram":
         return NGramDraft.trained(folder, prompt_lookup=True)
@@ -39,6 +41,8 @@ def by_name(name, folder=None, backend="numpy"):
         return NGramDraft.of_target(presets.load_trained("big", folder), folder)
     if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
         return load_heads(presets.load_trained("big", folder), folder)
+    if name == "eagle":  # one layer over the big model's features, evaluated in NumPy
+        return load_eagle(presets.load_trained("big", folder), folder)
     if name.startswith("exit"):  # shares the big model's KV cache when the big model checks
         return EarlyExit(with_backend(presets.load_trained("big", folder), backend),
                          int(name[4:]))

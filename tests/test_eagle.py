@@ -1,0 +1,252 @@
+"""The EAGLE draft (beyond/eagle.py): one layer over the big model's features. Its inputs and
+targets are shifted by exactly one position, its NumPy rollout is its torch module's, greedy
+output stays the big model's, sampling returns valid tokens, training lowers the loss and
+resumes, and a draft of another big model is a one-line error."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+from test_speculative import make_model, prompts
+from torch.nn import functional as F
+
+import gpt
+import speculative as sd
+from beyond import eagle as eagle_module
+from beyond import presets, registry
+from beyond.eagle import (
+    Eagle,
+    EagleConfig,
+    EagleDraft,
+    agreement,
+    eagle_path,
+    final_states,
+    frozen,
+    loss_of,
+    shifted,
+    train,
+)
+from beyond.fast_numpy import NumpyGPT
+from beyond.registry import by_name
+
+QUICK = dict(steps=60, batch_size=8, block=16, lr=1e-2, window=6, pool=16, save_every=60,
+             threads=1)
+
+
+@pytest.fixture(scope="module")
+def target():
+    """A tiny big model taught the test corpus for a second: its next token depends on the
+    last one, as a trained model's does (a random one's hardly does)."""
+    torch.manual_seed(0)
+    big = gpt.GPT(tiny_config(block_size=16))
+    optimizer = torch.optim.AdamW(big.parameters(), lr=1e-2)  # not fused: no start-up cost
+    for _ in range(150):
+        _, loss = big(*gpt.get_batch("train", gpt.train_data, batch_size=8, block_size=16))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return big.eval()
+
+
+def trained(big, folder, **changes):
+    """A draft trained for a second on the big model's features of the test corpus."""
+    ec = EagleConfig(**{**QUICK, **changes})
+    return train(big, ec, folder / "eagle.pt", log=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def eagle(target, tmp_path_factory):
+    return trained(target, tmp_path_factory.mktemp("eagle"))
+
+
+def rollout(big, eagle, seq, k):
+    """The draft's k greedy guesses after seq (shorter than the window of the big model),
+    recomputed in torch from scratch: features of seq[:-1], each paired with its next token,
+    then the draft's own guessed features paired with its guesses."""
+    wte, lm_head = frozen(big)
+    with torch.no_grad():
+        _, features = final_states(big, torch.tensor([seq[:-1]]))          # (1, n-1, C)
+        states, tokens = features, torch.tensor([seq[1:]])                 # f_t with x_{t+1}
+        guesses = []
+        for _ in range(k):
+            feature = eagle(states, tokens, wte)[:, -1:]                   # (1, 1, C)
+            guesses.append(int(F.linear(feature, lm_head).argmax()))
+            states = torch.cat([states, feature], 1)
+            tokens = torch.cat([tokens, torch.tensor([[guesses[-1]]])], 1)
+    return guesses
+
+
+# ----------------------------------------------------------------------------------------------
+# The one-position shift
+
+
+def test_the_shift_pairs_each_feature_with_the_next_token_and_targets_the_next_feature():
+    # Hand-made: feature t is the number t, token t is 100 + t.
+    features = torch.arange(5.0).view(1, 5, 1)                             # (B, T, C)
+    idx = 100 + torch.arange(5).view(1, 5)                                 # (B, T)
+    states, tokens, targets = shifted(features, idx)
+    assert states.flatten().tolist() == [0, 1, 2, 3]                       # f_t
+    assert tokens.flatten().tolist() == [101, 102, 103, 104]               # x_{t+1}
+    assert targets.flatten().tolist() == [1, 2, 3, 4]                      # f_{t+1}
+
+
+def wrong_shift(features, idx):  # the pitfall: f_t paired with x_t, the token it did not predict
+    return features[:, :-1], idx[:, :-1], features[:, 1:]
+
+
+def test_the_wrong_shift_is_caught_and_costs_agreement(target, tmp_path, monkeypatch):
+    # The hand-made check above fails with it,
+    features, idx = torch.arange(5.0).view(1, 5, 1), 100 + torch.arange(5).view(1, 5)
+    assert wrong_shift(features, idx)[1].flatten().tolist() != [101, 102, 103, 104]
+    # and a draft trained with it agrees far less with the big model than one trained right.
+    # (Both learn the text itself, which agreement reads.)
+    right = trained(target, tmp_path / "right", text="real")
+    with monkeypatch.context() as patch:
+        patch.setattr(eagle_module, "shifted", wrong_shift)
+        wrong = trained(target, tmp_path / "wrong", text="real")
+    right_agrees, wrong_agrees = (agreement(target, e, gpt.val_data, windows=16)
+                                  for e in (right, wrong))
+    assert right_agrees > wrong_agrees + 0.15, (right_agrees, wrong_agrees)
+
+
+# ----------------------------------------------------------------------------------------------
+# The drafter
+
+
+def test_the_numpy_rollout_is_the_torch_drafts(target, eagle):
+    draft = EagleDraft(eagle, target)
+    draft.scorer_for(target)
+    for seq in ([3, 1, 4], [2, 7, 1, 8, 2, 8], gpt.val_data[:14].tolist()):
+        for k in (1, 3, 5):
+            guesses, probs = draft.propose(seq, k, sd.Sampling())
+            assert guesses == rollout(target, eagle, seq, k) and probs is None
+
+
+class Checked(EagleDraft):
+    """Checks, at every round, that the first guess is the torch draft's from the big model's
+    own features of the context its scorer holds, computed afresh."""
+
+    def __init__(self, eagle, big):
+        super().__init__(eagle, big)
+        self.eagle, self.big, self.checked = eagle, big, 0
+
+    def propose(self, seq, k, sampling):
+        tokens, probs = super().propose(seq, k, sampling)
+        if len(seq) >= 2:
+            start = self.scorer.starts[0]
+            assert tokens[0] == rollout(self.big, self.eagle, seq[start:], 1)[0]
+            self.checked += 1
+        return tokens, probs
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_greedy_with_eagle_is_the_big_models_output(target, eagle, backend, k):
+    big = registry.with_backend(target, backend)
+    draft = Checked(eagle, target)
+    accepted = 0
+    for i, prompt in enumerate([torch.tensor([[3]])] + prompts(3, seed=k)):
+        length = [7, 20, 5 * target.c.block_size][i % 3]  # up to five times the window
+        want = sd.generate(big, prompt, length)
+        got, stats = sd.speculative_generate(big, draft, prompt, length, k=k)
+        assert torch.equal(got, want), (backend, k, i)
+        accepted += stats.accepted
+    assert accepted > 0 and draft.checked > 0
+
+
+def test_sampling_with_eagle_returns_valid_tokens_and_distributions(target, eagle):
+    draft = EagleDraft(eagle, target)
+    draft.scorer_for(target)
+    sampling = sd.Sampling(temperature=1.0, top_k=5, rng=np.random.default_rng(0))
+    guesses, probs = draft.propose([1, 2, 3, 4], 3, sampling)
+    V = target.c.vocab_size
+    assert len(guesses) == 3 and probs.shape == (3, V)
+    np.testing.assert_allclose(probs.sum(-1), 1, atol=1e-5)
+    assert all(probs[i, g] > 0 for i, g in enumerate(guesses)), "drawn from what it reports"
+    prompt = torch.tensor([[1, 2, 3]])
+    out, stats = sd.speculative_generate(target, draft, prompt, 40, k=3, temperature=0.8,
+                                         top_p=0.9, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 43) and torch.equal(out[:, :3], prompt)
+    assert 0 <= out.min() and out.max() < V and stats.new_tokens == 40
+
+
+def test_bad_input_is_one_clear_line(target, eagle):
+    V = target.c.vocab_size
+    with pytest.raises(ValueError, match="vocabulary"):
+        sd.speculative_generate(make_model(0, vocab_size=V + 1), EagleDraft(eagle, target),
+                                torch.tensor([[1, 2]]), 3)
+    with pytest.raises(ValueError, match="trained for another model"):
+        sd.speculative_generate(make_model(0, n_embd=16, vocab_size=V), EagleDraft(eagle, target),
+                                torch.tensor([[1, 2]]), 3)
+    with pytest.raises(ValueError, match="speculative_generate"):
+        EagleDraft(eagle, target).propose([1, 2], 1, sd.Sampling())
+    for bad, message in [({"steps": 0}, "at least 1"), ({"window": 0}, "at least 1"),
+                         ({"block": 2}, "at least 3"), ({"threads": -1}, "--threads"),
+                         ({"text": "poetry"}, "greedy or real")]:
+        with pytest.raises(ValueError, match=message):
+            EagleConfig(**bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training and loading
+
+
+def test_training_lowers_the_loss(target, eagle):
+    x = gpt.val_data[:16 * 8].view(8, 16)                                  # held out: (B, T)
+    with torch.no_grad():
+        _, features = final_states(target, x)
+        wte, lm_head = frozen(target)
+        torch.manual_seed(0)
+        before = loss_of(Eagle.for_model(target, 6), features, x, wte, lm_head).item()
+        after = loss_of(eagle, features, x, wte, lm_head).item()
+    assert after < 0.7 * before, (before, after)
+
+
+def test_an_interrupted_training_resumes_to_the_same_draft(target, tmp_path):
+    whole = trained(target, tmp_path / "whole", steps=6, save_every=2)
+
+    def stop_at_the_first_save(line):
+        raise KeyboardInterrupt
+    ec = EagleConfig(**{**QUICK, "steps": 6, "save_every": 2})
+    with pytest.raises(KeyboardInterrupt):
+        train(target, ec, tmp_path / "eagle.pt", log=stop_at_the_first_save)
+    assert torch.load(tmp_path / "eagle.pt", weights_only=True)["step"] == 2
+    said = []
+    resumed = train(target, ec, tmp_path / "eagle.pt", log=said.append)
+    assert said[0].endswith("resuming at step 2 of 6")
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    assert list(tmp_path.glob("*.tmp")) == [], "saved atomically, no leftovers"
+
+
+def test_eagle_by_name_loads_for_its_own_big_model_only(tmp_path, monkeypatch, capsys):
+    torch.manual_seed(0)
+    big = gpt.GPT(tiny_config()).eval()
+    gpt.save_checkpoint(tmp_path / "big.pt", big, step=0, val_loss=0.0)
+    # The first use trains it (--draft eagle), once, saying so; the next one loads.
+    monkeypatch.setitem(eagle_module.FIRST_USE, "lesson", EagleConfig(
+        steps=3, batch_size=2, block=16, threads=1))
+    by_name("eagle", tmp_path)
+    said = capsys.readouterr()
+    assert "not trained yet: training it first, once" in said.out and "eagle" in said.err
+    assert torch.load(eagle_path(tmp_path), weights_only=True)["step"] == 3
+    draft = by_name("eagle", tmp_path)
+    assert "training" not in capsys.readouterr().out    # the control: trained, only loaded
+    assert isinstance(draft, EagleDraft)
+    idx = torch.tensor([gpt.encode("ROMEO:\n")])
+    got, _ = sd.speculative_generate(NumpyGPT(big), draft, idx, 40, k=3)
+    assert torch.equal(got, sd.generate(big, idx, 40))
+    other = gpt.GPT(tiny_config()).eval()  # a new random big model: the draft is not its
+    gpt.save_checkpoint(tmp_path / "big.pt", other, step=0, val_loss=0.0)
+    with pytest.raises(ValueError, match="trained for another big model"):
+        by_name("eagle", tmp_path)
+    eagle_path(tmp_path).write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable EAGLE checkpoint.*--fresh"):
+        by_name("eagle", tmp_path)
+
+
+def test_the_first_use_trains_a_draft_sized_to_the_big_model():
+    quick = gpt.GPT(presets.preset("big", "quick").config)
+    assert eagle_module.first_use_config(quick) == eagle_module.FIRST_USE["quick"]
+    lesson = gpt.GPT(presets.preset("big").config)    # the control
+    assert eagle_module.first_use_config(lesson) == EagleConfig()

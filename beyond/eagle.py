@@ -43,13 +43,10 @@ character model trained on its own greedy text for a minute or two of CPU.
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """
 
-import contextlib
 import math
-import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -58,7 +55,7 @@ from torch.nn import functional as F
 
 import gpt
 import speculative as sd
-from beyond import presets
+from beyond import frozen, presets
 from beyond.backends import with_backend
 from beyond.heads import HiddenScorer, final_states
 from beyond.heads import load as load_heads
@@ -135,7 +132,7 @@ def loss_of(eagle, features, idx, wte, lm_head, noise=0.0, ce_weight=0.1, genera
     return regression + ce_weight * cross_entropy
 
 
-def frozen(big):
+def frozen_weights(big):
     """The big model's embedding and head weights (V, C) each, detached: used, never trained."""
     return big.transformer.wte.weight.detach(), big.lm_head.weight.detach()
 
@@ -170,7 +167,7 @@ class EagleDraft(sd.Drafter):
         self.ln_2 = a(h.ln_2.weight), a(h.ln_2.bias)
         self.c_fc_w, self.c_fc_b = a(h.mlp.c_fc.weight.T), a(h.mlp.c_fc.bias)  # (C, 4C)
         self.mlp_proj_w, self.mlp_proj_b = a(h.mlp.c_proj.weight.T), a(h.mlp.c_proj.bias)
-        wte, lm_head = frozen(big)
+        wte, lm_head = frozen_weights(big)
         self.wte, self.head_w = a(wte), a(lm_head.T)                           # (V, C), (C, V)
         self.ln_f = a(big.transformer.ln_f.weight), a(big.transformer.ln_f.bias)
         self.n_head, self.window = h.attn.n_head, eagle.window
@@ -280,15 +277,11 @@ class EagleConfig:
             raise ValueError(f"--text is greedy or real, not {self.text!r}")
 
 
+KIND = frozen.Kind("eagle", "the EAGLE draft is", EagleConfig)
+
+
 def eagle_path(folder=None):
-    return Path(folder or presets.CHECKPOINTS) / "eagle.pt"
-
-
-def train_command(folder=None):
-    command = "python -m beyond.eagle"
-    if folder and Path(folder).resolve() != presets.CHECKPOINTS:
-        command += f" --checkpoints {shlex.quote(str(folder))}"
-    return command
+    return KIND.path(folder)
 
 
 def greedy_pool(big, source, n, seed):
@@ -315,92 +308,31 @@ def batch_of(pool, batch_size, block, generator):
 
 def train(big, ec, path, source=None, log=print, progress=False):
     """Train the draft for the frozen gpt.GPT `big` (ec: an EagleConfig) on the big model's
-    features of windows of `source` (a 1-D token tensor; default the training split), saving it
-    atomically at `path` every ec.save_every steps; a run with the same settings for the same
-    big model resumes from there."""
-    if source is None:
-        source = gpt.train_data
-    settings = {**{k: v for k, v in asdict(ec).items()
-                   if k not in ("save_every", "threads", "checkpoints", "fresh", "speed")},
-                "target": presets.fingerprint(big)}
+    features of windows of `source` (a 1-D token tensor; default the training split), in
+    beyond/frozen.py's loop: saved atomically at `path` every ec.save_every steps, a run with
+    the same settings for the same big model resuming from there."""
+    source = gpt.train_data if source is None else source
     torch.manual_seed(ec.seed)
     eagle = Eagle.for_model(big, ec.window)
-    optimizer = torch.optim.AdamW(eagle.parameters(), lr=ec.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(ec.seed)
-    step = 0
-    path = Path(path)
-    state = read(path) if path.exists() and not ec.fresh else None
-    if state and state["settings"] == settings:
-        eagle.load_state_dict(state["eagle"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["rng"])
-        step = state["step"]
-        log(f"{path}: already trained ({step} steps)" if step >= ec.steps else
-            f"{path}: resuming at step {step} of {ec.steps}")
-    elif path.exists():
-        why = "--fresh" if ec.fresh else "other settings" if state else "not readable"
-        log(f"{path}: {why}; training anew")
-
-    def save():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"format": "specdec-eagle/1", "eagle": eagle.state_dict(),
-                    "window": ec.window, "settings": settings, "step": step,
-                    "optimizer": optimizer.state_dict(), "rng": generator.get_state()}, tmp)
-        tmp.replace(path)  # atomic: the old file stays whole until the new one is
-
-    big.eval()
-    wte, lm_head = frozen(big)
+    wte, lm_head = frozen_weights(big)
     block = min(ec.block, big.c.block_size, len(source) - 1)
-    started = time.time()
-    pool = greedy_pool(big, source, ec.pool, ec.seed) if ec.text == "greedy" and \
-        step < ec.steps else None
-    pace, announced = machine.Pace(ec.steps, step), False
-    line = machine.ProgressLine(ec.steps, step, "eagle") if progress else None
-    say = (lambda text: line.write(text, log)) if line else log
-    eagle.train()
-    with machine.threads(ec.threads or machine.training_threads()), \
-            contextlib.ExitStack() as stack:
-        if line:
-            stack.callback(line.close)
-        while step < ec.steps:
-            for group in optimizer.param_groups:  # cosine from lr down to lr / 10
-                group["lr"] = ec.lr * (0.55 + 0.45 * math.cos(math.pi * step / ec.steps))
-            if pool:
-                x, features = batch_of(pool, ec.batch_size, block, generator)   # (B, T), (B, T, C)
-            else:
-                x, _ = gpt.get_batch("train", source, batch_size=ec.batch_size, block_size=block,
-                                     generator=generator)                   # (B, T)
-                with torch.no_grad():
-                    _, features = final_states(big, x)                      # (B, T, C)
-            loss = loss_of(eagle, features, x, wte, lm_head, ec.noise, ec.ce_weight, generator)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(eagle.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            pace.tick()
-            left = pace.seconds_left()
-            if line and left is not None and not announced:
-                announced = True
-                say(f"eagle: {ec.steps - step} steps more, about {machine.duration(left)} at "
-                    f"this machine's current speed")
-            if line:
-                line.update(step, f"loss {loss.item():.3f}", left)
-            if step % ec.save_every == 0 or step == ec.steps:
-                save()
-                say(f"step {step:4d} of {ec.steps} | loss {loss.item():.4f} | "
-                    f"{time.time() - started:.0f}s")
-    return eagle.eval()
+    pool = []   # the big model's greedy text and its features, written once (prepare)
 
+    def prepare():
+        if ec.text == "greedy":
+            pool.append(greedy_pool(big, source, ec.pool, ec.seed))
 
-def read(path):
-    """An EAGLE checkpoint's dictionary, or None if the file is not one (truncated, not ours)."""
-    try:
-        state = torch.load(path, weights_only=True)
-        return state if state.get("format") == "specdec-eagle/1" else None
-    except Exception:
-        return None
+    def loss_of_step(generator):
+        if pool:
+            x, features = batch_of(pool[0], ec.batch_size, block, generator)  # (B, T), (B, T, C)
+        else:
+            x, _ = gpt.get_batch("train", source, batch_size=ec.batch_size, block_size=block,
+                                 generator=generator)                   # (B, T)
+            with torch.no_grad():
+                _, features = final_states(big, x)                      # (B, T, C)
+        return loss_of(eagle, features, x, wte, lm_head, ec.noise, ec.ce_weight, generator)
+    return frozen.train(KIND, eagle, big, ec, path, loss_of_step, keep={"window": ec.window},
+                        clip=1.0, prepare=prepare, log=log, progress=progress)
 
 
 # The draft a first use trains (load): EagleConfig's defaults for the lesson's big model; for the
@@ -409,34 +341,17 @@ FIRST_USE = {"lesson": EagleConfig(), "quick": EagleConfig(steps=20, batch_size=
 
 
 def first_use_config(big):
-    """FIRST_USE's entry for the size of gpt.GPT `big` (the lesson's, unless it is a quick one)."""
-    shape = ("n_layer", "n_head", "n_embd", "block_size")
-    quick = presets.preset("big", "quick").config
-    return FIRST_USE["quick" if all(getattr(big.c, s) == getattr(quick, s) for s in shape)
-                     else "lesson"]
+    return frozen.first_use(big, FIRST_USE)
 
 
 def load(big, folder=None, log=print):
-    """The trained draft for gpt.GPT `big` as an EagleDraft. On first use (none yet, or a first
-    training that was interrupted) it is trained here, once, with a progress line; a draft of
-    another big model, or a file that is not one, is a one-line error saying how to retrain."""
-    path = eagle_path(folder)
-    state = read(path) if path.exists() else None
-    if path.exists() and state is None:
-        raise ValueError(f"{path} is not a readable EAGLE checkpoint; retrain it with: "
-                         f"{train_command(folder)} --fresh")
-    if state is not None and state["settings"]["target"] != presets.fingerprint(big):
-        raise ValueError(f"{path} holds an EAGLE draft trained for another big model; retrain "
-                         f"it with: {train_command(folder)}")
-    if state is None or state["step"] < state["settings"]["steps"]:
-        ec = first_use_config(big) if state is None else EagleConfig(
-            **{k: v for k, v in state["settings"].items() if k != "target"})
-        log(f"the EAGLE draft is not trained yet: training it first, once, into {path} "
-            f"({train_command(folder)} does the same)")
-        return EagleDraft(train(big, ec, path, log=log, progress=True), big)
-    eagle = Eagle(big.c, state["window"])
-    eagle.load_state_dict(state["eagle"])
-    return EagleDraft(eagle.eval(), big)
+    """The trained draft for gpt.GPT `big` as an EagleDraft, trained here on first use, once
+    (frozen.load: a file of another big model, or not an EAGLE file, is a one-line error)."""
+    def build(state):
+        eagle = Eagle(big.c, state["window"])
+        eagle.load_state_dict(state["eagle"])
+        return eagle.eval()
+    return EagleDraft(frozen.load(KIND, big, folder, FIRST_USE, train, build, log), big)
 
 
 @torch.no_grad()
@@ -447,7 +362,7 @@ def agreement(big, eagle, data, windows=64):
     starts = torch.linspace(0, len(data) - T - 1, windows).long()
     x = torch.stack([data[s:s + T] for s in starts])                    # (W, T)
     _, features = final_states(big, x)                                  # (W, T, C)
-    wte, lm_head = frozen(big)
+    wte, lm_head = frozen_weights(big)
     states, tokens, targets = shifted(features, x)
     guess = F.linear(eagle(states, tokens, wte), lm_head)               # (W, T-1, V)
     want = F.linear(targets, lm_head)                                   # (W, T-1, V)

@@ -40,13 +40,9 @@ its self-distillation recipe from the model's own replies); they are evaluated i
 the target's backend.
 """
 
-import contextlib
 import copy
-import math
 import sys
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -55,7 +51,7 @@ from torch.nn import functional as F
 
 import gpt
 import speculative as sd
-from beyond import presets
+from beyond import frozen, presets
 from beyond.backends import with_backend
 from lessonkit import cli, corpus, machine
 from lessonkit.scorer import Model, WindowScorer
@@ -255,12 +251,11 @@ class HeadsConfig:
             raise ValueError(f"--text is greedy or real, not {self.text!r}")
 
 
+KIND = frozen.Kind("heads", "the extra heads are", HeadsConfig)
+
+
 def heads_path(folder=None):
-    return Path(folder or presets.CHECKPOINTS) / "heads.pt"
-
-
-def train_command(folder=None):
-    return "python -m beyond.heads" + presets.folder_option(folder)
+    return KIND.path(folder)
 
 
 def loss_of(guesses, logits, targets):
@@ -278,82 +273,23 @@ def loss_of(guesses, logits, targets):
 
 def train(big, hc, path, source=None, log=print, progress=False):
     """Train heads for the frozen gpt.GPT `big` (hc: a HeadsConfig) on `source` (a 1-D token
-    tensor; default the training split), saving them atomically at `path` every hc.save_every
-    steps; a run with the same settings for the same big model resumes from there. With
-    `progress`, one progress line and, from the first steps timed, how long it will take."""
-    if source is None:
-        source = gpt.train_data
-    settings = {**{k: v for k, v in asdict(hc).items()
-                   if k not in ("save_every", "threads", "checkpoints", "fresh", "speed")},
-                "target": presets.fingerprint(big)}
+    tensor; default the training split), in beyond/frozen.py's loop: saved atomically at `path`
+    every hc.save_every steps, a run with the same settings for the same big model resuming
+    from there; with `progress`, a progress line and its forecast."""
+    source = gpt.train_data if source is None else source
     heads = Heads.for_model(big, hc.heads)
-    optimizer = torch.optim.AdamW(heads.parameters(), lr=hc.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(hc.seed)
-    step = 0
-    path = Path(path)
-    state = read(path) if path.exists() and not hc.fresh else None
-    if state and state["settings"] == settings:
-        heads.load_state_dict(state["heads"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["rng"])
-        step = state["step"]
-        log(f"{path}: already trained ({step} steps)" if step >= hc.steps else
-            f"{path}: resuming at step {step} of {hc.steps}")
-    elif path.exists():
-        why = "--fresh" if hc.fresh else "other settings" if state else "not readable"
-        log(f"{path}: {why}; training anew")
 
-    def save():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"format": "specdec-heads/1", "heads": heads.state_dict(),
-                    "n_heads": hc.heads, "settings": settings, "step": step,
-                    "optimizer": optimizer.state_dict(), "rng": generator.get_state()}, tmp)
-        tmp.replace(path)  # atomic: the old file stays whole until the new one is
-
-    big.eval()
-    started, pace, announced = time.time(), machine.Pace(hc.steps, step), False
-    line = machine.ProgressLine(hc.steps, step, "heads") if progress else None
-    say = (lambda text: line.write(text, log)) if line else log
-    with machine.threads(hc.threads or machine.training_threads()), \
-            (contextlib.closing(line) if line else contextlib.nullcontext()):
-        while step < hc.steps:
-            for group in optimizer.param_groups:  # cosine from lr down to lr / 10
-                group["lr"] = hc.lr * (0.55 + 0.45 * math.cos(math.pi * step / hc.steps))
-            x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size,
-                                 block_size=big.c.block_size, generator=generator)
-            if hc.text == "greedy":  # the big model continues the first quarter of each window
-                T = big.c.block_size
-                x = sd.generate(big, x[:, :T // 4], T - T // 4)  # one thread: a step is small
-            with torch.no_grad():
-                logits, hidden = final_states(big, x)          # (B, T, V), (B, T, C)
-            loss = loss_of(heads(hidden), logits, hc.targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            pace.tick()
-            left = pace.seconds_left()
-            if line and left is not None and not announced:
-                announced = True
-                say(f"heads: {hc.steps - step} steps more, about {machine.duration(left)} at "
-                    f"this machine's current speed")
-            if line:
-                line.update(step, f"loss {loss.item():.3f}", left)
-            if step % hc.save_every == 0 or step == hc.steps:
-                save()
-                say(f"step {step:4d} of {hc.steps} | loss {loss.item():.4f} | "
-                    f"{time.time() - started:.0f}s")
-    return heads.eval()
-
-
-def read(path):
-    """A heads checkpoint's dictionary, or None if the file is not one (truncated, not ours)."""
-    try:
-        state = torch.load(path, weights_only=True)
-        return state if state.get("format") == "specdec-heads/1" else None
-    except Exception:
-        return None
+    def loss_of_step(generator):
+        x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size,
+                             block_size=big.c.block_size, generator=generator)
+        if hc.text == "greedy":  # the big model continues the first quarter of each window
+            T = big.c.block_size
+            x = sd.generate(big, x[:, :T // 4], T - T // 4)  # one thread: a step is small
+        with torch.no_grad():
+            logits, hidden = final_states(big, x)          # (B, T, V), (B, T, C)
+        return loss_of(heads(hidden), logits, hc.targets)
+    return frozen.train(KIND, heads, big, hc, path, loss_of_step, keep={"n_heads": hc.heads},
+                        log=log, progress=progress)
 
 
 # The heads a first use trains (load): HeadsConfig's defaults for the lesson's big model; for the
@@ -362,35 +298,17 @@ FIRST_USE = {"lesson": HeadsConfig(), "quick": HeadsConfig(steps=20, batch_size=
 
 
 def first_use_config(big):
-    """FIRST_USE's entry for the size of gpt.GPT `big` (the lesson's, unless it is a quick one)."""
-    shape = ("n_layer", "n_head", "n_embd", "block_size")
-    quick = presets.preset("big", "quick").config
-    return FIRST_USE["quick" if all(getattr(big.c, s) == getattr(quick, s) for s in shape)
-                     else "lesson"]
+    return frozen.first_use(big, FIRST_USE)
 
 
 def load(big, folder=None, log=print):
-    """The trained heads for gpt.GPT `big` as a HeadsDraft. On first use (no heads yet, or a
-    first training that was interrupted) they are trained here, once, with a progress line and
-    its forecast; heads of another big model, or a file that is not one, are a one-line error
-    saying how to retrain them."""
-    path = heads_path(folder)
-    state = read(path) if path.exists() else None
-    if path.exists() and state is None:
-        raise ValueError(f"{path} is not a readable heads checkpoint; retrain them with: "
-                         f"{train_command(folder)} --fresh")
-    if state is not None and state["settings"]["target"] != presets.fingerprint(big):
-        raise ValueError(f"{path} holds heads trained for another big model; retrain them "
-                         f"with: {train_command(folder)}")
-    if state is None or state["step"] < state["settings"]["steps"]:
-        hc = first_use_config(big) if state is None else HeadsConfig(
-            **{k: v for k, v in state["settings"].items() if k != "target"})
-        log(f"the extra heads are not trained yet: training them first, once, into {path} "
-            f"({train_command(folder)} does the same)")
-        return HeadsDraft(train(big, hc, path, log=log, progress=True))
-    heads = Heads(big.c.n_embd, big.c.vocab_size, state["n_heads"])
-    heads.load_state_dict(state["heads"])
-    return HeadsDraft(heads.eval())
+    """The trained heads for gpt.GPT `big` as a HeadsDraft, trained here on first use, once
+    (frozen.load: a file of another big model, or not a heads file, is a one-line error)."""
+    def build(state):
+        heads = Heads(big.c.n_embd, big.c.vocab_size, state["n_heads"])
+        heads.load_state_dict(state["heads"])
+        return heads.eval()
+    return HeadsDraft(frozen.load(KIND, big, folder, FIRST_USE, train, build, log))
 
 
 @torch.no_grad()

@@ -21,7 +21,7 @@ from beyond.eagle import (
     agreement,
     eagle_path,
     final_states,
-    frozen,
+    frozen_weights,
     loss_of,
     shifted,
     train,
@@ -63,7 +63,7 @@ def rollout(big, eagle, seq, k):
     """The draft's k greedy guesses after seq (shorter than the window of the big model),
     recomputed in torch from scratch: features of seq[:-1], each paired with its next token,
     then the draft's own guessed features paired with its guesses."""
-    wte, lm_head = frozen(big)
+    wte, lm_head = frozen_weights(big)
     with torch.no_grad():
         _, features = final_states(big, torch.tensor([seq[:-1]]))          # (1, n-1, C)
         states, tokens = features, torch.tensor([seq[1:]])                 # f_t with x_{t+1}
@@ -195,7 +195,7 @@ def test_training_lowers_the_loss(target, eagle):
     x = gpt.val_data[:16 * 8].view(8, 16)                                  # held out: (B, T)
     with torch.no_grad():
         _, features = final_states(target, x)
-        wte, lm_head = frozen(target)
+        wte, lm_head = frozen_weights(target)
         torch.manual_seed(0)
         before = loss_of(Eagle.for_model(target, 6), features, x, wte, lm_head).item()
         after = loss_of(eagle, features, x, wte, lm_head).item()
@@ -228,7 +228,7 @@ def test_eagle_by_name_loads_for_its_own_big_model_only(tmp_path, monkeypatch, c
         steps=3, batch_size=2, block=16, threads=1))
     by_name("eagle", tmp_path)
     said = capsys.readouterr()
-    assert "not trained yet: training it first, once" in said.out and "eagle" in said.err
+    assert "not trained yet: training first, once" in said.out and "eagle" in said.err
     assert torch.load(eagle_path(tmp_path), weights_only=True)["step"] == 3
     draft = by_name("eagle", tmp_path)
     assert "training" not in capsys.readouterr().out    # the control: trained, only loaded
@@ -241,7 +241,7 @@ def test_eagle_by_name_loads_for_its_own_big_model_only(tmp_path, monkeypatch, c
     with pytest.raises(ValueError, match="trained for another big model"):
         by_name("eagle", tmp_path)
     eagle_path(tmp_path).write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="not a readable EAGLE checkpoint.*--fresh"):
+    with pytest.raises(ValueError, match="not a readable eagle checkpoint.*--fresh"):
         by_name("eagle", tmp_path)
 
 

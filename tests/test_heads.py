@@ -177,7 +177,7 @@ def test_heads_by_name_load_for_their_own_big_model_only(tmp_path, monkeypatch, 
         steps=3, batch_size=2, heads=2, text="real", threads=1))
     draft = by_name("heads", tmp_path)
     said = capsys.readouterr()
-    assert "not trained yet: training them first, once" in said.out and "heads" in said.err
+    assert "not trained yet: training first, once" in said.out and "heads" in said.err
     assert torch.load(heads_path(tmp_path), weights_only=True)["step"] == 3
     draft = by_name("heads", tmp_path)
     assert "training" not in capsys.readouterr().out    # the control: trained, only loaded
@@ -202,7 +202,7 @@ def test_an_interrupted_first_training_is_finished_not_loaded(tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         train(big, hc, heads_path(tmp_path), log=stop_at_the_first_save)
     heads_module.load(big, tmp_path)                   # half-trained: it finishes the run
-    assert "training them first" in capsys.readouterr().out
+    assert "training first" in capsys.readouterr().out
     assert torch.load(heads_path(tmp_path), weights_only=True)["step"] == 4
 
 

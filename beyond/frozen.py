@@ -1,0 +1,147 @@
+"""
+beyond/frozen.py: what the drafts that learn from the frozen big model share (the extra heads of
+beyond/heads.py, the feature draft of beyond/eagle.py): their training loop and their cache.
+
+The loop: AdamW, its rate decaying from lr to a tenth of it along a cosine, one progress line
+with a forecast from the first steps timed, and the draft saved atomically every save_every
+steps (checkpoints/NAME.pt) with the settings it was trained with and the big model's
+fingerprint, so that an interrupted run of the same settings for the same big model resumes to
+the same weights. The cache: load() trains a draft on its first use, once; a file of another big
+model, or one that is not a draft's, is a one-line error that says how to retrain it.
+"""
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from beyond import presets
+from lessonkit import machine
+
+FLAGS = ("save_every", "threads", "checkpoints", "fresh", "speed")  # how to run, not what to learn
+
+
+@dataclass
+class Kind:
+    """A kind of draft trained on the frozen big model: its file checkpoints/NAME.pt (format
+    specdec-NAME/1, the weights under NAME), its command (python -m beyond.NAME) and its flags."""
+    name: str           # heads, eagle
+    title: str          # how its lines name it: "the extra heads are", "the EAGLE draft is"
+    config: type        # its flags' dataclass: lr, steps, save_every, seed, threads, fresh...
+
+    def path(self, folder=None):
+        return Path(folder or presets.CHECKPOINTS) / f"{self.name}.pt"
+
+    def command(self, folder=None):
+        return f"python -m beyond.{self.name}" + presets.folder_option(folder)
+
+    def read(self, path):
+        """The file's dictionary, or None if it is not one of this kind (truncated, not ours)."""
+        try:
+            state = torch.load(path, weights_only=True)
+            return state if state.get("format") == f"specdec-{self.name}/1" else None
+        except Exception:
+            return None
+
+
+def settings(config, big):
+    """What a trained draft depends on: its config but the FLAGS, and the big model."""
+    return {**{k: v for k, v in asdict(config).items() if k not in FLAGS},
+            "target": presets.fingerprint(big)}
+
+
+def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None, prepare=None,
+          log=print, progress=False):
+    """Train the nn.Module `draft` of the frozen gpt.GPT `big`: loss_of_step(generator) is one
+    step's loss (the generator draws its batches). keep: more entries for the file (what
+    rebuilding the draft needs); clip: the gradient norm's limit, if any; prepare(): called once
+    before the first step that runs here. Returns the draft in eval mode."""
+    wanted = settings(config, big)
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    step, path = 0, Path(path)
+    state = kind.read(path) if path.exists() and not config.fresh else None
+    if state and state["settings"] == wanted:
+        draft.load_state_dict(state[kind.name])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["rng"])
+        step = state["step"]
+        log(f"{path}: already trained ({step} steps)" if step >= config.steps else
+            f"{path}: resuming at step {step} of {config.steps}")
+    elif path.exists():
+        why = "--fresh" if config.fresh else "other settings" if state else "not readable"
+        log(f"{path}: {why}; training anew")
+
+    def save():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"format": f"specdec-{kind.name}/1", kind.name: draft.state_dict(),
+                    **(keep or {}), "settings": wanted, "step": step,
+                    "optimizer": optimizer.state_dict(), "rng": generator.get_state()}, tmp)
+        tmp.replace(path)  # atomic: the old file stays whole until the new one is
+
+    big.eval()
+    draft.train()
+    if prepare and step < config.steps:
+        prepare()
+    started, pace, announced = time.time(), machine.Pace(config.steps, step), False
+    line = machine.ProgressLine(config.steps, step, kind.name) if progress else None
+    say = (lambda text: line.write(text, log)) if line else log
+    with machine.threads(config.threads or machine.training_threads()), \
+            (contextlib.closing(line) if line else contextlib.nullcontext()):
+        while step < config.steps:
+            for group in optimizer.param_groups:  # cosine from lr down to lr / 10
+                group["lr"] = config.lr * (0.55 + 0.45 * math.cos(math.pi * step / config.steps))
+            loss = loss_of_step(generator)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(draft.parameters(), clip)
+            optimizer.step()
+            step += 1
+            pace.tick()
+            left = pace.seconds_left()
+            if line and left is not None and not announced:
+                announced = True
+                say(f"{kind.name}: {config.steps - step} steps more, about "
+                    f"{machine.duration(left)} at this machine's current speed")
+            if line:
+                line.update(step, f"loss {loss.item():.3f}", left)
+            if step % config.save_every == 0 or step == config.steps:
+                save()
+                say(f"step {step:4d} of {config.steps} | loss {loss.item():.4f} | "
+                    f"{time.time() - started:.0f}s")
+    return draft.eval()
+
+
+def first_use(big, configs):
+    """configs["quick"] for the tests' tiny big model (presets.SIZES["quick"]), as --quick
+    trains its GPTs for a few steps; configs["lesson"] for any other."""
+    shape = ("n_layer", "n_head", "n_embd", "block_size")
+    quick = presets.preset("big", "quick").config
+    return configs["quick" if all(getattr(big.c, s) == getattr(quick, s) for s in shape)
+                   else "lesson"]
+
+
+def load(kind, big, folder, configs, train, build, log=print):
+    """The trained draft of `kind` for gpt.GPT `big`: build(state) from its file, or, on first
+    use (no file yet, or a first training that was interrupted), train(big, config, path, log=,
+    progress=True) here, once, with configs' first_use."""
+    path = kind.path(folder)
+    state = kind.read(path) if path.exists() else None
+    if path.exists() and state is None:
+        raise ValueError(f"{path} is not a readable {kind.name} checkpoint; retrain with: "
+                         f"{kind.command(folder)} --fresh")
+    if state is not None and state["settings"]["target"] != presets.fingerprint(big):
+        raise ValueError(f"{path} was trained for another big model; retrain with: "
+                         f"{kind.command(folder)}")
+    if state is not None and state["step"] >= state["settings"]["steps"]:
+        return build(state)
+    config = first_use(big, configs) if state is None else kind.config(
+        **{k: v for k, v in state["settings"].items() if k != "target"})
+    log(f"{kind.title} not trained yet: training first, once, into {path} "
+        f"({kind.command(folder)} does the same)")
+    return train(big, config, path, log=log, progress=True)

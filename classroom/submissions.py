@@ -44,10 +44,11 @@ GITLINK = 0o160000            # a git tree's mode of a submodule
 
 
 # What the student repository leaves out (the student's README is build.student_readme()),
-# the library's fast NumPy forward pass and its study among it: they would answer exercise 3a
-# (beyond/backends.py then gives the torch model for the numpy backend).
+# the library's NumPy forward passes and their study among it: they would answer exercise 3a
+# (beyond/backends.py then gives the torch model for the numpy backend; --draft eagle says
+# it is not there).
 TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
-                 "README.md", "beyond/fast_numpy.py", "studies/forwards.py")
+                 "README.md", "beyond/fast_numpy.py", "beyond/eagle.py", "studies/forwards.py")
 
 
 class SubmissionError(ValueError):

@@ -126,13 +126,14 @@ def command_line():
     return " ".join(["python", *program, *sys.argv[1:]])
 
 
-def write_results(path, figures, busy=""):
+def write_results(path, figures, busy="", command=None):
     """figures (a dict) as a results file at `path`, with where they come from: the command
-    line, the date (UTC), the seconds since the process started, the machine and a Busy note
+    line (this process's, unless `command` names the one a user runs, as the suite's `make
+    test`), the date (UTC), the seconds since the process started, the machine and a Busy note
     ("" when quiet). Written whole (a reader never sees half of it); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    run = {"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    run = {"command": command or command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "seconds": round(time.time() - STARTED, 1), "machine": describe(), "busy": busy}
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps({"format": RESULTS_FORMAT, "run": run, **figures}, indent=2,

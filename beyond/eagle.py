@@ -264,17 +264,10 @@ class EagleConfig:
     speed: bool = False         # then compare with the heads and the distilled draft (minutes)
 
     def __post_init__(self):
-        for name in ("window", "steps", "batch_size", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be at least 1, not {getattr(self, name)}")
+        frozen.check_flags(self, ("window", "steps", "batch_size", "save_every"))
         if self.block < 3:
             raise ValueError(f"--block must be at least 3 (a feature, its next token and the "
                              f"one after), not {self.block}")
-        if self.threads < 0:
-            raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
-                             f"not {self.threads}")
-        if self.text not in ("greedy", "real"):
-            raise ValueError(f"--text is greedy or real, not {self.text!r}")
 
 
 KIND = frozen.Kind("eagle", "the EAGLE draft is", EagleConfig)

@@ -47,6 +47,19 @@ class Kind:
             return None
 
 
+def check_flags(config, counts):
+    """The one-line errors the drafts' flags share: each of `counts` at least 1, threads 0 (every
+    core) or a count, text greedy or real."""
+    for name in counts:
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, not {getattr(config, name)}")
+    if config.threads < 0:
+        raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
+                         f"not {config.threads}")
+    if config.text not in ("greedy", "real"):
+        raise ValueError(f"--text is greedy or real, not {config.text!r}")
+
+
 def settings(config, big):
     """What a trained draft depends on: its config but the FLAGS, and the big model."""
     return {**{k: v for k, v in asdict(config).items() if k not in FLAGS},

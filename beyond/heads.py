@@ -239,16 +239,9 @@ class HeadsConfig:
     speed: bool = False         # then time greedy decoding against plain, k = 1..heads (minutes)
 
     def __post_init__(self):
-        for name in ("heads", "steps", "batch_size", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be at least 1, not {getattr(self, name)}")
-        if self.threads < 0:
-            raise ValueError(f"--threads is 0 (every core, or 1 on a busy machine) or a count, "
-                             f"not {self.threads}")
+        frozen.check_flags(self, ("heads", "steps", "batch_size", "save_every"))
         if self.targets not in ("soft", "hard"):
             raise ValueError(f"--targets is soft or hard, not {self.targets!r}")
-        if self.text not in ("greedy", "real"):
-            raise ValueError(f"--text is greedy or real, not {self.text!r}")
 
 
 KIND = frozen.Kind("heads", "the extra heads are", HeadsConfig)

@@ -5,10 +5,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 N      ?=
 
-# `make exercise N=9`, `make check N=x`: one line saying what N may be, before any set-up.
+# `make exercise N=9`, `make check N=x`: one line saying what N may be, before any set-up. The
+# scripts are part one's five exercises; the checks grade part two's too.
+SCRIPTS   := 1 2 3 4 5
+EXERCISES := $(SCRIPTS) 6
 ifneq ($(filter exercise check,$(MAKECMDGOALS)),)
-ifneq ($(filter-out 1 2 3 4 5 $(if $(filter check,$(MAKECMDGOALS)),all),$(N))$(word 2,$(N)),)
-$(error no exercise N=$(N): N is one of 1 to 5, e.g. make $(firstword $(filter exercise check,$(MAKECMDGOALS))) N=3)
+ALLOWED := $(if $(filter check,$(MAKECMDGOALS)),$(EXERCISES) all,$(SCRIPTS))
+ifneq ($(filter-out $(ALLOWED),$(N))$(word 2,$(N)),)
+$(error no exercise N=$(N): N is one of $(firstword $(ALLOWED)) to $(lastword $(filter-out all,$(ALLOWED))), e.g. make $(firstword $(filter exercise check,$(MAKECMDGOALS))) N=3)
 endif
 endif
 

@@ -165,6 +165,19 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def head_logits(state, fc_w, fc_b, head_w):
+    """Medusa heads 1..h on one final hidden state: their logits, row i - 1 for head i, which
+    guesses the token i after the one the big model's own head predicts from this state.
+
+    state (C,); fc_w (h, C, C) and fc_b (h, C): each head's residual block x + SiLU(x W + b);
+    head_w (h, C, V): each head's projection to the vocabulary. Returns (h, V). (x @ W here,
+    where a torch Linear computes x @ W.T: the weights come transposed.)"""
+    # BEGIN SOLUTION
+    x = state + silu(state @ fc_w + fc_b)                                  # (h, C)
+    return (x[:, None, :] @ head_w)[:, 0]                                  # (h, V)
+    # END SOLUTION
+
+
 class HeadsDraft(sd.Drafter):
     """The drafter (a speculative.Drafter): heads 1..k guess the k tokens after seq[-1],
     from the state the big model computed while checking the last round."""
@@ -197,8 +210,7 @@ class HeadsDraft(sd.Drafter):
 
     def logits(self, state, k):
         """Heads 1..k on one final hidden state (C,): their logits (k, V)."""
-        x = state + silu(state @ self.fc_w[:k] + self.fc_b[:k])            # (k, C)
-        return (x[:, None, :] @ self.head_w[:k])[:, 0]                     # (k, V)
+        return head_logits(state, self.fc_w[:k], self.fc_b[:k], self.head_w[:k])
 
     def propose(self, seq, k, sampling):
         k = min(k, self.n_heads)            # one guess per head: a longer k gets h guesses
@@ -251,10 +263,16 @@ def heads_path(folder=None):
     return KIND.path(folder)
 
 
-def loss_of(guesses, logits, targets):
-    """Mean over heads of each head's cross-entropy against the big model's prediction for
-    the token it guesses ("soft" targets: its distribution, "hard": its top token).
-    guesses (B, T, h, V) from the states at 0..T-1; logits (B, T, V), the big model's."""
+def heads_loss(guesses, logits, targets):
+    """The heads' training loss: the mean over heads of each head's cross-entropy against the
+    big model's prediction for the token that head guesses, where head i (1-based) reading the
+    state at position t guesses token t + 1 + i, which the big model predicts at position t + i.
+
+    guesses (B, T, h, V): head i's logits at [:, :, i - 1], from the states at 0..T-1;
+    logits (B, T, V): the big model's own, for the same positions; targets: "soft" (its
+    distribution, softmax of its logits) or "hard" (its top token). A head has no target
+    where t + i runs past the window: those positions drop out."""
+    # BEGIN SOLUTION
     losses = []
     for i in range(1, guesses.shape[2] + 1):
         guess = guesses[:, :-i, i - 1].flatten(0, 1)    # state t guesses token t + 1 + i
@@ -262,6 +280,7 @@ def loss_of(guesses, logits, targets):
         want = torch.softmax(teacher, -1) if targets == "soft" else teacher.argmax(-1)
         losses.append(F.cross_entropy(guess, want))
     return torch.stack(losses).mean()
+    # END SOLUTION
 
 
 def train(big, hc, path, source=None, log=print, progress=False):
@@ -280,7 +299,7 @@ def train(big, hc, path, source=None, log=print, progress=False):
             x = sd.generate(big, x[:, :T // 4], T - T // 4)  # one thread: a step is small
         with torch.no_grad():
             logits, hidden = final_states(big, x)          # (B, T, V), (B, T, C)
-        return loss_of(heads(hidden), logits, hc.targets)
+        return heads_loss(heads(hidden), logits, hc.targets)
     return frozen.train(KIND, heads, big, hc, path, loss_of_step, keep={"n_heads": hc.heads},
                         log=log, progress=progress)
 

@@ -68,6 +68,38 @@ def table(data, order, vocab_size):
     return tables
 
 
+def prompt_lookup(seq, k, longest=LOOKUP, shortest=1):
+    """Prompt lookup: up to k tokens that followed the last n tokens of seq where those n last
+    occurred earlier in seq, for the longest n from `longest` down to `shortest` that occurred
+    earlier at all; [] where none did. seq: a list of token ids.
+
+    For seq = "the cat sat; the c" (as tokens) and k = 3: the last 3 tokens, "e c", occurred at
+    "the cat", so the proposal is what followed there, "at ". The continuation may run into the
+    tail itself, and is shorter than k where seq ends first."""
+    # BEGIN SOLUTION
+    for n in range(min(longest, len(seq) - 1), shortest - 1, -1):
+        tail = seq[-n:]
+        for start in range(len(seq) - n - 1, -1, -1):      # the latest earlier occurrence
+            if seq[start:start + n] == tail:
+                return seq[start + n:start + n + k]
+    return []
+    # END SOLUTION
+
+
+class PromptLookup(sd.Drafter):
+    """Prompt lookup alone ("lookup" on the command lines): what followed the last few tokens
+    where they occurred before in the text so far, and no guess where they never did (the big
+    model then writes one token that round, as plain decoding would). Sampling, each guess
+    comes with a one-hot distribution, as the table's do (see the module docstring)."""
+
+    def __init__(self, vocab_size, longest=LOOKUP):
+        self.vocab_size, self.longest = vocab_size, longest
+
+    def propose(self, seq, k, sampling):
+        tokens = prompt_lookup(seq, k, self.longest)
+        return tokens, None if sampling.greedy else np.eye(self.vocab_size)[tokens]  # (k, V)
+
+
 class NGramDraft(sd.Drafter, sd.Scorer):
     """The drafter (speculative.Drafter), and a Scorer of the table's guesses as logits, so that
     speculative.measure_agreement measures it like any draft."""
@@ -126,19 +158,9 @@ class NGramDraft(sd.Drafter, sd.Scorer):
                 return token
         return 0
 
-    def looked_up(self, seq, k):
-        """What followed the last LOOKUP tokens where they last occurred earlier in seq."""
-        if len(seq) <= LOOKUP:
-            return []
-        tail = seq[-LOOKUP:]
-        for start in range(len(seq) - LOOKUP - 1, -1, -1):
-            if seq[start:start + LOOKUP] == tail:
-                return seq[start + LOOKUP:start + LOOKUP + k]
-        return []
-
     def propose(self, seq, k, sampling):
         work = list(seq)
-        tokens = self.looked_up(work, k) if self.prompt_lookup else []
+        tokens = prompt_lookup(work, k, LOOKUP, LOOKUP) if self.prompt_lookup else []
         work += tokens
         while len(tokens) < k:
             tokens.append(self.next_token(work))

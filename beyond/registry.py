@@ -6,7 +6,7 @@ beyond/registry.py: every drafter and both backends by name, for the command lin
 
 The drafters themselves subclass speculative.Drafter, one file each:
 a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
-table, of the training text or of the big model's own greedy text), beyond/early_exit.py (the
+table, of the training text or of the big model's own greedy text, and prompt lookup), beyond/early_exit.py (the
 big model's own first layers), beyond/heads.py (extra heads on the big model's last hidden
 state, Medusa-style) and beyond/eagle.py (one layer that predicts the big model's next feature,
 EAGLE-style); beyond/adaptive.py adapts k for any of them.
@@ -16,7 +16,8 @@ from beyond import presets
 from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
 from beyond.early_exit import EarlyExit
 from beyond.heads import load as load_heads
-from beyond.ngram import NGramDraft
+from beyond.ngram import NGramDraft, PromptLookup
+from lessonkit import corpus
 
 try:
     from beyond.eagle import load as load_eagle
@@ -26,7 +27,8 @@ except ModuleNotFoundError as missing:  # the student repository leaves it out: 
     load_eagle = None
 
 # What --draft accepts (exitL: any L).
-NAMES = ("draft", "distilled", "names", "ngram", "ngram-big", "exit2", "heads", "eagle")
+NAMES = ("draft", "distilled", "names", "lookup", "ngram", "ngram-big", "exit2", "heads",
+         "eagle")
 
 
 def check_name(name):
@@ -38,9 +40,11 @@ def check_name(name):
 
 def by_name(name, folder=None, backend="numpy"):
     """The drafter a command line names: a trained GPT preset, "ngram" (the training text's
-    table), "ngram-big" (the table of the big model's own text), "heads", "eagle", or "exitL"
+    table), "lookup" (prompt lookup alone), "ngram-big" (the table of the big model's own text), "heads", "eagle", or "exitL"
     (the big model's own first L layers)."""
     check_name(name)
+    if name == "lookup":  # prompt lookup alone: no table, no model
+        return PromptLookup(len(corpus.vocab()))
     if name == "ngram":
         return NGramDraft.trained(folder, prompt_lookup=True)
     if name == "ngram-big":  # the table of the big model's own greedy text

@@ -33,7 +33,7 @@ import numpy as np
 
 import speculative as sd
 from beyond.heads import HeadsDraft
-from beyond.ngram import NGramDraft
+from beyond.ngram import LOOKUP, NGramDraft, prompt_lookup
 from beyond.tree_sampling import draw_distinct
 
 
@@ -214,7 +214,7 @@ class NGramBranches:
         self.table, self.vocab_size = table, table.vocab_size
 
     def branch(self, seq, depth, width, sampling):
-        tokens = self.table.looked_up(seq, 1) if self.table.prompt_lookup else []
+        tokens = prompt_lookup(seq, 1, LOOKUP, LOOKUP) if self.table.prompt_lookup else []
         for n in range(min(self.table.order - 1, len(seq)), -1, -1):   # contexts, longest first
             token = self.table.next_token(seq[len(seq) - n:])
             if token not in tokens:

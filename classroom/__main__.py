@@ -41,7 +41,7 @@ def parser():
     p = cli.Parser(prog="python -m classroom", description=__doc__.split("\n\n")[0].strip())
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
     c = sub.add_parser("check", help="run the public checks on this repository")
-    c.add_argument("exercise", nargs="?", default="all", help="1 to 5, or all (default)")
+    c.add_argument("exercise", nargs="?", default="all", help=f"{parts.NUMBERS}, or all (default)")
     c.add_argument("--part", help="one part, e.g. 3b")
     c.add_argument("--strict", action="store_true",
                    help="exit 1 unless every selected check passes (one graded step)")
@@ -84,7 +84,7 @@ def exercise_number(text):
     if text == "all":
         return None
     if not text.isdigit() or int(text) not in parts.EXERCISES:
-        raise ValueError(f"no exercise {text!r}; choose 1 to 5 or all")
+        raise ValueError(f"no exercise {text!r}; choose {parts.NUMBERS} or all")
     return int(text)
 
 

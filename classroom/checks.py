@@ -1056,6 +1056,183 @@ def timer_on_a_real_gpu(ctx):
                    f"{got * 1e3:.2f} ms", "synchronise before reading the clock")
 
 
+# ----------------------------------------------------------------------------------------------
+# Exercise 6: drafts without a second model
+
+
+def lookup_oracle(seq, k, longest, shortest, *, longest_first=True, latest=True, after=True):
+    """Prompt lookup by enumeration: every earlier occurrence of every tail, the longest tail
+    first, then the latest start. The options plant a mistake (LOOKUP_MISTAKES)."""
+    found = [(n if longest_first else -n, start if latest else -start)
+             for n in range(shortest, longest + 1) if n < len(seq)
+             for start in range(len(seq) - n) if seq[start:start + n] == seq[-n:]]
+    if not found:
+        return []
+    n, start = (abs(v) for v in max(found))
+    return seq[start + n:start + n + k] if after else seq[start:start + k]
+
+
+LOOKUP_MISTAKES = (  # realistic mistakes, as lookup_oracle's options, and the hint for each
+    ({"longest_first": False}, "that is the match of a shorter tail: try the longest tail "
+                               "first, from longest down to shortest"),
+    ({"latest": False}, "that is what followed the first earlier occurrence: search from the "
+                        "end, the latest occurrence first (its continuation is the likelier one)"),
+    ({"after": False}, "that starts at the matched tokens themselves: propose what followed them"),
+)
+
+
+def judge_lookup(prompt_lookup, seq, k, longest, shortest):
+    want = lookup_oracle(seq, k, longest, shortest)
+    got = prompt_lookup(list(seq), k, longest, shortest)
+    if not isinstance(got, (list, tuple)) or \
+            not all(isinstance(t, (int, np.integer)) for t in got):
+        raise Fail("prompt_lookup returns a list of tokens", repr(got)[:80])
+    got = [int(t) for t in got]
+    if got == want:
+        return
+    hint = next((hint for options, hint in LOOKUP_MISTAKES
+                 if lookup_oracle(seq, k, longest, shortest, **options) == got),
+                "the longest tail (from longest down to shortest) that occurred earlier decides, "
+                "at its latest earlier occurrence")
+    if want and got == []:
+        hint = ("nothing proposed where the tail occurred earlier: did the search find the tail "
+                "itself, at the end of seq? It is no earlier occurrence (the latest earlier "
+                "one starts at len(seq) - n - 1 or before)")
+    elif got and not want:
+        hint = ("no tail of shortest to longest tokens occurred earlier: propose nothing (the "
+                "tail itself is not an earlier occurrence)")
+    raise Fail(f"{want!r} for seq = {seq!r}, k = {k}, longest = {longest}, shortest = {shortest}",
+               repr(got), hint)
+
+
+def random_lookup_case(rng, size):
+    seq = rng.integers(0, 4, size).tolist()                # few letters: repeats are common
+    longest = int(rng.integers(1, 5))
+    return seq, int(rng.integers(0, 7)), longest, int(rng.integers(1, longest + 1))
+
+
+@check("6a", 2)
+def prompt_lookup_finds_the_longest_latest_match(ctx):
+    prompt_lookup = ctx.student("beyond.ngram").prompt_lookup
+    for _ in range(300):
+        judge_lookup(prompt_lookup, *random_lookup_case(ctx.rng, int(ctx.rng.integers(2, 25))))
+
+
+@check("6a", 1)
+def prompt_lookup_at_the_edges(ctx):
+    prompt_lookup = ctx.student("beyond.ngram").prompt_lookup
+    for seq, k, longest, shortest in (
+            ([5], 3, 3, 1), ([5, 6], 3, 3, 1), ([5, 5], 3, 3, 1),    # too short; the tail itself
+            ([1, 2, 3, 9, 1, 2, 3], 8, 3, 1),                       # shorter than k: seq ends
+            ([7, 7, 7, 7], 2, 2, 1),                                # overlapping the tail
+            ([1, 2, 8, 2, 9, 1, 2], 2, 2, 1),                       # longest wins, though older
+            ([1, 2, 8, 2, 9, 1, 2], 2, 2, 2),
+            ([1, 2, 8, 4, 9, 3, 2], 2, 3, 2),                       # nothing long enough
+            ([1, 2, 3], 0, 3, 1)):                                  # k = 0
+        judge_lookup(prompt_lookup, seq, k, longest, shortest)
+
+
+def random_heads(rng, h, C, V):
+    """Heads' weights as a torch Head holds them (c_fc.weight (C, C), lm_head.weight (V, C)),
+    scaled so that SiLU's curve matters."""
+    return [(rng.normal(size=(C, C)) * 0.7, rng.normal(size=C) * 0.5, rng.normal(size=(V, C)))
+            for _ in range(h)]
+
+
+def reference_head_logits(state, heads):
+    """The Medusa heads as beyond.heads.Head computes them, in torch."""
+    import torch                               # the grader's own torch, not the student's
+    from torch.nn import functional as F
+    x = torch.tensor(state)
+    rows = []
+    for fc_w, fc_b, head_w in heads:
+        hidden = x + F.silu(x @ torch.tensor(fc_w).T + torch.tensor(fc_b))
+        rows.append(hidden @ torch.tensor(head_w).T)
+    return torch.stack(rows).numpy()
+
+
+HEAD_MISTAKES = (  # (how a head's block was written wrong, the hint that names it)
+    (lambda x, w, b: x + (x @ w + b) / (1 + np.exp(-(x @ w + b))),
+     "that is x @ W where the head computes x @ W.T: fc_w comes transposed already"),
+    (lambda x, w, b: x + 1 / (1 + np.exp(-(x @ w.T + b))),
+     "that is the sigmoid; SiLU(z) = z * sigmoid(z)"),
+    (lambda x, w, b: (x @ w.T + b) / (1 + np.exp(-(x @ w.T + b))),
+     "without the residual: each head's block is x + SiLU(x W + b)"),
+)
+
+
+@check("6b", 2)
+def head_logits_match_the_heads(ctx):
+    head_logits = ctx.student("beyond.heads").head_logits
+    for h, C, V in ((1, 4, 6), (3, 5, 7), (5, 8, 4)):
+        heads = random_heads(ctx.rng, h, C, V)
+        state = ctx.rng.normal(size=C)
+        fc_w = np.stack([w.T for w, _, _ in heads])                      # (h, C, C)
+        fc_b = np.stack([b for _, b, _ in heads])                        # (h, C)
+        head_w = np.stack([w.T for _, _, w in heads])                    # (h, C, V)
+        got = np.asarray(head_logits(state, fc_w, fc_b, head_w), dtype=float)
+        want = reference_head_logits(state, heads)
+        if got.shape != want.shape:
+            raise Fail(f"logits of shape {want.shape} (h, V) for {h} heads", f"{got.shape}",
+                       "one row per head: head i's block, then its projection")
+        if not np.allclose(got, want, atol=1e-6):
+            hint = "each head: x + SiLU(x @ fc_w[i] + fc_b[i]), then @ head_w[i]"
+            for mistake, hinted in HEAD_MISTAKES:
+                wrong = np.stack([mistake(state, w, b) @ hw.T for w, b, hw in heads])
+                if np.allclose(got, wrong, atol=1e-6):
+                    hint = hinted
+            raise Fail(f"head 1's logits {np.round(want[0], 4)} ({h} heads, C = {C})",
+                       f"{np.round(got[0], 4)}", hint)
+
+
+def reference_heads_loss(guesses, logits, targets, shift=0):
+    """The heads' loss by enumeration, in float64: head i at position t against the big model's
+    prediction at t + i (+ shift: a planted mistake), wherever that position exists."""
+    def log_softmax(z):
+        z = z - z.max()
+        return z - np.log(np.exp(z).sum())
+    B, T, h, _ = guesses.shape
+    per_head = []
+    for i in range(1, h + 1):
+        terms = []
+        for b in range(B):
+            for t in range(max(0, -(i + shift)), T - (i + shift)):
+                teacher = logits[b, t + i + shift]                  # predicts token t + 1 + i
+                want = np.exp(log_softmax(teacher)) if targets == "soft" else \
+                    np.eye(len(teacher))[teacher.argmax()]
+                terms.append(-(want * log_softmax(guesses[b, t, i - 1])).sum())
+        per_head.append(np.mean(terms))
+    return float(np.mean(per_head))
+
+
+def judge_heads_loss(ctx, guesses, logits, targets):
+    got = ctx.helper("torch_loss", "beyond.heads", "heads_loss", guesses, logits, targets)
+    if isinstance(got, str):
+        raise Fail("heads_loss returns a torch scalar that training can differentiate", got)
+    want = reference_heads_loss(guesses, logits, targets)
+    value = a_float(got, "heads_loss")
+    if abs(value - want) > 1e-4 * max(1.0, abs(want)):
+        hint = ("head i at position t guesses token t + 1 + i: pair guesses[:, t, i - 1] with "
+                "the big model's prediction at t + i (logits[:, t + i]); the mean over heads "
+                "of each head's mean cross-entropy")
+        for shift, named in ((1, "one position too far"), (-1, "one position too near: that "
+                             "is the big model's own target, head 0")):
+            if abs(value - reference_heads_loss(guesses, logits, targets, shift)) < 1e-4:
+                hint = (f"each head is paired with the big model's prediction {named}; head i "
+                        f"at t guesses token t + 1 + i, predicted at t + i")
+        raise Fail(f"loss {want:.5f} ({targets} targets, guesses of shape {guesses.shape})",
+                   f"{value:.5f}", hint)
+
+
+@check("6b", 2)
+def heads_loss_pairs_each_head_with_its_token(ctx):
+    for targets in ("hard", "soft"):
+        B, T, h, V = 2, 7, 3, 5
+        guesses = ctx.rng.normal(size=(B, T, h, V)).astype(np.float32)
+        logits = (ctx.rng.normal(size=(B, T, V)) * 2).astype(np.float32)
+        judge_heads_loss(ctx, guesses, logits, targets)
+
+
 # BEGIN HIDDEN
 # Hidden checks: the teacher's only (build removes them). They rerun properties on other
 # shapes and draws than the public checks, so hard-coding what those print earns nothing.
@@ -1092,6 +1269,22 @@ def verify_chi_square_at_a_hidden_seed(ctx):
     counts = np.bincount(first, minlength=5)
     if chi_square_fails(counts, target_probs[0]):
         raise Fail("the first token distributed as the target's", f"{counts / counts.sum()}")
+
+
+@check("6a", 1, hidden=True)
+def prompt_lookup_on_long_texts(ctx):
+    prompt_lookup = ctx.student("beyond.ngram").prompt_lookup
+    for _ in range(40):
+        seq, k, longest, shortest = random_lookup_case(ctx.rng, int(ctx.rng.integers(40, 200)))
+        judge_lookup(prompt_lookup, seq, k, longest + 2, shortest)
+
+
+@check("6b", 1, hidden=True)
+def heads_loss_at_other_shapes(ctx):
+    for targets, (B, T, h, V) in (("soft", (3, 9, 5, 6)), ("hard", (1, 12, 4, 3))):
+        guesses = ctx.rng.normal(size=(B, T, h, V)).astype(np.float32)
+        logits = (ctx.rng.normal(size=(B, T, V)) * 2).astype(np.float32)
+        judge_heads_loss(ctx, guesses, logits, targets)
 # END HIDDEN
 
 

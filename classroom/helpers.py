@@ -242,6 +242,22 @@ def time_on_real_gpu(timer):
     return start.elapsed_time(end) / 1e3, timer("cuda")(work, 5, warmup=2)
 
 
+def torch_loss(loss_of, *arrays_and_options):
+    """loss_of(tensors..., options...) on float32 tensors made from the NumPy arrays given
+    (the others passed as they are): its value, once backward() has reached every tensor that
+    is differentiated, or a line that says what is wrong with it."""
+    import torch  # this worker has torch (every check of a part that may use it)
+    args = [torch.tensor(a, requires_grad=True) if isinstance(a, np.ndarray) else a
+            for a in arrays_and_options]
+    loss = loss_of(*args)
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
+        return f"{type(loss).__name__}: {repr(loss)[:60]} (no gradient reaches the guesses)"
+    loss.backward()
+    if args[0].grad is None:
+        return "a loss whose gradient does not reach the guesses (a .detach() or a NumPy step?)"
+    return float(loss)
+
+
 # ----------------------------------------------------------------------------------------------
 # Other parts' functions: the grader's reference
 

@@ -1,7 +1,7 @@
 """
 classroom/parts.py: what each assignment asks for, where its solution lives, and its points.
 
-The lesson's five exercises, each cut into parts. A part names the functions whose bodies the
+The course's exercises (five in part one, more in part two), each cut into parts. A part names the functions whose bodies the
 student writes (solution regions in the reference code) and the file they live in; its checks
 (checks.py) share its points. Minutes are what a student who followed the lesson needs.
 """
@@ -20,7 +20,8 @@ class Part:
     minutes: int
 
 
-EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing"}
+EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
+             6: "drafts without a second model"}
 
 PARTS = [
     Part("1a", 1, "mark a greedy round: kept guesses and the big model's token",
@@ -42,8 +43,14 @@ PARTS = [
     Part("4b", 4, "the break-even acceptance rate", "speculative.py", ("break_even_alpha",), 3, 20),
     Part("5a", 5, "a timer with warm-up and GPU synchronisation", "exercises/ex5_gpu.py",
          ("timer",), 4, 30),
+    # Part two of the course
+    Part("6a", 6, "prompt lookup: propose what followed the same tokens earlier",
+         "beyond/ngram.py", ("prompt_lookup",), 3, 20),
+    Part("6b", 6, "Medusa heads: their training targets and their guesses", "beyond/heads.py",
+         ("heads_loss", "head_logits"), 4, 30),
 ]
 BY_ID = {p.id: p for p in PARTS}
+NUMBERS = f"1 to {max(EXERCISES)}"  # the exercises' numbers, as the messages say them
 STUDENT_FILES = sorted({p.file for p in PARTS})
 # Graded by hand with the rubrics in TEACHERS.md: the written explanation (exercise 1) and the
 # GPU measurements (exercise 5).

@@ -395,7 +395,7 @@ def select(exercise=None, part=None, hidden=False):
         chosen = [c for c in chosen if c.part == part]
     if exercise is not None:
         if exercise not in parts.EXERCISES:
-            raise ValueError(f"no exercise {exercise}; the exercises are 1 to 5")
+            raise ValueError(f"no exercise {exercise}; the exercises are {parts.NUMBERS}")
         chosen = [c for c in chosen if parts.BY_ID[c.part].exercise == exercise]
     return chosen
 

@@ -17,7 +17,7 @@ from test_speculative import (
 
 import gpt
 import speculative as sd
-from beyond.ngram import NGramDraft, table
+from beyond.ngram import NGramDraft, PromptLookup, prompt_lookup, table
 from speculative import ModelDraft, Sampling, as_drafter
 
 
@@ -40,7 +40,21 @@ def test_prompt_lookup_proposes_what_followed_the_same_tokens_before():
     seq = [1, 2, 3, 0, 3, 2, 1, 2, 3]
     tokens, _ = draft.propose(seq, 3, Sampling())
     assert tokens == [0, 3, 2]                                # after "1 2 3" came "0 3 2"
-    assert draft.looked_up([1, 2, 3], 2) == []
+    assert prompt_lookup([1, 2, 3], 2, 3, 3) == []           # nothing earlier to match
+
+
+def test_prompt_lookup_prefers_the_longest_match_then_the_latest():
+    # "1 2 3" occurs earlier once (followed by 7); "2 3" more recently (followed by 8): the
+    # longer match wins. Controls: shortest=3 finds only the first; longest=2 the recent one;
+    # a lone drafter proposes no guess where nothing matches.
+    seq = [1, 2, 3, 7, 5, 2, 3, 8, 9, 1, 2, 3]
+    assert prompt_lookup(seq, 2) == [7, 5]
+    assert prompt_lookup(seq, 2, longest=2) == [8, 9]
+    assert prompt_lookup(seq, 9) == [7, 5, 2, 3, 8, 9, 1, 2, 3]       # runs into the tail
+    assert prompt_lookup([4, 5, 6], 3) == [] and prompt_lookup([4], 3) == []
+    assert PromptLookup(10).propose([4, 5, 6], 3, Sampling()) == ([], None)
+    tokens, probs = PromptLookup(10).propose(seq, 2, Sampling(temperature=1.0))
+    assert tokens == [7, 5] and probs.shape == (2, 10) and probs[1, 5] == 1
 
 
 def test_a_bad_order_is_a_clear_error():

@@ -299,6 +299,58 @@ def test_a_hint_names_the_mistake(case, part, edit, words, tmp_path):
     assert not any(word in others for word in words)
 
 
+# Part two: each planted bug loses points in its own part only, with a hint that names it.
+PART_TWO_BUGS = [
+    ("lookup takes the first occurrence", "6a", "beyond/ngram.py",
+     "for start in range(len(seq) - n - 1, -1, -1):", "for start in range(len(seq) - n):",
+     ["first earlier occurrence"]),
+    ("lookup finds the tail itself", "6a", "beyond/ngram.py",
+     "for start in range(len(seq) - n - 1, -1, -1):", "for start in range(len(seq) - n, -1, -1):",
+     ["the tail itself"]),
+    ("lookup proposes the match", "6a", "beyond/ngram.py",
+     "return seq[start + n:start + n + k]", "return seq[start:start + k]",
+     ["matched tokens themselves"]),
+    ("lookup tries the shortest tail first", "6a", "beyond/ngram.py",
+     "for n in range(min(longest, len(seq) - 1), shortest - 1, -1):",
+     "for n in range(shortest, min(longest, len(seq) - 1) + 1):", ["longest tail"]),
+    ("a head's target one too far", "6b", "beyond/heads.py",
+     "guess = guesses[:, :-i, i - 1].flatten(0, 1)    # state t guesses token t + 1 + i\n"
+     "        teacher = logits[:, i:].flatten(0, 1)",
+     "guess = guesses[:, :-i - 1, i - 1].flatten(0, 1)\n"
+     "        teacher = logits[:, i + 1:].flatten(0, 1)", ["one position too far"]),
+    ("a head learns the big model's own target", "6b", "beyond/heads.py",
+     "guess = guesses[:, :-i, i - 1].flatten(0, 1)    # state t guesses token t + 1 + i\n"
+     "        teacher = logits[:, i:].flatten(0, 1)",
+     "guess = guesses[:, :guesses.shape[1] - i + 1, i - 1].flatten(0, 1)\n"
+     "        teacher = logits[:, i - 1:].flatten(0, 1)", ["one position too near"]),
+    ("a head's block with the sigmoid", "6b", "beyond/heads.py",
+     "x = state + silu(state @ fc_w + fc_b)", "x = state + 1 / (1 + np.exp(-(state @ fc_w + fc_b)))",
+     ["sigmoid"]),
+    ("a head's block without the residual", "6b", "beyond/heads.py",
+     "x = state + silu(state @ fc_w + fc_b)", "x = silu(state @ fc_w + fc_b)",
+     ["without the residual"]),
+]
+
+
+@pytest.mark.parametrize("case, part, file, right, wrong, words", PART_TWO_BUGS,
+                         ids=[bug[0] for bug in PART_TWO_BUGS])
+def test_a_part_two_bug_costs_its_part_only_and_is_named(case, part, file, right, wrong, words,
+                                                         tmp_path):
+    ws = copy_project(tmp_path / "ws")
+    source = (ws / file).read_text()
+    assert source.count(right) == 1, f"{case}: the reference changed; update the bugs"
+    (ws / file).write_text(source.replace(right, wrong))
+    exercise = parts.BY_ID[part].exercise
+    results = runner.run_checks(ws, runner.select(exercise=exercise), [0], timeout=30)
+    scores = {p.id: sum(r.score for r in results if r.check.part == p.id)
+              for p in parts.PARTS if p.exercise == exercise}
+    assert scores[part] < parts.BY_ID[part].points, case
+    assert all(scores[p] == parts.BY_ID[p].points for p in scores if p != part), (case, scores)
+    message = " ".join(line for r in results if r.check.part == part for line in r.lines())
+    for word in words:
+        assert word in message, (case, message)
+
+
 def test_greedy_feedback_counts_positions_in_the_new_text(tmp_path):
     # The off-by-one decoder: the position is counted in the new text that is shown, from 1.
     results, lines = grade_part(tmp_path, "3b", ("numpy_speculative.py", ZOO[5][2], ZOO[5][3]))

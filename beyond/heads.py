@@ -190,6 +190,7 @@ class HeadsDraft(sd.Drafter):
         self.head_w = stack(head.lm_head.weight.T for head in heads.h)      # (h, C, V)
         self.ln_f_weight, self.ln_f_bias = stack([heads.ln_f_weight, heads.ln_f_bias])  # (C,)
         self.n_heads, self.vocab_size = len(heads.h), self.head_w.shape[2]
+        self.module = heads                 # the torch Heads (heads.agreement measures it)
         self.scorer = None
 
     def reset(self):

@@ -68,12 +68,12 @@ def parser():
     n.add_argument("--force", action="store_true",
                    help="overwrite student notebooks that exist (your work in them is lost)")
     n.add_argument("--check", action="store_true",
-                   help="instead: run the six solved notebooks on the trained models, print "
+                   help="instead: run every solved notebook on the trained models, print "
                         "each one's time, save HTML copies in results/notebooks; exit 1 if any "
                         "fails")
     n.add_argument("--walk", action="store_true",
                    help="instead: build the student repository, write each your-turn cell "
-                        "from the solved notebooks, run the six in order on the trained "
+                        "from the solved notebooks, run them in order on the trained "
                         "models, then make check there; exit 1 unless all pass with every point")
     n.add_argument("--checkpoints", help="with --check or --walk: the trained models in this "
                                          "folder (default: checkpoints/)")

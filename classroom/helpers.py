@@ -255,7 +255,7 @@ def torch_loss(loss_of, *arrays_and_options):
     loss.backward()
     if args[0].grad is None:
         return "a loss whose gradient does not reach the guesses (a .detach() or a NumPy step?)"
-    return float(loss)
+    return float(loss.detach())
 
 
 # ----------------------------------------------------------------------------------------------

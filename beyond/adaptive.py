@@ -5,18 +5,9 @@ Pass a schedule as k: `speculative_generate(target, draft, idx, n, k=Heuristic()
 round the decoder asks `schedule.k`; after it, it calls `schedule.update(proposed, kept,
 draft_seconds, check_seconds)` with what the round proposed, kept and took.
 
-- Heuristic: the schedule of Hugging Face transformers' assisted generation: two more guesses
-  after a round where every guess was kept, one fewer otherwise.
-- Confidence: the drafter stops guessing when its own probability for a guess falls below a
-  threshold (transformers' assistant_confidence_threshold, llama.cpp's --draft-p-min), and the
-  threshold is re-tuned from which checked guesses were kept.
-- BestK: the lesson's formula. It keeps running counts of how often a checked guess is kept
-  (alpha) and of the time a guess and a check take, and picks the k with the highest expected
-  speed-up, (1 - alpha^(k+1)) / ((1 - alpha)(k c + verify cost)); while it has seen little, it
-  explores from `start`.
-- Oracle: not a schedule one can run for real but its upper bound. It replays a recorded greedy
-  run and proposes, every round, exactly as many guesses as will be kept (hindsight).
-Each is a speculative.Schedule.
+Each is a speculative.Schedule: Heuristic (transformers' assisted generation's +2 / -1), BestK
+(the lesson's formula from running estimates), Confidence (the drafter stops when unsure, a
+threshold learned from the run) and Oracle (hindsight's upper bound), each described below.
 """
 
 import numpy as np
@@ -41,7 +32,8 @@ def check_range(start, k_max):
 
 
 class Heuristic(Schedule):
-    """+2 after a round where every guess was kept, -1 otherwise; between 1 and k_max."""
+    """transformers' assisted generation's schedule: +2 after a round where every guess was
+    kept, -1 otherwise; between 1 and k_max."""
 
     def __init__(self, start=4, k_max=16):
         check_range(start, k_max)
@@ -147,7 +139,8 @@ class BestK(Schedule):
 
 class Confidence(Schedule):
     """Guess up to the formula's k (as BestK), but stop as soon as the drafter's confidence
-    falls below `threshold`; learn the threshold from the run.
+    falls below `threshold` (transformers' assistant_confidence_threshold, llama.cpp's
+    --draft-p-min); learn the threshold from the run.
 
     Confidence: the drafter's own probability that every guess so far this round is right (the
     product of its probabilities for each). A GPT draft given as a ConfidentDraft honours

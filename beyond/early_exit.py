@@ -24,12 +24,8 @@ is rolled back in both groups by comparing the cached tokens with the sequence.
 first_layers(model, L) is the variant without sharing: a GPT of the first L layers, an ordinary
 draft with a KV cache of its own, so those layers' keys and values are computed twice.
 
-Sharing makes early exit faster on both backends, yet it stays slower than plain decoding
-(same section), and the formula says why: speed-up = (1 - a^(k+1)) / (1 - a) / (k c + verify).
-A guess through L of n layers costs c, about L/n of a step or more, and its agreement a is too
-low for that price: more layers agree more, but cost more still; and the check of k + 1 rows
-costs more than a step. Even a free check (verify = 1) would give little more than plain
-decoding.
+Sharing makes early exit faster on both backends, yet slower than plain decoding: a guess
+costs too much for its agreement (docs/RESULTS.md, "Every drafter compared").
 Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
 distilled from the whole model in about a minute) lifted agreement at every L and took torch
 just past plain decoding at k = 1, but not NumPy, whose plain decoding is the faster one.

@@ -9,6 +9,7 @@ summary rows that come from it) and keeps the others as they were, each with its
 
 import json
 import re
+from pathlib import Path
 
 import gpt
 import speculative
@@ -165,3 +166,8 @@ def summary(sections):
         return "(no exercise has run yet)"
     return common.markdown_table(["quantity", "lesson", "formula", "measured here",
                                   "why they differ"], rows)
+
+
+def fill(template, **values):
+    """A study's section from its prose: the markdown file `template`, its {fields} filled."""
+    return Path(template).read_text().format(**values).strip()

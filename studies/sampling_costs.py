@@ -6,7 +6,7 @@ lenience relaxation, and the arithmetic that speculation wastes.
     python -m studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
     python -m studies.sampling_costs --quick   # tiny models: what the tests run
 
-Four parts, each a part of the report's section (markdown() says what each figure is):
+Four parts, each a part of the report's section (its prose: studies/sections/sampling_costs.md):
 1. temperature: per drafter, temperature and warp (--top_k, --top_p), alpha, tokens per pass
    and speed-up at k, measured against predicted (and why they differ, where they do);
 2. lenience (speculative_generate(..., lenience=l)): speed bought with exactness, the
@@ -22,6 +22,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -290,8 +291,9 @@ def lenience_trained(args, big, draft, leniences, step, verify, log):
 
 def best_k_sweep(args, big, draft, name, ks, step, verify, log):
     """Greedy runs at every k: the measured speed-ups and their best k, against
-    speculative.best_k with two cost models (see markdown()): the lesson's pieces timed apart
-    (c per guess, verify(k) of a pass alone), and a round's cost as the runs paid it."""
+    speculative.best_k with two cost models (studies/sections/sampling_costs.md): the lesson's
+    pieces timed apart (c per guess, verify(k) of a pass alone), and a round's cost as the runs
+    paid it."""
     prompts = corpus.held_out_prompts(args.prompts, 32)
     n_tokens = args.prompts * args.new_tokens
     rows = []
@@ -476,6 +478,9 @@ def max_t1(rows):
     return min({r["temperature"] for r in rows}, key=lambda t: abs(t - 1))
 
 
+SECTION = Path(__file__).parent / "sections" / "sampling_costs.md"   # the report's prose
+
+
 def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, machine_costs):
     def f2(v):
         return f"{v:.2f}"
@@ -495,17 +500,8 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
                 f2(argmax["speedup"] / sampled["speedup"])])
     close = [r["k"] for r in k_rows if r["speedup"] >= 0.9 * max(r["speedup"] for r in k_rows)]
     per_token = ("plain_flops", "spec_flops", "plain_bytes", "spec_bytes")   # in millions
-    step_us, verify_k, verify_1 = (machine_costs[key] for key in ("step_us", "verify_k",
-                                                                  "verify_1"))
-    blocks = [
-        f"Big model in torch, k = {args.k}, {args.prompts} held-out prompts x {args.new_tokens} "
-        f"characters per setting; alpha on {args.windows} held-out windows with the same "
-        f"temperature and warp as decoding (greedy agreement: temperature 0). Predicted tokens "
-        f"per pass: expected_tokens_per_pass(alpha, k) (the heads: 1 + a1 + a1 a2 + ..., one "
-        f"alpha per head, listed); predicted speed-up: that / (k c + verify), c = seconds per "
-        f"guess in these runs / one target step ({step_us:.0f} us), verify = {verify_k:.2f} (a "
-        f"pass over {args.k + 1} tokens / one over 1).",
-        common.markdown_table(
+    tables = {
+        "temperature_table": common.markdown_table(
             ["drafter", "T", "warp", "alpha", "greedy agreement", "alpha, target's own text",
              "per pass (predicted)", "speed-up (predicted)", "c", "plain us/char",
              "why per pass differs"],
@@ -516,50 +512,16 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
               f"{f2(r['tokens_per_pass'])} ({f2(r['predicted_tokens_per_pass'])})",
               f"{f2(r['speedup'])}x ({f2(r['predicted_speedup'])}x)", f"{r['c']:.3f}",
               f"{r['plain_us_per_token']:.0f}", r["why"]] for r in rows]),
-        f"Speed-ups are medians of {args.repeats} alternated plain/speculative pairs. The "
-        f"prediction counts model passes only; plain sampling also pays a warp and a draw per "
-        f"character (plain us/char against one pass's {step_us:.0f} us), which speculation "
-        f"pays once per round for k+1 rows at once, so sampled speed-ups tend to beat their "
-        f"prediction by that much more than greedy ones do.",
-        f"Tokens per pass within 10% of the prediction from held-out alpha: "
-        f"{sum(not r['why'] for r in rows)} of {len(rows)} settings. The misses are explained "
-        f"in the last column: when alpha measured on the text the target itself samples "
-        f"predicts the run, the draft simply agrees more (or less) with the target's own text "
-        f"than with Shakespeare; when neither it nor the run's own acceptance does, hits and "
-        f"misses come in runs, which the formula's independent guesses leave out.",
-        "![alpha and speed-up against temperature](sampling_temperature.png)",
-        "**Argmax against temperature 1**, next to Leviathan et al.'s Table 2:",
-        common.markdown_table(["", "alpha, argmax -> T 1", "speed-up, argmax -> T 1",
-                               "ratio"], gap),
-        "### Lenience: speed bought with exactness",
-        f"speculative_generate(..., lenience=l) keeps a guess x with min(1, p(x) / (l q(x))) and "
-        f"draws a rejection's token from norm(max(0, p - l q)); lenience 1 (the default) is the "
-        f"exact rule, and a lenience below 1 fails the exactness test "
-        f"(tests/test_sampling_costs.py). On the trained pair ({args.lenience_draft} drafting, "
-        f"temperature 1, k {args.k}) the distance is exact per token: the mean over held-out "
-        f"contexts of the total variation between what the rule writes at a kept-or-corrected "
-        f"position and the target's distribution (a bonus token comes from the target itself). "
-        f"On the 4-token pair it is exact for whole 3-token outputs (k 2), by enumerating the "
-        f"rule's branches (lenient_distribution), and sampled from {args.samples} runs (the "
-        f"sampled distance includes sampling noise: its value at lenience 1 is the noise floor).",
-        common.markdown_table(
+        "gap_table": common.markdown_table(["", "alpha, argmax -> T 1",
+                                            "speed-up, argmax -> T 1", "ratio"], gap),
+        "lenience_table": common.markdown_table(
             ["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
              "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
             [[f"{a['lenience']:g}", f2(a["alpha"]), f"{a['tv_per_token']:.3f}",
               f"{f2(a['tokens_per_pass'])} ({f2(a['predicted_tokens_per_pass'])})",
               f"{f2(a['speedup'])}x ({f2(a['predicted_speedup'])}x)", f"{b['exact_tv']:.3f}",
               f"{b['sampled_tv']:.3f}"] for a, b in zip(trained, small)]),
-        "![speed against distance](sampling_lenience.png)",
-        "### What speculation wastes",
-        "Per run (the rows at the lowest temperature and at 1): positions the target scored "
-        "against tokens kept, arithmetic from the models' shapes and weights read per token. "
-        "Multiply-adds of one position with `keys` tokens in view: n_layer (12 C^2 + 2 C keys) "
-        "+ C V (per block: queries, keys and values 3 C^2, scores and weighted values 2 C keys, "
-        "attention output C^2, MLP 8 C^2; then the head C V); FLOPs = 2 MACs. A pass reads "
-        "n_layer (12 C^2 + 13 C) + 2 C + V C weights, 4 bytes each; a guess of the heads reads "
-        "one head (C^2 + C + C V). Plain decoding reads the big model once per token; "
-        "speculation once per pass plus the draft once per guess.",
-        common.markdown_table(
+        "waste_table": common.markdown_table(
             ["drafter", "T", "tokens", "target positions", "wasted", "positions per token",
              "MFLOP/token plain", "speculative", "MB weights/token plain", "speculative",
              "memory-bound", "compute-bound", "measured (this CPU)"],
@@ -570,54 +532,28 @@ def markdown(args, rows, trained, small, k_rows, best, corollary_rows, notes, ma
               f"{f2(r['speedup'])}x"]
              for r in rows if r["warp"] == "none" and r["temperature"] in (t0, t1)
              for c in [r["costs"]]]),
-        "Speculation always does more arithmetic than plain decoding (every rejected guess was "
-        "scored by both models), so a machine whose time follows FLOPs can only lose. It reads "
-        "the big model's weights once per pass instead of once per token, so a GPU whose "
-        "decoding step is bound by reading weights gains about the bytes' ratio. On this CPU a "
-        "step of these tiny models is bound by per-call overhead: a pass over k+1 tokens costs "
-        f"{verify_k:.2f} one-token passes and each guess c of one, so the gain falls between "
-        "the two.",
-        "![cost](sampling_costs.png)",
-        "### The formulas",
-        "Corollary 3.9 of Leviathan et al.: with verify cost 1, k = 1 gives (1 + alpha) / "
-        "(1 + c), above 1 exactly when alpha > c; and when alpha <= c no k helps, since "
-        "1 + alpha + ... + alpha^k <= 1 + k alpha <= 1 + k c (tests/test_sampling_costs.py "
-        f"checks both over a grid). Here a check of 2 tokens costs {verify_1:.2f} steps, so the "
-        f"condition becomes alpha > c + {verify_1 - 1:.2f}:",
-        common.markdown_table(
+        "corollary_table": common.markdown_table(
             ["drafter", "T", "alpha", "c", "alpha > c", "(1 + alpha) / (c + verify(1))",
              "alpha > c + verify(1) - 1"],
             [[r["draft"], f"{r['temperature']:g}", f2(r["alpha"]), f"{r['c']:.3f}",
               "yes" if r["alpha_above_c"] else "no", f2(r["speedup_k1"]),
               "yes" if r["alpha_above_c_and_check"] else "no"] for r in corollary_rows]),
-        f"Best k for {k_rows[0]['draft']} (greedy, k in {args.ks}, medians of "
-        f"{args.k_repeats} pairs): measured **{best['measured']}**"
-        + (f" (within 10% of its speed-up: k = {', '.join(map(str, close))})"
-           if len(close) > 1 else "")
-        + f". speculative.best_k with a round's cost as the runs paid it, a least-squares line "
-        f"{best['round_fixed']:.2f} + {best['round_per_guess']:.2f} k in plain characters' time "
-        f"(both models and the loop), and alpha {best['alpha_in_run']:.2f} (the acceptance "
-        f"inside the runs): **{best['best_k_rounds']}** (at most {max(r['k'] for r in k_rows)}; "
-        f"unbounded {best['best_k_rounds_unbounded']}), "
-        + ("within one of the measured best. " if best["within_one"] else
-           "more than one away. ")
-        + f"From the pieces timed apart, c {best['c']:.3f} and a check that grows by "
-        f"{best['slope']:.2f} steps per token checked (verify(k) ~ {best['intercept']:.2f} + "
-        f"{best['slope']:.2f} k is a draft dearer by {best['slope']:.2f}: best_k(alpha, c + "
-        f"{best['slope']:.2f}, {best['intercept']:.2f})): {best['best_k_pieces']}; with the "
-        f"lesson's verify cost 1: {best['best_k_lesson']}. The pieces miss a round's own "
-        f"overhead (calling the drafter, warping, the loop), which makes the first guess of a "
-        f"round dearer than the next (c per guess falls from {k_rows[0]['c']:.2f} at k = "
-        f"{k_rows[0]['k']} to {k_rows[-1]['c']:.2f} at k = {k_rows[-1]['k']}) and so favours "
-        f"longer rounds.",
-        common.markdown_table(
+        "k_table": common.markdown_table(
             ["k", "speed-up", "predicted: pieces", "predicted: round costs", "per pass",
              "c", "verify(k)", "round cost (plain characters)"],
             [[r["k"], f"{f2(r['speedup'])}x", f"{f2(r['predicted_speedup'])}x",
               f"{f2(r['predicted_speedup_rounds'])}x", f2(r["tokens_per_pass"]),
-              f"{r['c']:.3f}", f2(r["verify"]), f2(r["round_cost"])] for r in k_rows]),
-    ]
-    return "\n\n".join(blocks + notes)
+              f"{r['c']:.3f}", f2(r["verify"]), f2(r["round_cost"])] for r in k_rows])}
+    text = report.fill(
+        SECTION, args=args, **machine_costs, **tables, checked=args.k + 1,
+        check_extra=machine_costs["verify_1"] - 1, explained=sum(not r["why"] for r in rows),
+        settings=len(rows), best=best, first=k_rows[0], last=k_rows[-1],
+        k_max=max(r["k"] for r in k_rows),
+        close=f" (within 10% of its speed-up: k = {', '.join(map(str, close))})"
+        if len(close) > 1 else "",
+        within="within one of the measured best." if best["within_one"] else
+        "more than one away.")
+    return "\n\n".join([text] + notes)
 
 
 def run(args, log=print):

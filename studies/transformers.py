@@ -29,6 +29,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -510,6 +511,9 @@ GOAL_WORDS = {"fastest": "our fastest exact setup against transformers' fastest 
                                      "assisted generation, same draft and k"}
 
 
+SECTION = Path(__file__).parent / "sections" / "transformers.md"   # the report's prose
+
+
 def markdown(rows, pairs, passes, notes, info):
     def us(x):
         return f"{x:,.0f}"
@@ -522,35 +526,24 @@ def markdown(rows, pairs, passes, notes, info):
             measured += f" against {g['pairs'][0]['first']}"
         goal_lines.append(f"- {GOAL_WORDS[name]}: goal {g['goal']}x, measured {measured}: "
                           f"**{'met' if g['met'] else 'not met'}**")
-    return "\n\n".join([
-        f"The trained big model and its drafts as transformers GPT2LMHeadModels "
-        f"(`hf.to_transformers`; their logits within {info['difference']:.0e} of ours), every "
-        f"mode greedy on the same {info['prompts']} held-out prompts, "
-        f"{info['n_new'] // info['prompts']} new characters each, one torch thread; each "
-        f"comparison timed alternately, medians. Every output was checked against the big "
-        f"model's greedy output (last column). transformers' default assisted schedule: "
-        f"{default_schedule()}.",
-        "Goals, each a median of paired ratios:", "\n".join(goal_lines),
-        common.markdown_table(
-            ["family", "mode", "characters/s", "vs generate()", "vs transformers' fastest exact",
-             "characters per target pass", "identical"],
-            [[r["family"], r["mode"], us(r["chars_per_s"]), f"{r['vs_generate']:.2f}x",
-              f"{r['vs_fastest_transformers']:.2f}x", f"{r['chars_per_target_pass']:.2f}",
-              "yes" if r["identical"] else f"**no** (prompts {r['differs_on']})"] for r in rows]),
-        "![transformers against ours](transformers.png)",
-        "Where the time goes: one more run of every prompt with the models' forward calls timed "
-        "(forward hooks), in microseconds per character written; for ours also what our loop "
-        "counted in the draft and in the target (Stats: model calls and their bookkeeping).",
-        common.markdown_table(
-            ["mode", "wall", "target forward", "draft forward", "everything else",
-             "in the models", "Stats: draft / target"],
-            [[r["mode"], us(r["wall_us"]), us(r["target_us"]), us(r["draft_us"]),
-              us(r["rest_us"]), f"{(r['target_us'] + r['draft_us']) / r['wall_us']:.0%}",
-              f"{us(r['stats_draft_us'])} / {us(r['stats_target_us'])}"
-              if "stats_target_us" in r else ""] for r in rows]),
-        f"One forward pass over one token after 64 cached: {passes_text(passes)}.",
-        explain({r["mode"]: r for r in rows}, passes, info["bound"]),
-        *(["\n".join(f"- {n}" for n in notes)] if notes else [])])
+    table = common.markdown_table(
+        ["family", "mode", "characters/s", "vs generate()", "vs transformers' fastest exact",
+         "characters per target pass", "identical"],
+        [[r["family"], r["mode"], us(r["chars_per_s"]), f"{r['vs_generate']:.2f}x",
+          f"{r['vs_fastest_transformers']:.2f}x", f"{r['chars_per_target_pass']:.2f}",
+          "yes" if r["identical"] else f"**no** (prompts {r['differs_on']})"] for r in rows])
+    split_table = common.markdown_table(
+        ["mode", "wall", "target forward", "draft forward", "everything else",
+         "in the models", "Stats: draft / target"],
+        [[r["mode"], us(r["wall_us"]), us(r["target_us"]), us(r["draft_us"]),
+          us(r["rest_us"]), f"{(r['target_us'] + r['draft_us']) / r['wall_us']:.0%}",
+          f"{us(r['stats_draft_us'])} / {us(r['stats_target_us'])}"
+          if "stats_target_us" in r else ""] for r in rows])
+    text = report.fill(SECTION, **info, per_prompt=info["n_new"] // info["prompts"],
+                       schedule=default_schedule(), goal_lines="\n".join(goal_lines),
+                       table=table, split_table=split_table, passes=passes_text(passes),
+                       **explained({r["mode"]: r for r in rows}, passes, info["bound"]))
+    return "\n\n".join([text, *(["\n".join(f"- {n}" for n in notes)] if notes else [])])
 
 
 def passes_text(passes):
@@ -559,52 +552,33 @@ def passes_text(passes):
                      for name, p in passes.items())
 
 
-def explain(by_mode, passes, bound):
-    """Why the ratios are what they are, from the split measured above."""
+def explained(by_mode, passes, bound):
+    """The figures the report's "Why." paragraph explains the ratios with, from the split."""
     g, a = by_mode["generate(do_sample=False)"], by_mode["adapter: generate"]
-    theirs = passes["transformers GPT2LMHeadModel"]
-    ours = passes["gpt.GPT (torch)"]
-    text = [
-        f"Why. `generate()` and our loop through the adapter call the same model's forward "
-        f"(`generate()` adds position ids and `logits_to_keep` to its arguments): "
-        f"{g['target_us']:.0f} and {a['target_us']:.0f} us per character inside it. The rest "
-        f"is the loop around it: {g['rest_us']:.0f} us per character in `generate()`'s own "
-        f"(preparing inputs, logits processors, stopping criteria, cache bookkeeping), "
-        f"{a['rest_us']:.0f} in ours. So even a loop that cost nothing around the forward as the "
-        f"adapter calls it would be at most {g['wall_us'] / a['target_us']:.2f}x `generate()`: "
-        f"transformers' forward itself sets the limit. That forward takes "
-        f"{theirs['pass_us']:.0f} us for one token: {theirs['blocks_us']:.0f} in its "
-        f"{theirs['blocks']} blocks, {theirs['pass_us'] - theirs['blocks_us']:.0f} around them. "
-        f"gpt.GPT does the same arithmetic in {ours['pass_us']:.0f} us "
-        f"({ours['blocks_us']:.0f} in its blocks, {ours['pass_us'] - ours['blocks_us']:.0f} "
-        f"around them) and NumpyGPT in {passes['NumpyGPT']['pass_us']:.0f}: transformers' "
-        f"model pays for its generality on every call, in its blocks (cache objects, attention "
-        f"dispatch) and around them (masks, position ids, output classes), "
-        f"{theirs['pass_us'] - ours['pass_us']:.0f} us a pass more than ours "
-        f"({(theirs['pass_us'] - ours['pass_us']) / ours['pass_us']:.0%} of our whole pass). "
-        f"Our native decoders avoid both costs, and speculation then divides the passes."]
+    theirs, ours = passes["transformers GPT2LMHeadModel"], passes["gpt.GPT (torch)"]
+    assisted = ""
     spec = [(r, by_mode.get(f"assisted, {r['draft']}, k = {r['k']}")) for r in by_mode.values()
             if r["family"] == "ours via the adapter" and r["k"] is not None]
     if spec:
         r, t = max(spec, key=lambda rt: rt[0]["k"])
-        text.append(
+        assisted = (
             f"With a draft ({r['draft']}, k = {r['k']}) both make the same rounds "
             f"({t['chars_per_target_pass']:.2f} and {r['chars_per_target_pass']:.2f} characters "
             f"per target pass), but assisted generation runs the draft through a full "
             f"`generate()` call every round: {t['rest_us']:.0f} us per character around the "
-            f"models against our {r['rest_us']:.0f}.")
+            f"models against our {r['rest_us']:.0f}. ")
     verify = passes["NumpyGPT"]["verify"]
-    text.append(
-        "Our fastest setups are bounded the same way, by the NumPy forward: checking k+1 "
-        "tokens costs " + ", ".join(f"{v:.2f}" for v in verify.values())
-        + f" one-token steps at k = {', '.join(map(str, verify))}, so even a drafter that cost "
-        f"nothing and was always right would gain at most {bound['gain']:.2f}x over plain "
-        f"NumPy decoding (k = {bound['k']}): {bound['chars_per_s']:,.0f} characters/s, "
-        f"{bound['vs_theirs']:.1f}x transformers' fastest exact mode here. "
-        + (f"A free drafter would need to agree on {bound['alpha']:.1%} of its guesses to reach "
-           f"{GOALS['fastest']:.0f}x." if bound["alpha"] == bound["alpha"] else
-           f"No drafter at k <= {max(verify)} can reach {GOALS['fastest']:.0f}x."))
-    return " ".join(text)
+    return {"g": g, "a": a, "theirs": theirs, "ours": ours, "numpy": passes["NumpyGPT"],
+            "loop_bound": g["wall_us"] / a["target_us"],
+            "theirs_around": theirs["pass_us"] - theirs["blocks_us"],
+            "ours_around": ours["pass_us"] - ours["blocks_us"],
+            "extra": theirs["pass_us"] - ours["pass_us"],
+            "extra_share": (theirs["pass_us"] - ours["pass_us"]) / ours["pass_us"],
+            "assisted": assisted, "verify": ", ".join(f"{v:.2f}" for v in verify.values()),
+            "verify_ks": ", ".join(map(str, verify)),
+            "needed": f"A free drafter would need to agree on {bound['alpha']:.1%} of its guesses "
+                      f"to reach {GOALS['fastest']:.0f}x." if bound["alpha"] == bound["alpha"]
+                      else f"No drafter at k <= {max(verify)} can reach {GOALS['fastest']:.0f}x."}
 
 
 def run(args, log=print):

@@ -384,16 +384,16 @@ assert distilled_m["speedup"] > names_m["speedup"] or clock_unchecked
 #
 # **A draft with no model at all**: a table of the character that most often came next after
 # the last few (`beyond/ngram.py`; a guess is a look-up, so c is nearly 0). Built from the
-# training text (`--draft ngram`), it knows Shakespeare; built from the big model's own
-# greedy text (`NGramDraft.of_target`, `--draft ngram-big`: 1,024 greedy runs of 200
-# characters, built once and cached), it knows the big model's habits: distillation again,
-# into a table. Which is better, on held-out text and while decoding (k = 8)?
+# training text, it knows Shakespeare (`--draft ngram` adds prompt lookup, notebook 7's first
+# idea, on top); built from the big model's own greedy text (`NGramDraft.of_target`, `--draft
+# ngram-big`: 1,024 greedy runs of 200 characters, built once and cached), it knows the big
+# model's habits: distillation again, into a table. Which is better, on held-out text and while decoding (k = 8)?
 
 # %%
 assert models["distilled"].c.n_layer == 1 and models["distilled"].c.n_embd == target.c.n_embd
 assert (ngram.OWN_RUNS, ngram.OWN_LENGTH) == (1024, 200)
 folder = common.checkpoint_folder(common.notebook_args())
-tables = {"training text": ngram.NGramDraft.trained(folder, prompt_lookup=True),
+tables = {"training text": ngram.NGramDraft.trained(folder),
           "big model's own text": ngram.NGramDraft.of_target(
               target, folder, runs=32 if QUICK else ngram.OWN_RUNS)}
 held, kept = {}, {}

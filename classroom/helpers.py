@@ -329,7 +329,7 @@ def eagle_loss_value(eagle_loss, weights, n_head, window, features, idx, wte, lm
     loss.backward()
     if eagle.fc.weight.grad is None or eagle.h.mlp.c_proj.weight.grad is None:
         return "a loss whose gradient does not reach the draft's weights (a .detach()?)"
-    return float(loss)
+    return float(loss.detach())
 
 
 # ----------------------------------------------------------------------------------------------

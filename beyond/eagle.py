@@ -18,12 +18,16 @@ The one-position shift is the classic pitfall: the feature at t predicts token t
 draft's input at t pairs f_t with x_{t+1} (not x_t) and its target is f_{t+1}; shifted() does it
 in one place, and tests/test_eagle.py shows what the wrong shift costs.
 
-Rolled forward, the draft reads its own guess of the feature: [f'_{t+1} ; wte(guess)] -> f'_{t+2},
-and so on, k guesses for k steps. Each step attends over the last `window` inputs (a band of the
-causal mask, the same in training and decoding), so a round starts from the big model's real
-features of the last `window` tokens, which the pass that checked the last round has already
-computed (beyond/heads.py's HiddenScorer keeps them), and a small KV cache carries the k steps.
-The drafter runs in NumPy: a step is a few small products, far less than a pass of the big model.
+Rolled forward (eagle_roll), the draft reads its own guess of the feature:
+[f'_{t+1} ; wte(guess)] -> f'_{t+2}, and so on, k guesses for k steps. Each step attends over
+the last `window` inputs (a band of the causal mask, the same in training and decoding), so a
+round starts from the big model's real features of the last `window` tokens, which the pass that
+checked the last round has already computed (beyond/heads.py's HiddenScorer keeps them).
+EagleRoll is that drafter in torch, eagle_roll at every round (clear, not fast); the reference
+repository's beyond/eagle_numpy.py (the teachers' only) proposes the same guesses in NumPy with a
+small KV cache for the k steps, far less than a pass of the big model: --draft eagle uses it.
+
+Exercise 7 (part two): 7a is eagle_roll, 7b shifted and eagle_loss.
 
 Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
 stays frozen, continues the first quarter of a few training windows greedily (greedy decoding
@@ -43,12 +47,10 @@ character model trained on its own greedy text for a minute or two of CPU.
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """
 
-import math
 import sys
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
@@ -61,6 +63,13 @@ from beyond.heads import HiddenScorer, final_states
 from beyond.heads import load as load_heads
 from lessonkit import cli, machine
 from lessonkit.scorer import Model
+
+try:  # the fast NumPy drafter: the reference's only (its NumPy block would answer exercise 3a)
+    from beyond.eagle_numpy import EagleDraft
+except ModuleNotFoundError as missing:
+    if missing.name != "beyond.eagle_numpy":
+        raise
+    EagleDraft = None
 
 WINDOW = 16  # inputs each draft position attends over (itself and the ones before it)
 
@@ -110,18 +119,42 @@ class Eagle(nn.Module):
 
 
 def shifted(features, idx):
-    """The draft's inputs and targets, one position apart: features (B, T, C) are the big
-    model's states of idx (B, T), features[:, t] predicting idx[:, t + 1]. -> (states (B, T-1, C),
-    tokens (B, T-1), targets (B, T-1, C)): at t the draft reads [f_t ; wte(x_{t+1})] and
-    learns f_{t+1}, whose logits predict x_{t+2}."""
+    """The draft's inputs and targets, one position apart.
+
+    features (B, T, C): the big model's features of the tokens idx (B, T), where features[:, t]
+    (f_t) is what its head turned into the logits of idx[:, t + 1] (x_{t+1}). At position t the
+    draft reads f_t together with x_{t+1}, the token that followed it (not x_t, the token at t),
+    and learns f_{t+1}, the big model's next feature, whose logits predict x_{t+2}. The last
+    position has no next feature, so T - 1 positions remain. Returns the tuple
+    (states (B, T-1, C): f_0 .. f_{T-2}, tokens (B, T-1): x_1 .. x_{T-1},
+    targets (B, T-1, C): f_1 .. f_{T-1}).
+
+    For features f_0 .. f_4 and tokens x_0 .. x_4: states f_0 .. f_3, tokens x_1 .. x_4,
+    targets f_1 .. f_4."""
+    # BEGIN SOLUTION
     return features[:, :-1], idx[:, 1:], features[:, 1:]
+    # END SOLUTION
 
 
-def loss_of(eagle, features, idx, wte, lm_head, noise=0.0, ce_weight=0.1, generator=None):
-    """EAGLE's loss: SmoothL1 of the guessed features against the true ones, plus ce_weight
-    times the cross-entropy of their logits against the big model's distribution at the true
-    ones. features (B, T, C), idx (B, T); wte (V, C) and lm_head (V, C) frozen (detached);
-    noise: the width of the uniform noise added to the input features."""
+def eagle_loss(eagle, features, idx, wte, lm_head, noise=0.0, ce_weight=0.1, generator=None):
+    """The draft's training loss on the big model's features (B, T, C) of the tokens idx (B, T),
+    a torch scalar that training differentiates.
+
+    1. states, tokens, targets = shifted(features, idx): f_t with x_{t+1}, learning f_{t+1}.
+    2. noise (the rolled-forward draft reads its own imperfect features): where noise is not 0,
+       states + (torch.rand(states.shape, generator=generator) - 0.5) * noise, on the input
+       features only (the targets stay the big model's).
+    3. guess = eagle(states, tokens, wte): the draft's guesses of f_{t+1} (B, T-1, C).
+    4. The regression: F.smooth_l1_loss(guess, targets), the mean over every number.
+    5. The cross-entropy through the frozen head: the big model's distribution over x_{t+2} is
+       softmax(targets @ lm_head.T) (its head at the TRUE next feature); the draft's logits of
+       x_{t+2} are guess @ lm_head.T (F.linear(guess, lm_head)). Per position,
+       -sum_v want[v] * log_softmax(logits)[v]; then the mean over positions.
+    Returns regression + ce_weight * cross-entropy.
+
+    wte (V, C) and lm_head (V, C) are the big model's embedding and head weights, frozen
+    (detached): wte embeds the tokens the draft reads, lm_head makes logits of features."""
+    # BEGIN SOLUTION
     states, tokens, targets = shifted(features, idx)
     if noise:
         states = states + (torch.rand(states.shape, generator=generator) - 0.5) * noise
@@ -130,6 +163,42 @@ def loss_of(eagle, features, idx, wte, lm_head, noise=0.0, ce_weight=0.1, genera
     want = F.softmax(F.linear(targets, lm_head), -1)                     # (B, T-1, V)
     cross_entropy = -(want * F.log_softmax(F.linear(guess, lm_head), -1)).sum(-1).mean()
     return regression + ce_weight * cross_entropy
+    # END SOLUTION
+
+
+def eagle_roll(eagle, features, seq, wte, lm_head, k):
+    """The draft rolled forward k steps, greedily: its k guesses of the tokens after seq.
+
+    seq: the text so far, a list of tokens x_0 .. x_n (n >= 1). features (n, C): the big model's
+    features f_0 .. f_{n-1} of every token of seq but the last (f_t is what its head turned into
+    the logits of x_{t+1}; the big model has not read x_n yet). wte (V, C), lm_head (V, C): the
+    big model's embedding and head weights. eagle: an Eagle; eagle(states (1, T, C),
+    tokens (1, T), wte) returns its guesses of the next features (1, T, C), one per pair.
+
+    Step 1: the draft reads the pairs [f_t ; wte(x_{t+1})] for t = 0 .. n-1 (the features with
+    seq[1:], the last pair f_{n-1} with x_n). Its output at the LAST position is its guess f'_n of
+    the big model's next feature; the big model's own head on it, F.linear(f'_n, lm_head), gives
+    the logits (V,) of x_{n+1}, and their argmax is the first guess g_1.
+    Step 2: append the pair [f'_n ; wte(g_1)] (the draft's own feature, not the big model's,
+    with the guess it just made) and run the draft over all the pairs again: the output at the
+    last position, f'_{n+1}, gives the logits of x_{n+2} and the guess g_2. And so on, k steps.
+    (Every step recomputes every position: wasteful, and clear. The draft attends over its last
+    `window` pairs only, which eagle() sees to.)
+
+    Returns (guesses, logits): the k guesses, a list of ints, and their logits, a tensor
+    (k, V) whose row i is what guess i + 1 is the argmax of."""
+    # BEGIN SOLUTION
+    states = features[None]                                              # (1, n, C)
+    tokens = torch.tensor([seq[1:]], device=features.device)             # f_t with x_{t+1}
+    guesses, logits = [], []
+    for _ in range(k):
+        feature = eagle(states, tokens, wte)[:, -1:]                       # f' (1, 1, C)
+        logits.append(F.linear(feature[0, 0], lm_head))                    # (V,)
+        guesses.append(int(logits[-1].argmax()))
+        states = torch.cat([states, feature], 1)                           # the draft's own
+        tokens = torch.cat([tokens, tokens.new_tensor([[guesses[-1]]])], 1)  # with its guess
+    return guesses, torch.stack(logits)                                    # (k, V)
+    # END SOLUTION
 
 
 def frozen_weights(big):
@@ -138,40 +207,21 @@ def frozen_weights(big):
 
 
 # ----------------------------------------------------------------------------------------------
-# The drafter
+# The drafter, in torch
 
 
-def layer_norm(x, weight, bias, eps=1e-5):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
-
-
-def gelu(x):  # GPT-2's tanh approximation
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-class EagleDraft(sd.Drafter):
-    """The drafter (a speculative.Drafter): the draft rolled forward k steps in NumPy from the
+class EagleRoll(sd.Drafter):
+    """The draft as a speculative.Drafter, greedy, in torch: eagle_roll at every round, from the
     big model's features of the last `window` tokens, the last of them the state whose
-    prediction was seq[-1] (at len(seq) - 2), computed while checking the last round."""
+    prediction was seq[-1] (at len(seq) - 2), which the pass that checked the last round
+    computed (its scorer, beyond/heads.py's HiddenScorer, keeps them). Clear, not fast: the
+    reference's NumPy EagleDraft proposes the same guesses with a KV cache."""
 
     def __init__(self, eagle, big):
-        def a(t):  # -> a float32 NumPy array
-            return t.detach().cpu().float().numpy()
-        h = eagle.h
-        self.fc_w, self.fc_b = a(eagle.fc.weight.T), a(eagle.fc.bias)          # (2C, C), (C,)
-        self.ln_1 = a(h.ln_1.weight), a(h.ln_1.bias)                           # (C,) each
-        self.c_attn_w, self.c_attn_b = a(h.attn.c_attn.weight.T), a(h.attn.c_attn.bias)  # (C, 3C)
-        self.attn_proj_w, self.attn_proj_b = a(h.attn.c_proj.weight.T), a(h.attn.c_proj.bias)
-        self.ln_2 = a(h.ln_2.weight), a(h.ln_2.bias)
-        self.c_fc_w, self.c_fc_b = a(h.mlp.c_fc.weight.T), a(h.mlp.c_fc.bias)  # (C, 4C)
-        self.mlp_proj_w, self.mlp_proj_b = a(h.mlp.c_proj.weight.T), a(h.mlp.c_proj.bias)
-        wte, lm_head = frozen_weights(big)
-        self.wte, self.head_w = a(wte), a(lm_head.T)                           # (V, C), (C, V)
-        self.ln_f = a(big.transformer.ln_f.weight), a(big.transformer.ln_f.bias)
-        self.n_head, self.window = h.attn.n_head, eagle.window
-        self.vocab_size = self.wte.shape[0]
+        self.eagle, self.window = eagle.eval(), eagle.window
+        self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
+        self.ln_f = tuple(p.detach().cpu().float().numpy() for p in
+                          (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
         self.scorer = None
 
     def reset(self):
@@ -181,64 +231,30 @@ class EagleDraft(sd.Drafter):
         if not isinstance(target, Model):
             raise ValueError("EAGLE drafts from the big model's own features: the target must "
                              "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
-        if target.c.n_embd != self.fc_b.shape[0]:
-            raise ValueError(f"this draft reads {self.fc_b.shape[0]}-channel features, the "
+        if target.c.n_embd != self.wte.shape[1]:
+            raise ValueError(f"this draft reads {self.wte.shape[1]}-channel features, the "
                              f"target's are {target.c.n_embd}: it was trained for another model")
         self.scorer = HiddenScorer(target, *self.ln_f)
         return self.scorer
-
-    def inputs(self, states, tokens):
-        """fc of [features (t, C) ; the tokens' embeddings]: (t, C), and their keys and values
-        (t, C) each (the queries too)."""
-        x = np.concatenate([states, self.wte[tokens]], -1) @ self.fc_w + self.fc_b   # (t, C)
-        q, k, v = np.split(layer_norm(x, *self.ln_1) @ self.c_attn_w + self.c_attn_b, 3, -1)
-        return x, q, k, v
-
-    def output(self, x, q, keys, values):
-        """The block's output (C,) for one input x (C,) with query q (C,), attending over the
-        keys and values (W, C) of the window, its own last."""
-        C = x.shape[0]
-        nh, hs = self.n_head, C // self.n_head
-        q = q.reshape(nh, 1, hs)                                          # (nh, 1, hs)
-        k = keys.reshape(-1, nh, hs).transpose(1, 2, 0)                   # (nh, hs, W)
-        v = values.reshape(-1, nh, hs).transpose(1, 0, 2)                 # (nh, W, hs)
-        att = (q @ k) / math.sqrt(hs)                                     # (nh, 1, W)
-        att = np.exp(att - att.max(-1, keepdims=True))
-        y = (att / att.sum(-1, keepdims=True)) @ v                        # (nh, 1, hs)
-        x = x + y.reshape(C) @ self.attn_proj_w + self.attn_proj_b
-        m = gelu(layer_norm(x, *self.ln_2) @ self.c_fc_w + self.c_fc_b)   # (4C,)
-        return x + m @ self.mlp_proj_w + self.mlp_proj_b                  # (C,)
 
     def propose(self, seq, k, sampling):
         if self.scorer is None:
             raise ValueError("EAGLE drafts from the big model's own features: decode with "
                              "speculative_generate, which asks the drafter's scorer_for(target)")
+        if not sampling.greedy:
+            raise ValueError("EagleRoll drafts greedily (eagle_roll): decode with temperature 0")
         if len(seq) < 2:  # no feature before the only token: guess it again
-            tokens = [seq[-1]] * k
-            return tokens, None if sampling.greedy else np.eye(self.vocab_size)[tokens]  # (k, V)
+            return [seq[-1]] * k, None
         pos = len(seq) - 2                       # the feature whose prediction was seq[-1]
         if self.scorer.state(seq, pos) is None:  # the first round: nothing has read seq
             self.scorer.score([seq[:-1]], len(seq) - 1)
         start = self.scorer.starts[0]
         first = max(start, pos - self.window + 1)
-        states = self.scorer.hidden[first - start:pos - start + 1]        # f_first..f_pos (W, C)
-        x, q, keys, values = self.inputs(states, seq[first + 1:pos + 2])  # each paired with x_{t+1}
-        feature = self.output(x[-1], q[-1], keys, values)                 # f'_{pos+1} (C,)
-        guesses, probs = [], []
-        for step in range(k):
-            logits = feature @ self.head_w                                # (V,)
-            if sampling.greedy:
-                guesses.append(int(logits.argmax()))
-            else:
-                probs.append(sampling.warp(logits))
-                guesses.append(sampling.draw(probs[-1]))
-            if step == k - 1:
-                break
-            x, q, k_, v = self.inputs(feature[None], [guesses[-1]])       # (1, C) each
-            keys = np.concatenate([keys, k_])[-self.window:]              # (W, C)
-            values = np.concatenate([values, v])[-self.window:]
-            feature = self.output(x[0], q[0], keys, values)
-        return guesses, (np.array(probs) if probs else None)              # (k, V) or None
+        features = torch.from_numpy(self.scorer.hidden[first - start:pos - start + 1])  # (n, C)
+        with torch.no_grad():
+            guesses, _ = eagle_roll(self.eagle, features.to(self.wte), list(seq[first:]),
+                                    self.wte, self.lm_head, k)
+        return guesses, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -323,7 +339,7 @@ def train(big, ec, path, source=None, log=print, progress=False):
                                  generator=generator)                   # (B, T)
             with torch.no_grad():
                 _, features = final_states(big, x)                      # (B, T, C)
-        return loss_of(eagle, features, x, wte, lm_head, ec.noise, ec.ce_weight, generator)
+        return eagle_loss(eagle, features, x, wte, lm_head, ec.noise, ec.ce_weight, generator)
     return frozen.train(KIND, eagle, big, ec, path, loss_of_step, keep={"window": ec.window},
                         clip=1.0, prepare=prepare, log=log, progress=progress)
 
@@ -337,9 +353,19 @@ def first_use_config(big):
     return frozen.first_use(big, FIRST_USE)
 
 
+def check_drafter():
+    """A one-line error where the NumPy drafter is not here (the student repository)."""
+    if EagleDraft is None:
+        raise ValueError("the EAGLE draft's NumPy drafter is not in the student repository (its "
+                         "NumPy block would answer exercise 3a); choose another --draft")
+
+
 def load(big, folder=None, log=print):
-    """The trained draft for gpt.GPT `big` as an EagleDraft, trained here on first use, once
-    (frozen.load: a file of another big model, or not an EAGLE file, is a one-line error)."""
+    """The trained draft for gpt.GPT `big` as an EagleDraft (beyond/eagle_numpy.py), trained
+    here on first use, once (frozen.load: a file of another big model, or not an EAGLE file, is
+    a one-line error; so is a repository without the NumPy drafter, the student's)."""
+    check_drafter()
+
     def build(state):
         eagle = Eagle(big.c, state["window"])
         eagle.load_state_dict(state["eagle"])
@@ -409,14 +435,15 @@ def main(argv=None):
     print(f"trained in {time.time() - started:.0f}s; the first guess agrees with the big model "
           f"on {agreement(big, eagle, gpt.val_data, windows=256):.1%} of held-out positions")
     prompts = [torch.tensor([gpt.encode(p)]) for p in PROMPTS]
+    drafter = EagleDraft or EagleRoll    # the same guesses; the NumPy one is the fast one
     for k in range(1, 7):
         stats = sd.Stats(k=k)
         for prompt in prompts:
-            stats.add(sd.speculative_generate(big, EagleDraft(eagle, big), prompt, 200, k=k)[1])
+            stats.add(sd.speculative_generate(big, drafter(eagle, big), prompt, 200, k=k)[1])
         print(f"greedy, the lesson's {len(prompts)} prompts x 200 characters, k = {k}: "
               f"{stats.tokens_per_pass:.2f} characters per pass")
     if ec.speed:
-        drafts = {"eagle": EagleDraft(eagle, big), "heads": load_heads(big, folder),
+        drafts = {"eagle": drafter(eagle, big), "heads": load_heads(big, folder),
                   "distilled": with_backend(presets.load_trained("distilled", folder), "numpy")}
         speed_table(big, drafts, range(1, 7), prompts)
 

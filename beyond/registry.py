@@ -9,22 +9,17 @@ a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a chara
 table, of the training text or of the big model's own greedy text, and prompt lookup), beyond/early_exit.py (the
 big model's own first layers), beyond/heads.py (extra heads on the big model's last hidden
 state, Medusa-style) and beyond/eagle.py (one layer that predicts the big model's next feature,
-EAGLE-style); beyond/adaptive.py adapts k for any of them.
+EAGLE-style, its fast drafter in beyond/eagle_numpy.py); beyond/adaptive.py adapts k for any of them.
 """
 
 from beyond import presets
 from beyond.backends import check_backend, with_backend  # noqa: F401 (the tools' names)
+from beyond.eagle import check_drafter as check_eagle
+from beyond.eagle import load as load_eagle
 from beyond.early_exit import EarlyExit
 from beyond.heads import load as load_heads
 from beyond.ngram import NGramDraft, PromptLookup
 from lessonkit import corpus
-
-try:
-    from beyond.eagle import load as load_eagle
-except ModuleNotFoundError as missing:  # the student repository leaves it out: its NumPy block
-    if missing.name != "beyond.eagle":  # (attention, MLP) would answer exercise 3a
-        raise
-    load_eagle = None
 
 # What --draft accepts (exitL: any L).
 NAMES = ("draft", "distilled", "names", "lookup", "ngram", "ngram-big", "exit2", "heads",
@@ -51,10 +46,8 @@ def by_name(name, folder=None, backend="numpy"):
         return NGramDraft.of_target(presets.load_trained("big", folder), folder)
     if name == "heads":  # evaluated in NumPy, reading the state the big model's pass computed
         return load_heads(presets.load_trained("big", folder), folder)
-    if name == "eagle":  # one layer over the big model's features, evaluated in NumPy
-        if load_eagle is None:
-            raise ValueError("the EAGLE draft is not in the student repository (its NumPy "
-                             "block would answer exercise 3a); choose another --draft")
+    if name == "eagle":  # one layer over the big model's features, evaluated in NumPy (the
+        check_eagle()    # reference's beyond/eagle_numpy.py: a one-line error where it is not)
         return load_eagle(presets.load_trained("big", folder), folder)
     if name.startswith("exit"):  # shares the big model's KV cache when the big model checks
         return EarlyExit(with_backend(presets.load_trained("big", folder), backend),

@@ -1233,6 +1233,315 @@ def heads_loss_pairs_each_head_with_its_token(ctx):
         judge_heads_loss(ctx, guesses, logits, targets)
 
 
+# ----------------------------------------------------------------------------------------------
+# Exercise 7: a draft that reads the big model's features (EAGLE)
+
+
+def random_eagle(rng, C, V, n_head, window):
+    """A random EAGLE draft as the worker builds it (helpers.eagle_draft): (its weights, by
+    their state_dict names, float32; n_head; window), and the big model's wte and lm_head
+    (V, C) each, different from each other (so that a swap shows). Scaled so that every piece
+    of the block matters: attention that prefers some positions, a residual that does not
+    drown the rest."""
+    def w(*shape, scale=1.0):
+        return (rng.normal(size=shape) * scale).astype(np.float32)
+    weights = {"fc.weight": w(C, 2 * C, scale=(2 * C) ** -0.5), "fc.bias": w(C, scale=0.1),
+               "h.ln_1.weight": 1 + w(C, scale=0.2), "h.ln_1.bias": w(C, scale=0.2),
+               "h.attn.c_attn.weight": w(3 * C, C, scale=1.5 * C ** -0.5),
+               "h.attn.c_attn.bias": w(3 * C, scale=0.2),
+               "h.attn.c_proj.weight": w(C, C, scale=C ** -0.5),
+               "h.attn.c_proj.bias": w(C, scale=0.1),
+               "h.ln_2.weight": 1 + w(C, scale=0.2), "h.ln_2.bias": w(C, scale=0.2),
+               "h.mlp.c_fc.weight": w(4 * C, C, scale=C ** -0.5),
+               "h.mlp.c_fc.bias": w(4 * C, scale=0.2),
+               "h.mlp.c_proj.weight": w(C, 4 * C, scale=(4 * C) ** -0.5),
+               "h.mlp.c_proj.bias": w(C, scale=0.1)}
+    return (weights, n_head, window), w(V, C), w(V, C)
+
+
+def reference_draft(draft, states, tokens, wte):
+    """The draft's output (T, C) at every position of the pairs [states[t] ; wte[tokens[t]]]
+    (states (T, C)), one position at a time, in float64 torch: fc, then x + attention over the
+    last `window` inputs (itself included; LayerNorm ln_1 first), then x + the GELU MLP (ln_2
+    first), as beyond.eagle.Eagle's docstrings say."""
+    import torch                               # the grader's own torch, not the student's
+    from torch.nn import functional as F
+    weights, n_head, window = draft
+    W = {name: torch.tensor(value, dtype=torch.float64) for name, value in weights.items()}
+    wte = torch.tensor(np.asarray(wte), dtype=torch.float64)
+
+    def norm(x, name):
+        return F.layer_norm(x, x.shape, W[f"h.{name}.weight"], W[f"h.{name}.bias"])
+    xs = [W["fc.weight"] @ torch.cat([torch.as_tensor(s, dtype=torch.float64), wte[int(t)]]) +
+          W["fc.bias"] for s, t in zip(states, tokens)]
+    C = len(xs[0])
+    hs = C // n_head
+    qkv = [W["h.attn.c_attn.weight"] @ norm(x, "ln_1") + W["h.attn.c_attn.bias"] for x in xs]
+    out = []
+    for i, x in enumerate(xs):
+        seen = range(max(0, i - window + 1), i + 1)
+        heads = []
+        for h in range(n_head):
+            q = qkv[i][h * hs:(h + 1) * hs]
+            scores = torch.stack([q @ qkv[j][C + h * hs:C + (h + 1) * hs] for j in seen])
+            att = torch.softmax(scores / math.sqrt(hs), 0)
+            heads.append(sum(a * qkv[j][2 * C + h * hs:2 * C + (h + 1) * hs]
+                             for a, j in zip(att, seen)))
+        x = x + W["h.attn.c_proj.weight"] @ torch.cat(heads) + W["h.attn.c_proj.bias"]
+        m = F.gelu(W["h.mlp.c_fc.weight"] @ norm(x, "ln_2") + W["h.mlp.c_fc.bias"],
+                   approximate="tanh")
+        out.append(x + W["h.mlp.c_proj.weight"] @ m + W["h.mlp.c_proj.bias"])
+    return torch.stack(out)
+
+
+def reference_roll(draft, features, seq, wte, lm_head, k, mistake=None):
+    """The draft's k greedy guesses after seq and their logits (k, V), step by step in float64.
+    mistake plants one of ROLL_MISTAKES."""
+    import torch
+    head = torch.tensor(wte if mistake == "swapped" else lm_head, dtype=torch.float64)
+    embed = lm_head if mistake == "swapped" else wte
+    states = [torch.tensor(f, dtype=torch.float64) for f in features]
+    tokens = list(seq[:-1] if mistake == "unshifted" else seq[1:])
+    guesses, logits = [], []
+    for _ in range(k):
+        if mistake == "last pair only":
+            feature = reference_draft(draft, states[-1:], tokens[-1:], embed)[-1]
+        else:
+            feature = reference_draft(draft, states, tokens, embed)[-1]
+        logits.append(head @ feature)
+        guesses.append(int(logits[-1].argmax()))
+        states.append(states[len(features) - 1] if mistake == "big feature" else feature)
+        tokens.append(tokens[-1] if mistake == "stale token" else guesses[-1])
+    return guesses, torch.stack(logits).numpy()
+
+
+ROLL_MISTAKES = {  # a planted mistake (reference_roll) -> the hint that names it
+    "unshifted": "that pairs each feature f_t with x_t, the token at t: f_t goes with the token "
+                 "after it, x_{t+1}, so the features go with seq[1:] (the last, f_{n-1}, with "
+                 "seq[-1]), not with seq[:-1]",
+    "big feature": "from the second step on, that feeds the big model's last feature again: "
+                   "append the draft's OWN predicted feature (its output at the last position), "
+                   "which is all the draft has of the positions the big model has not read",
+    "stale token": "that pairs the predicted feature with the last token again: append it with "
+                   "the guess just made, wte(g)",
+    "swapped": "wte and lm_head swapped: the draft embeds the tokens it reads with wte; the big "
+               "model's head lm_head turns a feature into logits, F.linear(feature, lm_head)",
+    "last pair only": "that runs the draft on only the last pair: run it over all the pairs so "
+                      "far (it attends over its last `window` of them) and take its output at "
+                      "the last position",
+}
+
+
+def judge_roll(ctx, draft, features, seq, wte, lm_head, k):
+    got = ctx.helper("eagle_rollout", "beyond.eagle", "eagle_roll", *draft, features, seq, wte,
+                     lm_head, k)
+    if isinstance(got, str):
+        raise Fail("eagle_roll returns (guesses, logits): a list of k ints and a tensor (k, V)",
+                   got)
+    guesses, logits = got
+    want, want_logits = reference_roll(draft, features, seq, wte, lm_head, k)
+    case = f"seq = {list(seq)}, k = {k}, window = {draft[2]}"
+    if logits.shape != want_logits.shape or len(guesses) != k:
+        raise Fail(f"{k} guesses and logits of shape {want_logits.shape} (k, V) for {case}",
+                   f"{len(guesses)} guesses, logits of shape {logits.shape}",
+                   "one guess a step, k steps; row i of the logits is step i + 1's")
+    close = np.allclose(logits, want_logits, rtol=1e-4, atol=1e-4)
+    if close and guesses == want:
+        return
+    hint = ("step 1: the draft over the pairs [f_t ; wte(x_{t+1})], its output at the last "
+            "position through the big model's head; then append (that output, the guess) and "
+            "run it again")
+    if close:
+        hint = "each guess is the argmax of its step's logits (the greedy choice)"
+    for mistake, named in ROLL_MISTAKES.items():
+        wrong_guesses, wrong_logits = reference_roll(draft, features, seq, wte, lm_head, k,
+                                                     mistake)
+        if wrong_logits.shape == logits.shape and \
+                np.allclose(logits, wrong_logits, rtol=1e-4, atol=1e-4):
+            hint = named
+            break
+    raise Fail(f"guesses {want}, the first logits {np.round(want_logits[0], 3)} ({case})",
+               f"{guesses}, {np.round(logits[0], 3)}", hint)
+
+
+def random_roll_case(rng, n, C=8, V=7, n_head=2, window=3):
+    draft, wte, lm_head = random_eagle(rng, C, V, n_head, window)
+    features = rng.normal(size=(n, C)).astype(np.float32)
+    seq = rng.integers(0, V, n + 1).tolist()
+    return draft, features, seq, wte, lm_head
+
+
+@check("7a", 3)
+def eagle_roll_feeds_its_own_features(ctx):
+    rng = ctx.worker_rng(71)
+    for n, k, window in ((5, 4, 3), (3, 5, 4), (7, 3, 2), (4, 6, 8)):
+        draft, features, seq, wte, lm_head = random_roll_case(rng, n, window=window)
+        judge_roll(ctx, draft, features, seq, wte, lm_head, k)
+
+
+@check("7a", 1)
+def eagle_roll_at_the_edges(ctx):
+    rng = ctx.worker_rng(72)
+    for n, k, window in ((1, 4, 3), (2, 1, 3), (11, 2, 1), (9, 3, 16)):   # one feature; k = 1;
+        draft, features, seq, wte, lm_head = random_roll_case(rng, n, window=window)  # a window
+        judge_roll(ctx, draft, features, seq, wte, lm_head, k)       # of one; longer than seq
+
+
+def shift_case(rng, B, T, C, V):
+    return (rng.normal(size=(B, T, C)).astype(np.float32),
+            rng.integers(0, V, (B, T)).astype(np.int64))
+
+
+SHIFT_MISTAKES = (  # (states, tokens, targets) as written wrong, and the hint that names it
+    (lambda f, x: (f[:, :-1], x[:, :-1], f[:, 1:]),
+     "that pairs f_t with x_t, the token at t: f_t goes with x_{t+1}, the token that followed "
+     "it (idx[:, 1:])"),
+    (lambda f, x: (f[:, :-1], x[:, 1:], f[:, :-1]),
+     "the target is its own input feature f_t: the draft learns the NEXT feature, f_{t+1} "
+     "(features[:, 1:])"),
+    (lambda f, x: (f[:, 1:], x[:, 1:], f[:, 1:]),
+     "the states start at f_1: the draft reads f_0 .. f_{T-2} (features[:, :-1])"),
+)
+
+
+@check("7b", 1)
+def shifted_pairs_each_feature_with_the_next_token(ctx):
+    hand = (np.arange(5.0, dtype=np.float32).reshape(1, 5, 1), 100 + np.arange(5).reshape(1, 5))
+    for features, idx in (hand, shift_case(ctx.worker_rng(73), 2, 6, 3, 9)):
+        got = ctx.helper("eagle_shift", "beyond.eagle", "shifted", features, idx)
+        if isinstance(got, str):
+            raise Fail("shifted returns the tuple (states, tokens, targets) of tensors", got)
+        want = (features[:, :-1], idx[:, 1:], features[:, 1:])
+        if all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want)):
+            continue
+        hint = ("states f_0 .. f_{T-2}, tokens x_1 .. x_{T-1}, targets f_1 .. f_{T-1}: at t the "
+                "draft reads f_t with x_{t+1} and learns f_{t+1}")
+        for mistake, named in SHIFT_MISTAKES:
+            if all(g.shape == w.shape and np.array_equal(g, w)
+                   for g, w in zip(got, mistake(features, idx))):
+                hint = named
+        raise Fail(f"{shift_summary(want)} (first row, first channel)", shift_summary(got),
+                   hint)
+
+
+def shift_summary(arrays):
+    """The first row (first channel) of each of shifted's three results, to show."""
+    shown = []
+    for name, a in zip(("states", "tokens", "targets"), arrays):
+        a = np.asarray(a)
+        if a.ndim >= 2 and a.shape[1] > 0 and a.dtype.kind in "iuf":
+            shown.append(f"{name} {np.round(a[0].reshape(a.shape[1], -1)[:, 0], 3).tolist()}")
+        else:
+            shown.append(f"{name} of shape {a.shape}")
+    return "; ".join(shown)
+
+
+def reference_eagle_loss(draft, features, idx, wte, lm_head, ce_weight, mistake=None,
+                         noise=None):
+    """The draft's loss by enumeration over positions, in float64: SmoothL1 (beta 1) of each
+    guessed feature against the big model's next one, plus ce_weight times the cross-entropy of
+    its logits against the head's distribution at the true next feature. noise (B, T - 1, C):
+    added to the input features; mistake plants one of LOSS_MISTAKES."""
+    import torch
+    features = np.asarray(features, dtype=np.float64)
+    B, T, C = features.shape
+    inputs = features.copy()
+    if noise is not None and mistake == "noisy targets":
+        inputs = features = features + np.asarray(noise, dtype=np.float64)
+    elif noise is not None:
+        inputs[:, :-1] += np.asarray(noise, dtype=np.float64)
+    embed, head = (lm_head, wte) if mistake == "swapped" else (wte, lm_head)
+    head = torch.tensor(head, dtype=torch.float64)
+    regression, cross_entropy = [], []
+    for b in range(B):
+        tokens = idx[b, :-1] if mistake == "unshifted" else idx[b, 1:]
+        guesses = reference_draft(draft, inputs[b, :-1], tokens, embed)       # (T - 1, C)
+        for t in range(T - 1):
+            target = torch.tensor(features[b, t if mistake == "own input" else t + 1])
+            d = (guesses[t] - target).abs()
+            regression += (d ** 2 if mistake == "squared" else
+                           torch.where(d < 1, 0.5 * d ** 2, d - 0.5)).tolist()
+            teacher = features[b, t if mistake == "head at f_t" else t + 1]
+            want = torch.softmax(head @ torch.tensor(teacher), 0)
+            cross_entropy.append(float(-(want * torch.log_softmax(head @ guesses[t], 0)).sum()))
+    return float(np.mean(regression) + ce_weight * np.mean(cross_entropy))
+
+
+LOSS_MISTAKES = {  # a planted mistake (reference_eagle_loss) -> the hint that names it
+    "unshifted": "that pairs f_t with x_t, the token at t: f_t goes with x_{t+1}, the token that "
+                 "followed it (shifted: idx[:, 1:])",
+    "own input": "the regression's target is the draft's own input feature f_t: it learns the "
+                 "next one, f_{t+1} (the target is one position on)",
+    "head at f_t": "the cross-entropy's target is the head's distribution at f_t, which "
+                   "predicts x_{t+1}, the token the draft already reads: the guess of f_{t+1} "
+                   "predicts x_{t+2}, so compare with the head at the true f_{t+1}",
+    "swapped": "wte and lm_head swapped: the draft embeds the tokens with wte; lm_head makes "
+               "the logits, F.linear(feature, lm_head)",
+    "squared": "that is the squared error: the regression is SmoothL1, F.smooth_l1_loss",
+    "noisy targets": "that adds the noise to every feature, the targets too: add it to the "
+                     "input features only, after the shift (torch.rand(states.shape, ...))",
+}
+
+
+def judge_eagle_loss(ctx, draft, features, idx, wte, lm_head, ce_weight, noise=0.0, seed=0):
+    got = ctx.helper("eagle_loss_value", "beyond.eagle", "eagle_loss", *draft, features, idx,
+                     wte, lm_head, noise, ce_weight, seed)
+    if isinstance(got, str):
+        raise Fail("eagle_loss returns a torch scalar that training can differentiate", got)
+    value = a_float(got, "eagle_loss")
+    drawn = None
+    if noise:
+        import torch
+        B, T, C = features.shape
+        generator = torch.Generator().manual_seed(seed)
+        drawn = ((torch.rand((B, T - 1, C), generator=generator) - 0.5) * noise).numpy()
+    want = reference_eagle_loss(draft, features, idx, wte, lm_head, ce_weight, noise=drawn)
+    if abs(value - want) <= 1e-4 * max(1.0, abs(want)):
+        return
+    hint = ("at t the draft reads [f_t ; wte(x_{t+1})] and guesses f_{t+1}: SmoothL1 against "
+            "f_{t+1}, plus ce_weight x the cross-entropy of its logits against the head's "
+            "distribution at f_{t+1}")
+    if noise and abs(value - reference_eagle_loss(draft, features, idx, wte, lm_head,
+                                                  ce_weight)) < 1e-4:
+        hint = ("that is the loss without the noise: where noise is not 0, add "
+                "(torch.rand(states.shape, generator=generator) - 0.5) * noise to the states")
+    for mistake, named in LOSS_MISTAKES.items():
+        if mistake == "noisy targets" and not noise:
+            continue
+        wrong_noise = drawn
+        if mistake == "noisy targets":
+            import torch
+            generator = torch.Generator().manual_seed(seed)
+            wrong_noise = ((torch.rand(features.shape, generator=generator) - 0.5) *
+                           noise).numpy()
+        wrong = reference_eagle_loss(draft, features, idx, wte, lm_head, ce_weight, mistake,
+                                     wrong_noise)
+        if abs(value - wrong) < 1e-4 * max(1.0, abs(wrong)):
+            hint = named
+            break
+    raise Fail(f"loss {want:.5f} (features of shape {features.shape}, ce_weight = {ce_weight}"
+               f"{f', noise = {noise}' if noise else ''})", f"{value:.5f}", hint)
+
+
+def random_loss_case(rng, B, T, C=8, V=7, n_head=2, window=3):
+    draft, wte, lm_head = random_eagle(rng, C, V, n_head, window)
+    return (draft, *shift_case(rng, B, T, C, V), wte, lm_head)
+
+
+@check("7b", 2)
+def eagle_loss_learns_the_next_feature(ctx):
+    rng = ctx.worker_rng(74)
+    for (B, T, window), ce_weight in (((2, 6, 3), 0.1), ((1, 8, 2), 1.0), ((3, 4, 5), 0.5)):
+        judge_eagle_loss(ctx, *random_loss_case(rng, B, T, window=window), ce_weight)
+
+
+@check("7b", 1)
+def eagle_loss_noise_and_gradient(ctx):
+    rng = ctx.worker_rng(75)
+    judge_eagle_loss(ctx, *random_loss_case(rng, 2, 5), 0.1, noise=0.5,
+                     seed=int(rng.integers(1 << 30)))
+
+
 # BEGIN HIDDEN
 # Hidden checks: the teacher's only (build removes them). They rerun properties on other
 # shapes and draws than the public checks, so hard-coding what those print earns nothing.
@@ -1285,6 +1594,22 @@ def heads_loss_at_other_shapes(ctx):
         guesses = ctx.rng.normal(size=(B, T, h, V)).astype(np.float32)
         logits = (ctx.rng.normal(size=(B, T, V)) * 2).astype(np.float32)
         judge_heads_loss(ctx, guesses, logits, targets)
+
+@check("7a", 1, hidden=True)
+def eagle_roll_on_longer_texts(ctx):
+    rng = ctx.worker_rng(76)
+    for n, k, window in ((14, 6, 5), (20, 4, 4)):
+        draft, wte, lm_head = random_eagle(rng, 12, 9, 3, window)
+        features = rng.normal(size=(n, 12)).astype(np.float32)
+        judge_roll(ctx, draft, features, rng.integers(0, 9, n + 1).tolist(), wte, lm_head, k)
+
+
+@check("7b", 1, hidden=True)
+def eagle_loss_at_other_shapes(ctx):
+    rng = ctx.worker_rng(77)
+    judge_eagle_loss(ctx, *random_loss_case(rng, 3, 9, C=12, V=9, n_head=3, window=4), 0.3)
+    judge_eagle_loss(ctx, *random_loss_case(rng, 2, 3, C=6, V=5, n_head=1, window=1), 0.1,
+                     noise=0.2, seed=int(rng.integers(1 << 30)))
 # END HIDDEN
 
 

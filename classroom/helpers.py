@@ -10,10 +10,14 @@ judgement, and every figure it judges, is made by the check in the grader's proc
 - verify_grid: verify() at every point of a grid of random draws (160,000 calls, no round trips);
 - the simulated GPU of exercise 5 (FakeGPU: it lives in the grader's process, and torch.cuda in
   the worker calls it there: use_gpu) and the timing on a real one;
+- the EAGLE draft of exercise 7, built here from the grader's weights (sent as arrays: a torch
+  tensor never crosses), its functions called on tensors made here, their results sent back as
+  numbers and arrays;
 - references: another part's function replaced by a call to the grader's reference, so that a
   part is graded on its own (a bug in one part costs that part only).
 """
 
+import importlib
 import time
 import traceback
 from pathlib import Path
@@ -255,6 +259,76 @@ def torch_loss(loss_of, *arrays_and_options):
     loss.backward()
     if args[0].grad is None:
         return "a loss whose gradient does not reach the guesses (a .detach() or a NumPy step?)"
+    return float(loss.detach())
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 7: the EAGLE draft, with the grader's weights
+
+
+def eagle_draft(weights, n_head, window):
+    """beyond.eagle.Eagle as the student's file defines it, holding the grader's weights
+    ({state_dict name: float32 array}; n_embd is read from them), in eval mode."""
+    import torch
+    eagle_module, gpt = importlib.import_module("beyond.eagle"), importlib.import_module("gpt")
+    C = int(weights["fc.bias"].shape[0])
+    config = gpt.Config(block_size=8, vocab_size=1, n_layer=1, n_head=n_head, n_embd=C)
+    eagle = eagle_module.Eagle(config, window)
+    eagle.load_state_dict({name: torch.tensor(value) for name, value in weights.items()})
+    return eagle.eval()
+
+
+def tensors_back(value, count, what):
+    """`count` tensors from a tuple or list as NumPy arrays, or a line that says what came back."""
+    import torch
+    if not (isinstance(value, (tuple, list)) and len(value) == count and
+            all(isinstance(v, torch.Tensor) for v in value)):
+        return f"{what}: got {type(value).__name__}: {repr(value)[:60]}"
+    return [v.detach().cpu().numpy() for v in value]
+
+
+def eagle_shift(shifted, features, idx):
+    """shifted(features, idx) on tensors made from the arrays: its three tensors as arrays."""
+    import torch
+    return tensors_back(shifted(torch.tensor(features), torch.tensor(idx)), 3,
+                        "shifted returns the tuple (states, tokens, targets) of tensors")
+
+
+def eagle_rollout(eagle_roll, weights, n_head, window, features, seq, wte, lm_head, k):
+    """eagle_roll(the draft, features, seq, wte, lm_head, k) on float32 tensors, without
+    gradients: (guesses, logits (k, V)) as a list and an array, or a line that says what is
+    wrong with what it returned."""
+    import torch
+    eagle = eagle_draft(weights, n_head, window)
+    with torch.no_grad():
+        out = eagle_roll(eagle, torch.tensor(features), [int(t) for t in seq],
+                         torch.tensor(wte), torch.tensor(lm_head), k)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        return f"eagle_roll returns (guesses, logits): got {type(out).__name__}: {repr(out)[:60]}"
+    guesses, logits = out
+    if not isinstance(logits, torch.Tensor):
+        return f"the logits are a torch tensor (k, V): got {type(logits).__name__}"
+    try:
+        guesses = [int(g) for g in guesses]
+    except (TypeError, ValueError):
+        return f"the guesses are a list of ints: got {repr(guesses)[:60]}"
+    return guesses, logits.detach().float().cpu().numpy()
+
+
+def eagle_loss_value(eagle_loss, weights, n_head, window, features, idx, wte, lm_head, noise,
+                     ce_weight, seed):
+    """eagle_loss(the draft, ...) on float32 tensors, with a torch generator seeded `seed`: its
+    value once backward() has reached the draft's weights, or a line that says what is wrong."""
+    import torch
+    eagle = eagle_draft(weights, n_head, window)
+    loss = eagle_loss(eagle, torch.tensor(features), torch.tensor(idx), torch.tensor(wte),
+                      torch.tensor(lm_head), noise=noise, ce_weight=ce_weight,
+                      generator=torch.Generator().manual_seed(seed))
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
+        return f"{type(loss).__name__}: {repr(loss)[:60]} (no gradient reaches the draft)"
+    loss.backward()
+    if eagle.fc.weight.grad is None or eagle.h.mlp.c_proj.weight.grad is None:
+        return "a loss whose gradient does not reach the draft's weights (a .detach()?)"
     return float(loss.detach())
 
 

@@ -21,7 +21,8 @@ class Part:
 
 
 EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
-             6: "drafts without a second model"}
+             6: "drafts without a second model",
+             7: "a draft that reads the big model's features"}
 
 PARTS = [
     Part("1a", 1, "mark a greedy round: kept guesses and the big model's token",
@@ -48,6 +49,10 @@ PARTS = [
          "beyond/ngram.py", ("prompt_lookup",), 3, 20),
     Part("6b", 6, "Medusa heads: their training targets and their guesses", "beyond/heads.py",
          ("heads_loss", "head_logits"), 4, 30),
+    Part("7a", 7, "EAGLE: roll the feature draft forward k steps through the big model's head",
+         "beyond/eagle.py", ("eagle_roll",), 4, 30),
+    Part("7b", 7, "EAGLE: the draft's training loss, with the one-position shift done right",
+         "beyond/eagle.py", ("shifted", "eagle_loss"), 4, 30),
 ]
 BY_ID = {p.id: p for p in PARTS}
 NUMBERS = f"1 to {max(EXERCISES)}"  # the exercises' numbers, as the messages say them

@@ -46,9 +46,10 @@ GITLINK = 0o160000            # a git tree's mode of a submodule
 # What the student repository leaves out (the student's README is build.student_readme()),
 # the library's NumPy forward passes and their study among it: they would answer exercise 3a
 # (beyond/backends.py then gives the torch model for the numpy backend; --draft eagle says
-# it is not there).
+# it is not there: beyond/eagle.py, exercise 7's, stays, without its fast NumPy drafter).
 TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", ".github/", "docs/TESTING.md",
-                 "README.md", "beyond/fast_numpy.py", "beyond/eagle.py", "studies/forwards.py")
+                 "README.md", "beyond/fast_numpy.py", "beyond/eagle_numpy.py",
+                 "studies/forwards.py")
 
 
 class SubmissionError(ValueError):

@@ -1,14 +1,14 @@
 """The EAGLE draft (beyond/eagle.py): one layer over the big model's features. Its inputs and
-targets are shifted by exactly one position, its NumPy rollout is its torch module's, greedy
-output stays the big model's, sampling returns valid tokens, training lowers the loss and
-resumes, and a draft of another big model is a one-line error."""
+targets are shifted by exactly one position, eagle_roll is its torch module rolled forward by
+hand, the NumPy drafter (beyond/eagle_numpy.py) proposes exactly eagle_roll's guesses, greedy
+output stays the big model's with either drafter, sampling returns valid tokens, training lowers
+the loss and resumes, and a draft of another big model is a one-line error."""
 
 import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
 from test_speculative import make_model, prompts
-from torch.nn import functional as F
 
 import gpt
 import speculative as sd
@@ -17,15 +17,17 @@ from beyond import presets, registry
 from beyond.eagle import (
     Eagle,
     EagleConfig,
-    EagleDraft,
+    EagleRoll,
     agreement,
+    eagle_loss,
     eagle_path,
+    eagle_roll,
     final_states,
     frozen_weights,
-    loss_of,
     shifted,
     train,
 )
+from beyond.eagle_numpy import EagleDraft
 from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name
 
@@ -60,20 +62,38 @@ def eagle(target, tmp_path_factory):
 
 
 def rollout(big, eagle, seq, k):
-    """The draft's k greedy guesses after seq (shorter than the window of the big model),
-    recomputed in torch from scratch: features of seq[:-1], each paired with its next token,
-    then the draft's own guessed features paired with its guesses."""
+    """The draft's k greedy guesses after seq (shorter than the window of the big model), by
+    eagle_roll from the big model's features of seq[:-1], computed here from scratch."""
     wte, lm_head = frozen_weights(big)
     with torch.no_grad():
         _, features = final_states(big, torch.tensor([seq[:-1]]))          # (1, n-1, C)
-        states, tokens = features, torch.tensor([seq[1:]])                 # f_t with x_{t+1}
-        guesses = []
-        for _ in range(k):
-            feature = eagle(states, tokens, wte)[:, -1:]                   # (1, 1, C)
-            guesses.append(int(F.linear(feature, lm_head).argmax()))
-            states = torch.cat([states, feature], 1)
-            tokens = torch.cat([tokens, torch.tensor([[guesses[-1]]])], 1)
+        guesses, logits = eagle_roll(eagle, features[0], seq, wte, lm_head, k)
+    assert logits.shape == (k, big.c.vocab_size)
+    assert guesses == logits.argmax(-1).tolist()
     return guesses
+
+
+def test_eagle_roll_feeds_the_drafts_own_features_and_guesses():
+    # By hand, one step at a time: the first guess from the pairs (f_t, x_{t+1}); the second
+    # from those and (f'_n, g_1). Random weights; wte and lm_head differ, so that a swap shows.
+    torch.manual_seed(0)
+    C, V = 8, 11
+    eagle = Eagle(tiny_config(n_embd=C, n_head=2), window=3).eval()
+    wte, lm_head = torch.randn(V, C), torch.randn(V, C)
+    features, seq = torch.randn(5, C), [3, 1, 4, 1, 5, 9]
+    with torch.no_grad():
+        guesses, logits = eagle_roll(eagle, features, seq, wte, lm_head, 2)
+        f1 = eagle(features[None], torch.tensor([seq[1:]]), wte)[0, -1]   # f'_5
+        g1 = int((lm_head @ f1).argmax())
+        f2 = eagle(torch.cat([features, f1[None]])[None], torch.tensor([seq[1:] + [g1]]),
+                   wte)[0, -1]
+        want = torch.stack([lm_head @ f1, lm_head @ f2])
+    torch.testing.assert_close(logits, want)
+    assert guesses == [g1, int(want[1].argmax())]
+    # The control: pairing f_t with x_t instead guesses from other logits.
+    with torch.no_grad():
+        unshifted = eagle(features[None], torch.tensor([seq[:-1]]), wte)[0, -1]
+    assert not torch.allclose(lm_head @ unshifted, logits[0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,6 +174,27 @@ def test_greedy_with_eagle_is_the_big_models_output(target, eagle, backend, k):
     assert accepted > 0 and draft.checked > 0
 
 
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_the_torch_drafter_proposes_what_the_numpy_one_does(target, eagle, backend):
+    # EagleRoll (eagle_roll at every round) and EagleDraft: the same output, the same rounds
+    # and the same guesses accepted, across the window of the big model.
+    big = registry.with_backend(target, backend)
+    for k in (1, 3):
+        for prompt in [torch.tensor([[3]])] + prompts(2, seed=k):
+            want = sd.generate(big, prompt, 2 * target.c.block_size)
+            runs = [sd.speculative_generate(big, drafter(eagle, target), prompt,
+                                            2 * target.c.block_size, k=k)
+                    for drafter in (EagleRoll, EagleDraft)]
+            for got, _ in runs:
+                assert torch.equal(got, want), (backend, k)
+            (_, slow), (_, fast) = runs
+            assert (slow.rounds, slow.accepted_per_position) == \
+                (fast.rounds, fast.accepted_per_position) and fast.accepted > 0
+    with pytest.raises(ValueError, match="greedily"):
+        sd.speculative_generate(target, EagleRoll(eagle, target), torch.tensor([[1, 2]]), 3,
+                                temperature=1.0)
+
+
 def test_sampling_with_eagle_returns_valid_tokens_and_distributions(target, eagle):
     draft = EagleDraft(eagle, target)
     draft.scorer_for(target)
@@ -197,8 +238,8 @@ def test_training_lowers_the_loss(target, eagle):
         _, features = final_states(target, x)
         wte, lm_head = frozen_weights(target)
         torch.manual_seed(0)
-        before = loss_of(Eagle.for_model(target, 6), features, x, wte, lm_head).item()
-        after = loss_of(eagle, features, x, wte, lm_head).item()
+        before = eagle_loss(Eagle.for_model(target, 6), features, x, wte, lm_head).item()
+        after = eagle_loss(eagle, features, x, wte, lm_head).item()
     assert after < 0.7 * before, (before, after)
 
 

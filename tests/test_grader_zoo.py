@@ -329,6 +329,32 @@ PART_TWO_BUGS = [
     ("a head's block without the residual", "6b", "beyond/heads.py",
      "x = state + silu(state @ fc_w + fc_b)", "x = silu(state @ fc_w + fc_b)",
      ["without the residual"]),
+    ("eagle roll pairs f_t with x_t", "7a", "beyond/eagle.py",
+     "tokens = torch.tensor([seq[1:]], device=features.device)",
+     "tokens = torch.tensor([seq[:-1]], device=features.device)", ["not with seq[:-1]"]),
+    ("eagle roll feeds the big model's feature", "7a", "beyond/eagle.py",
+     "states = torch.cat([states, feature], 1)",
+     "states = torch.cat([states, features[None, -1:]], 1)", ["big model's last feature"]),
+    ("eagle roll with wte and lm_head swapped", "7a", "beyond/eagle.py",
+     "feature = eagle(states, tokens, wte)[:, -1:]                       # f' (1, 1, C)\n"
+     "        logits.append(F.linear(feature[0, 0], lm_head))",
+     "feature = eagle(states, tokens, lm_head)[:, -1:]\n"
+     "        logits.append(F.linear(feature[0, 0], wte))", ["wte and lm_head swapped"]),
+    ("eagle roll reads the last pair only", "7a", "beyond/eagle.py",
+     "feature = eagle(states, tokens, wte)[:, -1:]",
+     "feature = eagle(states[:, -1:], tokens[:, -1:], wte)[:, -1:]", ["only the last pair"]),
+    ("eagle shift pairs f_t with x_t", "7b", "beyond/eagle.py",
+     "return features[:, :-1], idx[:, 1:], features[:, 1:]",
+     "return features[:, :-1], idx[:, :-1], features[:, 1:]", ["pairs f_t with x_t"]),
+    ("eagle target off by one", "7b", "beyond/eagle.py",
+     "return features[:, :-1], idx[:, 1:], features[:, 1:]",
+     "return features[:, :-1], idx[:, 1:], features[:, :-1]", ["own input feature"]),
+    ("eagle cross-entropy on the token it reads", "7b", "beyond/eagle.py",
+     "want = F.softmax(F.linear(targets, lm_head), -1)",
+     "want = F.softmax(F.linear(states, lm_head), -1)", ["the head at the true f_{t+1}"]),
+    ("eagle regression squared", "7b", "beyond/eagle.py",
+     "regression = F.smooth_l1_loss(guess, targets)",
+     "regression = F.mse_loss(guess, targets)", ["squared error"]),
 ]
 
 

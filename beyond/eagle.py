@@ -360,17 +360,28 @@ def check_drafter():
                          "NumPy block would answer exercise 3a); choose another --draft")
 
 
-def load(big, folder=None, log=print):
-    """The trained draft for gpt.GPT `big` as an EagleDraft (beyond/eagle_numpy.py), trained
-    here on first use, once (frozen.load: a file of another big model, or not an EAGLE file, is
-    a one-line error; so is a repository without the NumPy drafter, the student's)."""
-    check_drafter()
-
+def trained(big, folder=None, log=print):
+    """The trained draft (an Eagle) for gpt.GPT `big`, trained here on first use, once
+    (frozen.load: a file of another big model, or not an EAGLE file, is a one-line error)."""
     def build(state):
         eagle = Eagle(big.c, state["window"])
         eagle.load_state_dict(state["eagle"])
         return eagle.eval()
-    return EagleDraft(frozen.load(KIND, big, folder, FIRST_USE, train, build, log), big)
+    return frozen.load(KIND, big, folder, FIRST_USE, train, build, log)
+
+
+def drafter(eagle, big):
+    """The fastest drafter of the trained `eagle` here: the NumPy EagleDraft in the reference
+    repository, EagleRoll (torch, the same guesses) in the student's."""
+    return (EagleDraft or EagleRoll)(eagle, big)
+
+
+def load(big, folder=None, log=print):
+    """The trained draft for gpt.GPT `big` as an EagleDraft (beyond/eagle_numpy.py), trained
+    on first use (trained()); a repository without the NumPy drafter (the student's) is a
+    one-line error."""
+    check_drafter()
+    return EagleDraft(trained(big, folder, log), big)
 
 
 @torch.no_grad()
@@ -435,7 +446,6 @@ def main(argv=None):
     print(f"trained in {time.time() - started:.0f}s; the first guess agrees with the big model "
           f"on {agreement(big, eagle, gpt.val_data, windows=256):.1%} of held-out positions")
     prompts = [torch.tensor([gpt.encode(p)]) for p in PROMPTS]
-    drafter = EagleDraft or EagleRoll    # the same guesses; the NumPy one is the fast one
     for k in range(1, 7):
         stats = sd.Stats(k=k)
         for prompt in prompts:

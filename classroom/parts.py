@@ -21,7 +21,7 @@ class Part:
 
 
 EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
-             6: "drafts without a second model"}
+             6: "drafts without a second model", 8: "trees of guesses"}
 
 PARTS = [
     Part("1a", 1, "mark a greedy round: kept guesses and the big model's token",
@@ -48,6 +48,10 @@ PARTS = [
          "beyond/ngram.py", ("prompt_lookup",), 3, 20),
     Part("6b", 6, "Medusa heads: their training targets and their guesses", "beyond/heads.py",
          ("heads_loss", "head_logits"), 4, 30),
+    Part("8a", 8, "the tree attention mask and the nodes' positions", "beyond/tree.py",
+         ("tree_mask", "tree_positions"), 3, 25),
+    Part("8b", 8, "verify a tree: greedy, and sampled with the multi-candidate rule",
+         "beyond/tree_sampling.py", ("greedy_walk", "sample_walk"), 6, 45),
 ]
 BY_ID = {p.id: p for p in PARTS}
 NUMBERS = f"1 to {max(EXERCISES)}"  # the exercises' numbers, as the messages say them

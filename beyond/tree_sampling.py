@@ -56,8 +56,10 @@ def draw_distinct(probs, width, rng):
 
 
 def greedy_walk(tree, choices):
-    """Greedy verification of a tree. choices[a]: the big model's token after node a (its
-    argmax there; a list of N + 1 ints). From the root down, keep the child whose token is the
+    """Greedy verification of a tree. tree.tokens[a], tree.parents[a]: node a's token and
+    parent (node 0, the root, is the last written token); tree.children(a): a's children, a
+    list of nodes in rank order. choices[a]: the big model's token after node a (its argmax
+    there; a list of N + 1 ints). From the root down, keep the child whose token is the
     big model's choice after the current node, while there is one (siblings hold different
     tokens, so at most one does). -> (path, token): path, the kept nodes from the root's child
     down (a list of node numbers, [] when no child of the root is kept; the root itself is

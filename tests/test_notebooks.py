@@ -80,7 +80,7 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
     tracked = subprocess.run(["git", "ls-files", "notebooks"], cwd=ROOT, capture_output=True,
                              text=True).stdout.split()
     assert not [f for f in tracked if f.endswith(".ipynb")], "commit the .py sources only"
-    assert len(SOURCES) == 6, [s.name for s in SOURCES]
+    assert len(SOURCES) == 7, [s.name for s in SOURCES]
 
 
 def test_every_your_turn_cell_imports_the_reference_in_the_source_only():

@@ -8,7 +8,7 @@ N      ?=
 # `make exercise N=9`, `make check N=x`: one line saying what N may be, before any set-up. The
 # scripts are part one's five exercises; the checks grade part two's too.
 SCRIPTS   := 1 2 3 4 5
-EXERCISES := $(SCRIPTS) 6 7
+EXERCISES := $(SCRIPTS) 6 7 8
 ifneq ($(filter exercise check,$(MAKECMDGOALS)),)
 ALLOWED := $(if $(filter check,$(MAKECMDGOALS)),$(EXERCISES) all,$(SCRIPTS))
 ifneq ($(filter-out $(ALLOWED),$(N))$(word 2,$(N)),)

@@ -36,7 +36,6 @@ Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary
 """
 
 import copy
-import functools
 
 import numpy as np
 import torch
@@ -52,7 +51,7 @@ from beyond.tree_grow import (  # noqa: F401
     check_shape,
     grow,
 )
-from beyond.tree_sampling import sample_walk
+from beyond.tree_sampling import greedy_walk, sample_walk  # noqa: F401 (tree.greedy_walk)
 from lessonkit import machine
 from lessonkit.scorer import Model, WindowScorer, common_prefix, window_start
 
@@ -61,28 +60,57 @@ from lessonkit.scorer import Model, WindowScorer, common_prefix, window_start
 
 
 def tree_mask(parents, cached, chain):
-    """visible[i, j] (T, L + T), T = chain + N + 1: may new token i attend to slot j? The new
-    tokens are `chain` tokens of written text not yet cached, then the tree's nodes (root first).
-    Every new token sees the `cached` slots; the chain sees itself causally; a node sees the
-    whole chain, itself and its ancestors, never a sibling's branch."""
-    nodes = len(parents)
-    T = chain + nodes
+    """visible[i, j]: may new token i attend to cache slot j? A bool array (T, L + T), with
+    L = cached and T = chain + N + 1.
+
+    The slots: 0..L-1 hold `cached` tokens already in the KV cache; then come the T new tokens
+    of this pass, in order: `chain` tokens of written text not cached yet, then the tree's
+    nodes, root first (node a is new token chain + a, in slot L + chain + a). parents: the
+    nodes' parents, a list of N + 1 ints, parents[0] == -1 (the root), parents[a] < a.
+    Every new token sees every cached slot; chain token i sees the chain's tokens 0..i
+    (causally); node a sees the whole chain, itself and its ancestors (its parent, its parent's
+    parent, ... up to the root), and no other node: never a sibling, never a sibling's branch.
+
+    The round of the module docstring, parents = [-1, 0, 0, 1] (a root r; a and b after it;
+    c after a), cached = 3, chain = 0 (1: True):
+
+        tree_mask([-1, 0, 0, 1], 3, 0) = [[1, 1, 1,  1, 0, 0, 0],     r
+                                          [1, 1, 1,  1, 1, 0, 0],     a
+                                          [1, 1, 1,  1, 0, 1, 0],     b
+                                          [1, 1, 1,  1, 1, 0, 1]]     c
+    """
+    # BEGIN SOLUTION
+    T = chain + len(parents)
     visible = np.zeros((T, cached + T), dtype=bool)       # (T, L + T)
     visible[:, :cached] = True
     visible[:chain, cached:cached + chain] = np.tri(chain, dtype=bool)
     visible[chain:, cached:cached + chain] = True
-    visible[chain:, cached + chain:] = ancestors(tuple(parents))
+    seen = visible[chain:, cached + chain:]               # (N+1, N+1): nodes over nodes
+    for a, parent in enumerate(parents):
+        seen[a, a] = True                                 # a node sees itself ...
+        if parent >= 0:
+            seen[a] |= seen[parent]                       # ... and all its parent sees
     return visible
+    # END SOLUTION
 
 
-@functools.lru_cache(maxsize=256)        # a static shape grows the same few trees, again and again
-def ancestors(parents):
-    """(N+1, N+1) bool: is node j node i or one of its ancestors?"""
-    seen = np.eye(len(parents), dtype=bool)               # a node sees itself ...
-    for i in range(1, len(parents)):
-        seen[i] |= seen[parents[i]]                       # ... and all its parent sees
-    seen.flags.writeable = False                          # shared between calls
-    return seen
+def tree_positions(parents, cached, chain):
+    """The position in the window of each of the T = chain + N + 1 new tokens of tree_mask's
+    pass (a list of T ints): the chain's tokens follow the cached ones, at cached, cached + 1,
+    ...; the root comes next, at cached + chain; node a sits at the root's position plus its
+    depth (the number of steps from it up to the root), the position it would have at the end
+    of its own chain, whatever its index in the list: siblings share a position.
+
+        tree_positions([-1, 0, 0, 1], 3, 0) = [3, 4, 4, 5]          r, a, b, c
+        tree_positions([-1, 0], 1, 2) = [1, 2, 3, 4]                two chain tokens, r, a
+    """
+    # BEGIN SOLUTION
+    depths = [0] * len(parents)
+    for a in range(1, len(parents)):
+        depths[a] = depths[parents[a]] + 1                # parents come before their children
+    root = cached + chain
+    return list(range(cached, root)) + [root + depth for depth in depths]
+    # END SOLUTION
 
 
 def tree_logits(model, tokens, positions, visible, cache, states=False):
@@ -164,8 +192,7 @@ class TreeScorer(WindowScorer):
         keep = common_prefix(fed, seq, start, min(len(fed), n - 1 - start))
         self.cache.rollback(keep)
         chain = seq[start + keep:n - 1]                   # written, not cached, before the root
-        root = n - 1 - start                              # the root's slot and position
-        positions = list(range(keep, root)) + [root + d for d in tree.depths]      # (T,)
+        positions = tree_positions(tree.parents, keep, len(chain))                  # (T,)
         visible = tree_mask(tree.parents, keep, len(chain))                         # (T, L+T)
         logits, normalised = tree_logits(self.model, chain + tree.tokens, positions, visible,
                                          self.cache, self.states is not None)
@@ -190,18 +217,6 @@ class TreeScorer(WindowScorer):
                 self.states[moved] = self.states[kept]                      # (kept, C)
         self.cache.length = root + 1 + len(path)
         self.fed[0][root + 1:] = [tree.tokens[node] for node in path]
-
-
-def greedy_walk(tree, choices):
-    """choices[i]: the big model's token after node i. Follow the child that holds it, from
-    the root down. -> (the kept nodes, root to leaf; the big model's token after the last)."""
-    node, path = 0, []
-    while True:
-        child = next((c for c in tree.children(node) if tree.tokens[c] == choices[node]), None)
-        if child is None:
-            return path, choices[node]
-        path.append(child)
-        node = child
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,12 @@
 """
-beyond/tree_sampling.py: sampling with a token tree without changing the target's distribution:
-several guesses for one position, checked one after another (beyond/tree.py walks the tree).
+beyond/tree_sampling.py: walking down a tree the big model has scored (beyond/tree.py's round):
+greedy, following the big model's choices; and sampling without changing the target's
+distribution, several guesses for one position checked one after another.
+
+A tree (beyond/tree_grow.Tree) as the walks read it: tree.tokens[a], tree.parents[a] and
+tree.draft_probs[a] for node a (node 0 is the root, the last written token: its parent is -1,
+its draft_probs None); tree.children(a) lists a's children in rank order (the drafter's first
+guess first). Greedy decoding reads no draft_probs.
 
 The rule (multi-draft speculative sampling) is the one SpecInfer introduced (Miao et al., 2024,
 "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference and
@@ -24,7 +30,7 @@ draft_i) = t. It needs only that x_i is drawn from draft_i whatever happened bef
 must be grown before it is checked, with a shape that does not depend on the tokens drawn.
 A kept child is then checked the same way against the target after it, down the tree.
 
-Where implementations go wrong (the negative control in tests/test_tree.py): trying every child
+Where implementations go wrong (the negative control in tests/test_tree.py, and notebook 09): trying every child
 with min(1, target / draft) against the same, unchanged target. A token that two siblings both
 offer gets two chances, and the output leans towards what the draft likes.
 Deterministic guesses (an n-gram table's) come with one-hot draft rows: then x_i is kept with
@@ -49,10 +55,48 @@ def draw_distinct(probs, width, rng):
     return tokens, np.array(drawn_from).reshape(len(tokens), len(left))
 
 
+def greedy_walk(tree, choices):
+    """Greedy verification of a tree. tree.tokens[a], tree.parents[a]: node a's token and
+    parent (node 0, the root, is the last written token); tree.children(a): a's children, a
+    list of nodes in rank order. choices[a]: the big model's token after node a (its argmax
+    there; a list of N + 1 ints). From the root down, keep the child whose token is the
+    big model's choice after the current node, while there is one (siblings hold different
+    tokens, so at most one does). -> (path, token): path, the kept nodes from the root's child
+    down (a list of node numbers, [] when no child of the root is kept; the root itself is
+    written already and is never in it); token, the big model's choice after the last kept node
+    (after the root when none is kept), the token it adds, as in the lesson's round.
+
+    A root r with children a (node 1) and b (node 2), c (node 3) after a: tree.tokens =
+    [r, "a", "b", "c"], tree.parents = [-1, 0, 0, 1]. With choices = ["b", "x", "y", "z"]:
+    b is kept, b has no child, so greedy_walk returns ([2], "y")."""
+    # BEGIN SOLUTION
+    node, path = 0, []
+    while True:
+        child = next((c for c in tree.children(node) if tree.tokens[c] == choices[node]), None)
+        if child is None:
+            return path, choices[node]
+        path.append(child)
+        node = child
+    # END SOLUTION
+
+
 def sample_walk(tree, target_probs, rng):
-    """Walk down the tree with the rule above. target_probs (N+1, V): the target's warped
-    distribution after each node (row 0: after the root). -> (the kept nodes, root to leaf; the
-    token the target adds after the last of them)."""
+    """Sampled verification of a tree, with the multi-candidate rule of the module docstring.
+    target_probs (N+1, V): the target's warped distribution after each node (row a: after node
+    a; row 0: after the root). tree.draft_probs[c] (V,): the distribution child c's token was
+    drawn from. rng: draw every random number from it, rng.random() to test a guess (one per
+    guess tested) and numpy_speculative.sample(probs, rng) for the token the target writes.
+    -> (path, token), as greedy_walk: the kept nodes, root's child first, and the token the
+    target adds after the last of them.
+
+    At a node, with target = target_probs[node]: try its children in rank order; keep child c
+    with probability accept_probability(target[token], draft[token]) (token = tree.tokens[c],
+    draft = tree.draft_probs[c]), and go on from c with c's own row of target_probs; rejected,
+    the target becomes residual(target, draft), normalised, and the next sibling is tried
+    against that. When every child is rejected (or the node has none), the target writes a
+    token drawn from the last of those targets, and the walk ends. (accept_probability,
+    residual and sample: numpy_speculative's, imported above.)"""
+    # BEGIN SOLUTION
     node, path = 0, []
     while True:
         target = target_probs[node]                             # (V,)
@@ -65,3 +109,4 @@ def sample_walk(tree, target_probs, rng):
             target = residual(target, draft)                    # 2. the next sibling's target
         else:
             return path, sample(target, rng)                    # 3. the target writes
+    # END SOLUTION

@@ -1542,6 +1542,406 @@ def eagle_loss_noise_and_gradient(ctx):
                      seed=int(rng.integers(1 << 30)))
 
 
+# Exercise 8: trees of guesses
+
+
+def random_parents(rng, n):
+    """A tree of n guesses besides the root: each node's parent, an earlier node."""
+    return [-1] + [int(rng.integers(0, a)) for a in range(1, n + 1)]
+
+
+def lineage(parents, a, *, parent_only=False, itself=True):
+    """Node a and its ancestors (the options plant a mistake: MASK_MISTAKES)."""
+    seen = {a} if itself else set()
+    while parents[a] >= 0:
+        a = parents[a]
+        seen.add(a)
+        if parent_only:
+            break
+    return seen
+
+
+def mask_oracle(parents, cached, chain, *, causal_nodes=False, chain_seen=True,
+                causal_chain=True, **lineage_options):
+    """tree_mask by enumeration, slot by slot, from the docstring's rules."""
+    T = chain + len(parents)
+    visible = np.zeros((T, cached + T), dtype=bool)
+    for i in range(T):
+        for j in range(cached + T):
+            if j < cached:
+                visible[i, j] = True
+            elif j < cached + chain:                                  # a chain token
+                visible[i, j] = (j - cached <= i or not causal_chain) if i < chain else chain_seen
+            elif i >= chain:                                          # node over node
+                a, b = i - chain, j - cached - chain
+                visible[i, j] = b <= a if causal_nodes else \
+                    b in lineage(parents, a, **lineage_options)
+    return visible
+
+
+MASK_MISTAKES = (  # (a mistake, as mask_oracle's options; the hint that names it)
+    ({"causal_nodes": True}, "that is a causal mask over the nodes: a node sees the nodes listed "
+                             "before it, siblings and their branches too; it may see only itself "
+                             "and its ancestors"),
+    ({"parent_only": True}, "a node sees only itself and its parent there: it sees every "
+                            "ancestor, up to the root (its parent's parent, and so on)"),
+    ({"itself": False}, "a node does not see itself there: the diagonal, as for any token"),
+    ({"chain_seen": False}, "the tree's nodes do not see the chain there: every node sees every "
+                            "token of the chain (the text written before the root)"),
+    ({"causal_chain": False}, "the chain sees all of itself there: chain token i sees chain "
+                              "tokens 0..i only (causally)"),
+)
+
+
+def judge_mask(tree_mask, parents, cached, chain):
+    want = mask_oracle(parents, cached, chain)
+    got = tree_mask(list(parents), cached, chain)
+    case = f"parents = {parents}, cached = {cached}, chain = {chain}"
+    if not isinstance(got, np.ndarray) or got.shape != want.shape or \
+            not np.isin(got, (0, 1)).all():
+        raise Fail(f"a bool array of shape {want.shape} (T, cached + T) for {case}",
+                   f"{type(got).__name__} {getattr(got, 'shape', '')}"[:80],
+                   "one row per new token (the chain's, then the nodes'), one column per slot "
+                   "(the cached ones, then the new ones)")
+    got = got.astype(bool)
+    if (got == want).all():
+        return
+    i, j = (int(v) for v in np.argwhere(got != want)[0])
+    hint = next((hint for options, hint in MASK_MISTAKES
+                 if (got == mask_oracle(parents, cached, chain, **options)).all()),
+                "every new token sees the cached slots; the chain causally; a node the whole "
+                "chain, itself and its ancestors")
+    row = lambda mask: "".join(str(int(v)) for v in mask[i])         # noqa: E731
+    raise Fail(f"visible[{i}, {j}] = {bool(want[i, j])} for {case}: row {i} {row(want)}",
+               f"row {i} {row(got)}", hint)
+
+
+def positions_oracle(parents, cached, chain, *, start=None, depth=True, after_chain=True):
+    """tree_positions by enumeration (the options plant a mistake: POSITION_MISTAKES)."""
+    first = cached if start is None else start
+    root = first + (chain if after_chain else 0)
+    return list(range(first, first + chain)) + [
+        root + (len(lineage(parents, a)) - 1 if depth else a) for a in range(len(parents))]
+
+
+POSITION_MISTAKES = (
+    ({"depth": False}, "that puts node a at the root's position plus a, its index in the list: "
+                       "it goes at the root's position plus its depth (siblings share one)"),
+    ({"start": 0}, "the chain starts at 0 there: it comes after the cached tokens, at position "
+                   "cached"),
+    ({"after_chain": False}, "the root sits at cached there: it comes after the chain, at "
+                             "cached + chain"),
+)
+
+
+def judge_positions(tree_positions, parents, cached, chain):
+    want = positions_oracle(parents, cached, chain)
+    got = tree_positions(list(parents), cached, chain)
+    case = f"parents = {parents}, cached = {cached}, chain = {chain}"
+    try:
+        got = [int(p) for p in got]
+    except (TypeError, ValueError):
+        raise Fail(f"a list of {len(want)} positions for {case}", repr(got)[:80]) from None
+    if got != want:
+        hint = next((hint for options, hint in POSITION_MISTAKES
+                     if positions_oracle(parents, cached, chain, **options) == got),
+                    "the chain at cached, cached + 1, ...; then each node at the root's "
+                    "position (cached + chain) plus its depth")
+        if [p - 1 for p in got] == want:
+            hint = "one too far: the first chain token sits at position cached (the cached " \
+                   "tokens hold 0..cached - 1), the root at cached + chain, its children one on"
+        raise Fail(f"{want} for {case}", f"{got}", hint)
+
+
+def random_mask_cases(rng, count, largest):
+    cases = [([-1], 0, 0), ([-1], 2, 0), ([-1, 0, 0, 1], 3, 0), ([-1, 0], 1, 2),
+             ([-1, 0, 1, 2], 0, 1), ([-1, 0, 0, 0], 2, 3)]          # a root; the docstring's;
+    for _ in range(count):                                          # a chain; a fan
+        cases.append((random_parents(rng, int(rng.integers(1, largest + 1))),
+                      int(rng.integers(0, 6)), int(rng.integers(0, 4))))
+    return cases
+
+
+@check("8a", 2)
+def tree_mask_shows_each_node_its_ancestors_only(ctx):
+    tree_mask = ctx.student("beyond.tree").tree_mask
+    for parents, cached, chain in random_mask_cases(ctx.rng, 40, 9):
+        judge_mask(tree_mask, parents, cached, chain)
+
+
+@check("8a", 1)
+def tree_positions_go_by_depth(ctx):
+    tree_positions = ctx.student("beyond.tree").tree_positions
+    for parents, cached, chain in random_mask_cases(ctx.rng, 40, 9):
+        judge_positions(tree_positions, parents, cached, chain)
+
+
+def random_greedy_case(rng, n, V=6):
+    """A tree of n guesses, siblings holding different tokens, and the big model's choices,
+    which a child holds more often than not (the walk goes deep)."""
+    parents = [-1]
+    for a in range(1, n + 1):                 # at most V - 1 children: one token held by none
+        parents.append(int(rng.choice([p for p in range(a) if parents.count(p) < V - 1])))
+    tokens = [int(rng.integers(0, V))]
+    for a in range(1, n + 1):
+        taken = {tokens[c] for c in range(1, a) if parents[c] == parents[a]}
+        tokens.append(int(rng.choice([t for t in range(V) if t not in taken])))
+    choices = []
+    for a in range(n + 1):
+        held = [tokens[c] for c in range(1, n + 1) if parents[c] == a]
+        free = [t for t in range(V) if t not in held]
+        choices.append(int(rng.choice(held if held and rng.random() < 0.75 else free)))
+    return tokens, parents, choices
+
+
+def greedy_oracle(tokens, parents, choices, *, first_only=False, by_child=False, depth=None):
+    """greedy_walk by enumeration (the options plant a mistake: GREEDY_MISTAKES)."""
+    node, path = 0, []
+    while depth is None or len(path) < depth:
+        children = [c for c in range(1, len(parents)) if parents[c] == node][:1 if first_only
+                                                                             else None]
+        held = [c for c in children if tokens[c] == (choices[c] if by_child else choices[node])]
+        if not held:
+            break
+        node = held[0]
+        path.append(node)
+    return path, choices[node]
+
+
+GREEDY_MISTAKES = (
+    ({"first_only": True}, "only the first child (rank 0) is tried there: any child may hold "
+                           "the big model's choice; look at every child"),
+    ({"by_child": True}, "child c is kept there when its token is choices[c]: it is kept when "
+                         "its token is the big model's choice after its parent, choices[parent]"),
+    ({"depth": 1}, "the walk stops after the root's children there: from a kept child, try its "
+                   "own children, down to a leaf"),
+)
+
+
+def judge_greedy(ctx, cases):
+    got = ctx.helper("greedy_walks", "beyond.tree_sampling", "greedy_walk", cases)
+    if isinstance(got, str):
+        raise Fail("greedy_walk returns (path, token): a list of nodes and a token", got)
+    for (tokens, parents, choices), (path, token) in zip(cases, got):
+        want = greedy_oracle(tokens, parents, choices)
+        if (path, token) == want:
+            continue
+        case = f"tokens = {tokens}, parents = {parents}, choices = {choices}"
+        hint = next((hint for options, hint in GREEDY_MISTAKES
+                     if greedy_oracle(tokens, parents, choices, **options) == (path, token)),
+                    "from the root down, keep the child whose token is choices[node], while one "
+                    "does; then the big model adds choices[last kept node]")
+        if path == want[0]:
+            hint = ("the right path, the wrong token: the big model adds its choice after the "
+                    "last kept node, choices[path[-1]] (choices[0] when none is kept)")
+        elif path == [0] + want[0]:
+            hint = "the root is in the path there: the path starts at the root's child (the " \
+                   "root, node 0, is written already)"
+        elif path == [tokens[a] for a in want[0]] and path:
+            hint = "the path lists tokens there: it lists node numbers (indices into tree.tokens)"
+        raise Fail(f"{want} for {case}", f"{(path, token)}", hint)
+
+
+@check("8b", 2)
+def greedy_walk_follows_the_big_models_choices(ctx):
+    judge_greedy(ctx, [random_greedy_case(ctx.rng, int(ctx.rng.integers(1, 12)))
+                       for _ in range(150)])
+
+
+@check("8b", 1)
+def greedy_walk_at_the_edges(ctx):
+    judge_greedy(ctx, [
+        ([3], [-1], [4]),                                          # no guess: the token alone
+        ([3, 4, 5], [-1, 0, 0], [2, 0, 0]),                        # no child holds it
+        ([3, 4, 5], [-1, 0, 0], [5, 0, 1]),                        # the second child holds it
+        ([3, 4, 5, 6], [-1, 0, 1, 2], [4, 5, 6, 1]),               # a chain, all kept
+        ([3, 4, 5, 4, 5], [-1, 0, 0, 1, 2], [5, 1, 5, 2, 0]),      # the same token, two depths
+    ])
+
+
+def sample_law(probs):
+    """The law of numpy_speculative.sample(probs, rng) for any probs >= 0, normalised or not
+    (a draw past their sum takes the last token that has any)."""
+    probs = np.asarray(probs, dtype=float)
+    law = np.diff(np.concatenate([[0.0], np.minimum(np.cumsum(probs), 1.0)]))
+    if probs.any():
+        law[np.flatnonzero(probs)[-1]] += max(0.0, 1.0 - probs.sum())
+    return law
+
+
+def first_token_law(target, draft, width, rule="multi-candidate"):
+    """The first token a round writes, by enumeration of every draw, when `width` guesses are
+    drawn from draft one after another without replacement and checked by `rule`: the exact
+    one, or a mistaken one of SIBLING_MISTAKES (for the hint only: the checks compare with
+    the target itself)."""
+    law = np.zeros(len(target))
+
+    def residual(t, d):
+        left = np.maximum(t - d, 0.0)
+        return left if rule == "unnormalised" or left.sum() == 0 else left / left.sum()
+
+    def go(t, left, n, weight, last):
+        if n == 0 or left.sum() <= 0:
+            end = {"independent": residual(target, last) if last is not None else target,
+                   "no residual": target, "target at the end": target}.get(rule, t)
+            law[:] += weight * sample_law(end)
+            return
+        draft_i = left / left.sum()
+        for x in np.flatnonzero(draft_i):
+            against = target if rule in ("independent", "no residual") else t
+            keep = min(1.0, against[x] / draft_i[x])
+            law[x] += weight * draft_i[x] * keep
+            if keep < 1:
+                rest = left.copy()
+                rest[x] = 0.0
+                go(residual(t, draft_i), rest, n - 1, weight * draft_i[x] * (1 - keep), draft_i)
+    go(np.asarray(target, float), np.asarray(draft, float), width, 1.0, None)
+    return law
+
+
+SIBLING_MISTAKES = (
+    ("independent", "each sibling tried against the same, unchanged target (as if each were "
+                    "the only guess)"),
+    ("no residual", "each sibling tried against the same, unchanged target, and the token "
+                    "after the last rejection drawn from it too: no residual at all"),
+    ("unnormalised", "a residual that is not renormalised, max(0, target - draft) as it is"),
+    ("target at the end", "the token after every rejection drawn from the target itself, not "
+                          "from the last residual"),
+)
+
+
+def power(target, law, runs):
+    """The chi-square statistic's expected excess in `runs` draws from law, not from target."""
+    live = target > 0
+    return runs * float(((law[live] - target[live]) ** 2 / target[live]).sum()) + \
+        (runs if (law[~live] > 0).any() else 0.0)
+
+
+def favoured_rows(rng, V, shape=()):
+    """Targets and drafts (shape + (V,) each) where the target favours a token that its draft
+    under-proposes: then a residual never runs out, and no mistake crashes instead of showing
+    in the counts (an unnormalised residual would reach all zeros, and sample() an IndexError)."""
+    target, draft = rng.dirichlet(np.ones(V), shape), rng.dirichlet(np.ones(V), shape)
+    favourite = np.eye(V)[rng.integers(0, V, shape)]                  # shape + (V,)
+    target = 0.6 * target + 0.4 * favourite
+    draft = np.where(favourite > 0, 0.0, draft)
+    draft = 0.98 * draft / draft.sum(-1, keepdims=True) + 0.02 * favourite
+    return target, draft
+
+
+def sample_walk_case(rng, V, width, runs):
+    """(target, draft) at the root, drawn until each mistake of SIBLING_MISTAKES moves the
+    first token far enough for `runs` rounds to show it every time."""
+    while True:
+        target, draft = favoured_rows(rng, V)
+        if min(power(target, first_token_law(target, draft, width, rule), runs)
+               for rule, _ in SIBLING_MISTAKES) > 150:
+            return target, draft
+
+
+TREE_SHAPE = [-1, 0, 0, 0, 1, 1, 2, 4]   # three guesses after the root, two after the first,...
+
+
+def sampled_rounds(ctx, parents, root_target, targets, root_draft, drafts, runs, salt=None,
+                   seed=None):
+    """sample_walk's rounds (helpers.sample_walks), checked for their form: an rng from
+    ctx.worker_rng(salt), or one of `seed` (the same rounds for the same seed)."""
+    rng = ctx.worker_rng(salt) if seed is None else np.random.default_rng(seed)
+    done = ctx.helper("sample_walks", "beyond.tree_sampling", "sample_walk", parents,
+                      root_target, targets, root_draft, drafts, rng, runs)
+    if isinstance(done, str):
+        raise Fail("sample_walk returns (path, token): a list of nodes and a token", done)
+    trees, paths, added = (np.asarray(a) for a in done)
+    V = len(root_target)
+    for tree, path, token in zip(trees, paths, added):
+        path = [int(a) for a in path if a >= 0]
+        if not all(parents[a] == before for a, before in zip(path, [0] + path)) or \
+                not 0 <= token < V:
+            raise Fail("a path of nodes from the root's child down, each a child of the one "
+                       f"before (parents = {parents}), and a token of the vocabulary",
+                       f"path {path}, token {token}")
+    return trees, paths, added
+
+
+def written(trees, paths, added):
+    """Each round's written tokens: its kept nodes' tokens, then the token the target added."""
+    return [[int(tree[a]) for a in path if a >= 0] + [int(token)]
+            for tree, path, token in zip(trees, paths, added)]
+
+
+def judge_sampled(ctx, root_target, root_draft, runs, salt):
+    parents, V = TREE_SHAPE, len(root_target)
+    depth = max(len(lineage(parents, a)) - 1 for a in range(len(parents)))
+    targets, drafts = favoured_rows(ctx.rng, V, (depth, V))   # after a node of depth d, token x
+    trees, paths, added = sampled_rounds(ctx, parents, root_target, targets, root_draft, drafts,
+                                         runs, salt)
+    rounds = written(trees, paths, added)
+    first = np.bincount([r[0] for r in rounds], minlength=V)
+    width = len([a for a in parents if a == 0])
+    where = f"(target {np.round(root_target, 3)}, {width} guesses drawn from the draft " \
+            f"{np.round(root_draft, 3)} without replacement; {runs} rounds)"
+    if chi_square_fails(first, root_target):
+        seen = first / runs
+        fits = [(chi_square_fails(first, law), hint) for law, hint in
+                ((first_token_law(root_target, root_draft, width, rule), hint)
+                 for rule, hint in SIBLING_MISTAKES)]
+        named = next((hint for bad, hint in fits if not bad), None)
+        raise Fail(f"the first token of a round distributed as the target's {where}",
+                   f"{np.round(seen, 3)}",
+                   (f"these counts fit {named}: " if named else "") +
+                   "keep child c with min(1, target(x) / draft_c(x)); rejected, the next "
+                   "sibling is tried against residual(target, draft_c), renormalised, and the "
+                   "token after the last rejection is drawn from the last residual")
+    kept = float(np.mean(paths[:, 0] == 1))                      # node 1: the first guess
+    kept_as_often(kept, root_target, root_draft, 5 * math.sqrt(0.25 / runs),
+                  f"in {runs} rounds")
+    for d in range(1, depth + 1):                                 # after a kept node of depth d
+        after = np.zeros((V, V))
+        for r in rounds:
+            if len(r) > d:
+                after[r[d - 1], r[d]] += 1
+        if after.sum() < 100:
+            continue
+        if chi_square_fails(after, after.sum(1, keepdims=True) / after.sum() * targets[d - 1]):
+            x = int(np.argmax(after.sum(1)))
+            raise Fail(f"after a kept guess x at depth {d}, the next token distributed as "
+                       f"target_probs[that node]: for x = {x}, {np.round(targets[d - 1, x], 3)}",
+                       f"{np.round(after[x] / after[x].sum(), 3)}",
+                       "once child c is kept, go on from c: its children against "
+                       "target_probs[c] (its own row, not the root's, nor a residual from "
+                       "the level above)")
+
+
+@check("8b", 2)
+def sample_walk_keeps_the_target_distribution(ctx):
+    for salt in (81, 82):
+        target, draft = sample_walk_case(ctx.rng, 5, 3, 12000)
+        judge_sampled(ctx, target, draft, 12000, salt)
+
+
+@check("8b", 1)
+def sample_walk_with_a_perfect_draft(ctx):
+    """Drafts equal to the targets: every first guess is kept (min(1, p/p) = 1), down to a leaf;
+    the same rng seed gives the same rounds."""
+    parents, V = TREE_SHAPE, 5
+    targets, _ = favoured_rows(ctx.rng, V, (3, V))
+    root, _ = favoured_rows(ctx.rng, V)
+    runs = [sampled_rounds(ctx, parents, root, targets, root, targets, 200, seed=seed)
+            for seed in (3, 3, 4)]
+    chain = [1, 4, 7]                                           # the first guesses, down
+    paths = runs[0][1]
+    if not (paths[:, :3] == chain).all():
+        wrong = next(p for p in paths.tolist() if p[:3] != chain)
+        raise Fail(f"every first guess kept: path {chain} (drafts equal to the targets)",
+                   f"{[a for a in wrong if a >= 0]}",
+                   "keep child c with probability min(1, target(x) / draft_c(x)): 1 here, "
+                   "for the first child of every node")
+    if not all((a == b).all() for a, b in zip(runs[0], runs[1])) or \
+            all((a == b).all() for a, b in zip(runs[0], runs[2])):
+        raise Fail("the same rng seed gives the same rounds, another seed others",
+                   "not so", "draw every random number from the rng argument; never reseed")
+
+
 # BEGIN HIDDEN
 # Hidden checks: the teacher's only (build removes them). They rerun properties on other
 # shapes and draws than the public checks, so hard-coding what those print earns nothing.
@@ -1610,6 +2010,22 @@ def eagle_loss_at_other_shapes(ctx):
     judge_eagle_loss(ctx, *random_loss_case(rng, 3, 9, C=12, V=9, n_head=3, window=4), 0.3)
     judge_eagle_loss(ctx, *random_loss_case(rng, 2, 3, C=6, V=5, n_head=1, window=1), 0.1,
                      noise=0.2, seed=int(rng.integers(1 << 30)))
+
+
+@check("8a", 1, hidden=True)
+def tree_mask_and_positions_on_larger_trees(ctx):
+    tree = ctx.student("beyond.tree")
+    for parents, cached, chain in random_mask_cases(ctx.rng, 12, 30)[6:]:
+        judge_mask(tree.tree_mask, parents, cached + 20, chain)
+        judge_positions(tree.tree_positions, parents, cached + 20, chain)
+
+
+@check("8b", 1, hidden=True)
+def tree_walks_at_a_hidden_seed(ctx):
+    judge_greedy(ctx, [random_greedy_case(ctx.rng, int(ctx.rng.integers(10, 40)), V=9)
+                       for _ in range(40)])
+    target, draft = sample_walk_case(ctx.rng, 6, 3, 12000)
+    judge_sampled(ctx, target, draft, 12000, 85)
 # END HIDDEN
 
 

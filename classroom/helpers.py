@@ -13,6 +13,8 @@ judgement, and every figure it judges, is made by the check in the grader's proc
 - the EAGLE draft of exercise 7, built here from the grader's weights (sent as arrays: a torch
   tensor never crosses), its functions called on tensors made here, their results sent back as
   numbers and arrays;
+- the trees of exercise 8, made here from plain data (PlainTree), and sample_walk's rounds by
+  the thousand, each on a freshly drawn tree;
 - references: another part's function replaced by a call to the grader's reference, so that a
   part is graded on its own (a bug in one part costs that part only).
 """
@@ -330,6 +332,109 @@ def eagle_loss_value(eagle_loss, weights, n_head, window, features, idx, wte, lm
     if eagle.fc.weight.grad is None or eagle.h.mlp.c_proj.weight.grad is None:
         return "a loss whose gradient does not reach the draft's weights (a .detach()?)"
     return float(loss.detach())
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 8: trees, made here from plain data
+
+
+class PlainTree:
+    """A tree as the walks read beyond/tree_grow.Tree (tokens, parents, draft_probs, depths,
+    children(), path_to()), made here: the walks are graded on the grader's trees, whatever the
+    student's copy of tree_grow.py holds. shape: another PlainTree of the same parents, whose
+    children and depths this one shares (trees by the thousand)."""
+
+    def __init__(self, tokens, parents, draft_probs=None, shape=None):
+        self.tokens, self.parents = [int(t) for t in tokens], [int(p) for p in parents]
+        self.draft_probs = list(draft_probs) if draft_probs is not None else \
+            [None] * len(self.parents)
+        if shape is None:
+            self.depths, self._children = [0] * len(self.parents), {}
+            for a in range(1, len(self.parents)):
+                self.depths[a] = self.depths[self.parents[a]] + 1
+                self._children.setdefault(self.parents[a], []).append(a)
+        else:
+            self.depths, self._children = shape.depths, shape._children
+
+    def children(self, node):
+        return list(self._children.get(node, []))
+
+    def path_to(self, node):
+        path = []
+        while node > 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+def a_walk(value):
+    """(path, token) as plain ints from a walk's return value, or None if it is not one."""
+    try:
+        path, token = value
+        path = [int(a) for a in path]
+        if isinstance(token, (bool, float)) or int(token) != token:
+            return None
+        return path, int(token)
+    except (TypeError, ValueError):
+        return None
+
+
+def greedy_walks(greedy_walk, cases):
+    """greedy_walk(tree, choices) on each case (tokens, parents, choices): [(path, token)], or
+    the repr of a value that is not a pair (a list of nodes, a token)."""
+    out = []
+    for tokens, parents, choices in cases:
+        value = greedy_walk(PlainTree(tokens, parents), [int(c) for c in choices])
+        walk = a_walk(value)
+        if walk is None:
+            return repr(value)[:80]
+        out.append(walk)
+    return out
+
+
+def draw_rows(probs, rng):
+    """One token from each row of probs (runs, V), rows summing to 1, one rng.random() each."""
+    index = (np.cumsum(probs, 1) <= rng.random(len(probs))[:, None]).sum(1)
+    past = index >= probs.shape[1]                      # a total rounded a hair below 1
+    index[past] = probs.shape[1] - 1 - np.argmax(probs[past, ::-1] > 0, 1)
+    return index
+
+
+def sample_walks(sample_walk, parents, root_target, targets, root_draft, drafts, rng, runs):
+    """`runs` rounds of sample_walk, each on a fresh tree of this shape (parents): the children
+    of a node are drawn one after another from its draft distribution less the siblings drawn
+    before them (root_draft for the root's; drafts[d - 1, x] (V,) for those of a node of depth d
+    and token x), each with the distribution it was drawn from; the target after that node is
+    targets[d - 1, x] (root_target after the root). Returns (the trees' tokens (runs, N + 1),
+    the kept paths (runs, N), padded with -1, the tokens the target added (runs,)), or the repr
+    of a value that is not a walk's (path, token)."""
+    shape = PlainTree([0] * len(parents), parents)
+    N, V = len(parents) - 1, len(root_target)
+    trees = np.zeros((runs, N + 1), dtype=np.int64)
+    drawn_from = np.zeros((runs, N + 1, V))
+    target_rows = np.zeros((runs, N + 1, V))
+    target_rows[:, 0] = root_target
+    left = {}
+    for a in range(1, N + 1):                           # every tree at once, node by node
+        parent, depth = parents[a], shape.depths[a]
+        if parent not in left:
+            left[parent] = np.tile(root_draft, (runs, 1)) if parent == 0 else \
+                np.array(drafts[shape.depths[parent] - 1, trees[:, parent]], dtype=float)
+        drawn_from[:, a] = left[parent] / left[parent].sum(1, keepdims=True)
+        trees[:, a] = draw_rows(drawn_from[:, a], rng)
+        left[parent][np.arange(runs), trees[:, a]] = 0.0
+        target_rows[:, a] = targets[depth - 1, trees[:, a]]
+    paths = np.full((runs, N), -1, dtype=np.int64)
+    added = np.zeros(runs, dtype=np.int64)
+    for run in range(runs):
+        tree = PlainTree(trees[run], parents, [None] + list(drawn_from[run, 1:]), shape)
+        value = sample_walk(tree, target_rows[run], rng)
+        walk = a_walk(value)
+        if walk is None or len(walk[0]) > N:
+            return repr(value)[:80]
+        added[run] = walk[1]
+        paths[run, :len(walk[0])] = walk[0]
+    return trees, paths, added
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ class Part:
 
 EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
              6: "drafts without a second model",
-             7: "a draft that reads the big model's features"}
+             7: "a draft that reads the big model's features", 8: "trees of guesses"}
 
 PARTS = [
     Part("1a", 1, "mark a greedy round: kept guesses and the big model's token",
@@ -53,6 +53,10 @@ PARTS = [
          "beyond/eagle.py", ("eagle_roll",), 4, 30),
     Part("7b", 7, "EAGLE: the draft's training loss, with the one-position shift done right",
          "beyond/eagle.py", ("shifted", "eagle_loss"), 4, 30),
+    Part("8a", 8, "the tree attention mask and the nodes' positions", "beyond/tree.py",
+         ("tree_mask", "tree_positions"), 3, 25),
+    Part("8b", 8, "verify a tree: greedy, and sampled with the multi-candidate rule",
+         "beyond/tree_sampling.py", ("greedy_walk", "sample_walk"), 6, 45),
 ]
 BY_ID = {p.id: p for p in PARTS}
 NUMBERS = f"1 to {max(EXERCISES)}"  # the exercises' numbers, as the messages say them

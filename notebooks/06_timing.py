@@ -7,9 +7,10 @@
 #
 # First, **why** the claim holds on a GPU running a large model. Then we **measure** it: the
 # rules of timing things that last about a millisecond, each shown by breaking it; a pass over
-# 1 to 16 new tokens; the speed-up against `k` next to the formula; a growing batch; a tree of
-# guesses. Each timing is this run's own; each timed cell says if the machine was busy.
-# Reading time: about 35 minutes; you write one function, a timer, checked in the next cell.
+# 1 to 16 new tokens; the speed-up against `k` next to the formula; a growing batch. Each
+# timing is this run's own; each timed cell says if the machine was busy. (Checking more than a
+# chain, a tree of guesses in one pass: notebook 9.)
+# Reading time: about 30 minutes; you write one function, a timer, checked in the next cell.
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
@@ -17,14 +18,14 @@
 import copy, itertools, statistics, subprocess, sys, time
 import matplotlib.pyplot as plt, torch
 import gpt, speculative as sd
-from beyond import benchmark, common, presets, registry, tree
+from beyond import benchmark, common, presets, registry
 from classroom.checks import FakeGPU
 from classroom.yourturn import check
 from exercises import ex5_gpu
 from lessonkit import corpus, machine
-from studies import cost_arithmetic, trees
+from studies import cost_arithmetic
 
-models = common.notebook_models(["big", "distilled", "draft"])
+models = common.notebook_models(["big", "distilled"])
 target, distilled = models["big"], models["distilled"]
 QUICK = common.notebook_args().quick  # tiny models (the test suite): numbers mean little
 HAS_GPU = torch.cuda.is_available()
@@ -471,29 +472,6 @@ for what, key, unit, bound in [("arithmetic", "flops", "MFLOP", "compute"),
           f"(a {bound}-bound device: {spent[f'{bound}_bound_speedup']:.2f}x)")
 assert run.target_positions == run.new_tokens + spent["wasted_positions"]
 assert spent["compute_bound_speedup"] < 1 < spent["memory_bound_speedup"] or QUICK
-
-# %% [markdown]
-# ## Check more than a chain: a tree of guesses
-#
-# A chain ends at its first wrong guess; extra tokens in a pass are cheap: so check the draft's
-# 2nd and 3rd guesses too, a **tree** (`beyond/tree.py`), each node seeing the context and its
-# ancestors only (the **tree mask**), at its depth's position. With 8 guesses a round, a tree
-# keeps every round at least what its own chain of first guesses keeps, and beats a chain of 8
-# if second guesses are often right (this draft's are; docs/RESULTS.md: more drafters, clocks).
-
-# %%
-small_draft, rows = registry.with_backend(models["draft"], "numpy"), {}
-plain_out = [sd.generate(target, p, N_NEW) for p in prompts]
-accept, _ = trees.rank_acceptance(target, tree.as_brancher(small_draft),  # on other prompts
-                                  corpus.held_out_prompts(6, 32)[1::2], N_NEW, 3)
-print("the big model's choice is the draft's guess 1, 2, 3:", [f"{a:.0%}" for a in accept])
-best = tree.best_shape(accept, 8)
-inside = tree.chain_shape(sum(not any(ranks) for ranks in best))  # its chain of first guesses
-for kind, shape in [("chain", tree.chain_shape(8)), ("tree", best), ("its chain", inside)]:
-    print(trees.one_round(target, small_draft, prompts[0], shape))  # its first round
-    r = rows[kind] = trees.measure(target, small_draft, prompts, N_NEW, kind, shape, plain_out, 3)
-    print(f"{kind} of {len(shape)}: {r['tokens_per_pass']:.2f} per pass, {r['speedup']:.2f}x plain")
-assert rows["tree"]["tokens_per_pass"] >= rows["its chain"]["tokens_per_pass"]
 
 # %% [markdown]
 # ## What to remember

@@ -80,7 +80,7 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
     tracked = subprocess.run(["git", "ls-files", "notebooks"], cwd=ROOT, capture_output=True,
                              text=True).stdout.split()
     assert not [f for f in tracked if f.endswith(".ipynb")], "commit the .py sources only"
-    assert len(SOURCES) == 8, [s.name for s in SOURCES]   # part one: 6; part two: 7 on
+    assert len(SOURCES) == 9, [s.name for s in SOURCES]   # part one: 6; part two: 7 to 9
 
 
 def test_every_your_turn_cell_imports_the_reference_in_the_source_only():

@@ -1542,6 +1542,7 @@ def eagle_loss_noise_and_gradient(ctx):
                      seed=int(rng.integers(1 << 30)))
 
 
+# ----------------------------------------------------------------------------------------------
 # Exercise 8: trees of guesses
 
 

@@ -57,12 +57,11 @@ from torch.nn import functional as F
 
 import gpt
 import speculative as sd
-from beyond import common, frozen, presets
+from beyond import common, compare, frozen, presets
 from beyond.backends import with_backend
-from beyond.heads import HiddenScorer, final_states
+from beyond.heads import feature_scorer, final_states
 from beyond.heads import load as load_heads
-from lessonkit import cli, machine
-from lessonkit.scorer import Model
+from lessonkit import cli
 
 try:  # the fast NumPy drafter: the reference's only (its NumPy block would answer exercise 3a)
     from beyond.eagle_numpy import EagleDraft
@@ -228,13 +227,7 @@ class EagleRoll(sd.Drafter):
         self.scorer = None
 
     def scorer_for(self, target):
-        if not isinstance(target, Model):
-            raise ValueError("EAGLE drafts from the big model's own features: the target must "
-                             "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
-        if target.c.n_embd != self.wte.shape[1]:
-            raise ValueError(f"this draft reads {self.wte.shape[1]}-channel features, the "
-                             f"target's are {target.c.n_embd}: it was trained for another model")
-        self.scorer = HiddenScorer(target, *self.ln_f)
+        self.scorer = feature_scorer(target, self.wte.shape[1], self.ln_f)
         return self.scorer
 
     def propose(self, seq, k, sampling):
@@ -402,34 +395,6 @@ def agreement(big, eagle, data, windows=64):
 # ----------------------------------------------------------------------------------------------
 # Measured: characters per pass and the speed-up, against the heads and the distilled draft
 
-
-def speed_table(big, drafts, ks, prompts, new_tokens=200, repeats=3, log=print):
-    """Greedy decoding with each of `drafts` ({name: drafter}) against plain decoding with the
-    torch big model: characters per target pass (the bonus token counted) and the wall-clock
-    speed-up (median of `repeats` ratios, the two timed alternately), after checking that the
-    output is plain decoding's, token for token. Returns {(name, k): (per pass, speed-up)}."""
-    def plain():
-        return [sd.generate(big, p, new_tokens) for p in prompts]
-    want, table = plain(), {}
-    for name, draft in drafts.items():
-        for k in ks:
-            def speculative(draft=draft, k=k):
-                return [sd.speculative_generate(big, draft, p, new_tokens, k=k) for p in prompts]
-            stats = sd.Stats(k=k)
-            for (out, run), expected in zip(speculative(), want):
-                if not torch.equal(out, expected):
-                    raise SystemExit(f"greedy output with {name} differs from plain decoding "
-                                     f"(k = {k}): a bug, please report it")
-                stats.add(run)
-            with machine.Busy() as busy:
-                plain_s, _, speedup, ratios = machine.paired_times(plain, speculative, repeats)
-            table[name, k] = stats.tokens_per_pass, speedup
-            log(f"{name:9s} k = {k}: {stats.tokens_per_pass:.2f} characters per pass, "
-                f"{speedup:.2f}x plain decoding ({len(prompts) * new_tokens / plain_s:,.0f} "
-                f"characters/s) {busy.note([machine.spread(ratios)])}")
-    return table
-
-
 # The guesses per round measured: the heads stop at 5 (one guess a head); the draft goes on.
 KS = (1, 2, 3, 4, 5, 6, 8, 10)
 
@@ -456,7 +421,7 @@ def main(argv=None):
     if ec.speed:
         drafts = {"eagle": drafter(eagle, big), "heads": load_heads(big, folder),
                   "distilled": with_backend(presets.load_trained("distilled", folder), "numpy")}
-        speed_table(big, drafts, KS, prompts)
+        compare.greedy_table(big, drafts, KS, prompts)
 
 
 if __name__ == "__main__":

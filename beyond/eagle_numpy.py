@@ -17,8 +17,7 @@ import math
 import numpy as np
 
 import speculative as sd
-from beyond.heads import HiddenScorer
-from lessonkit.scorer import Model
+from beyond.heads import feature_scorer
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
@@ -58,13 +57,7 @@ class EagleDraft(sd.Drafter):
         self.scorer = None
 
     def scorer_for(self, target):
-        if not isinstance(target, Model):
-            raise ValueError("EAGLE drafts from the big model's own features: the target must "
-                             "be a gpt.GPT or a beyond.fast_numpy.NumpyGPT")
-        if target.c.n_embd != self.fc_b.shape[0]:
-            raise ValueError(f"this draft reads {self.fc_b.shape[0]}-channel features, the "
-                             f"target's are {target.c.n_embd}: it was trained for another model")
-        self.scorer = HiddenScorer(target, *self.ln_f)
+        self.scorer = feature_scorer(target, self.fc_b.shape[0], self.ln_f)
         return self.scorer
 
     def inputs(self, states, tokens):

@@ -51,9 +51,9 @@ from torch.nn import functional as F
 
 import gpt
 import speculative as sd
-from beyond import frozen, presets
+from beyond import compare, frozen, presets
 from beyond.backends import with_backend
-from lessonkit import cli, corpus, machine
+from lessonkit import cli, corpus
 from lessonkit.scorer import Model, WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
@@ -150,6 +150,18 @@ class HiddenScorer(WindowScorer):
 
     def state(self, seq, pos):
         return cached_state(self, self.hidden, seq, pos)
+
+
+def feature_scorer(target, width, ln_f, who="EAGLE drafts"):
+    """A HiddenScorer of `target` for a drafter that reads its `width`-channel features (ln_f:
+    the big model's final LayerNorm, (weight, bias) as NumPy arrays), or a one-line error."""
+    if not isinstance(target, Model):
+        raise ValueError(f"{who} from the big model's own features: the target must be a "
+                         "gpt.GPT or a beyond.fast_numpy.NumpyGPT")
+    if target.c.n_embd != width:
+        raise ValueError(f"this draft reads {width}-channel features, the target's are "
+                         f"{target.c.n_embd}: it was trained for another model")
+    return HiddenScorer(target, *ln_f)
 
 
 def cached_state(scorer, states, seq, pos):
@@ -338,31 +350,11 @@ def agreement(big, heads, data, windows=64):
 
 
 def speed_table(big, draft, ks, prompts, new_tokens=200, repeats=5, log=print):
-    """Greedy decoding with the heads against plain decoding, for a torch and a NumPy target:
-    characters per target pass and the wall-clock speed-up (median of `repeats` ratios, the two
-    timed alternately), after checking that the output is plain decoding's, token for token."""
+    """Greedy decoding with the heads against plain decoding, for a torch and a NumPy target
+    (beyond/compare.py: the output checked to be plain decoding's, then timed)."""
     for backend in ("torch", "numpy"):
-        target = with_backend(big, backend)
-
-        def plain():
-            return [sd.generate(target, p, new_tokens) for p in prompts]
-
-        def speculative(k):
-            return [sd.speculative_generate(target, draft, p, new_tokens, k=k) for p in prompts]
-        want = plain()
-        for k in ks:
-            stats = sd.Stats(k=k)
-            for (out, run), expected in zip(speculative(k), want):
-                if not torch.equal(out, expected):
-                    raise SystemExit(f"greedy output with the heads differs from plain decoding "
-                                     f"({backend} target, k = {k}): a bug, please report it")
-                stats.add(run)
-            with machine.Busy() as busy:
-                plain_s, _, speedup, ratios = machine.paired_times(
-                    plain, lambda: speculative(k), repeats)
-            log(f"{backend} target, k = {k}: {stats.tokens_per_pass:.2f} characters per pass, "
-                f"{speedup:.2f}x plain decoding ({len(prompts) * new_tokens / plain_s:,.0f} "
-                f"characters/s) {busy.note([machine.spread(ratios)])}")
+        compare.greedy_table(with_backend(big, backend), {f"heads, {backend}": draft}, ks,
+                             prompts, new_tokens, repeats, log)
 
 
 def main(argv=None):

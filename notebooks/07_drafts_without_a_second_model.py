@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, heads, ngram
+from beyond import common, compare, heads, ngram
 from classroom.yourturn import check
-from lessonkit import corpus, machine
+from lessonkit import corpus
 
 models = common.notebook_models(["big", "distilled"])
 target, distilled = models["big"], models["distilled"]
@@ -200,34 +200,11 @@ assert all(a >= b - 0.02 for a, b in zip(per_head, per_head[1:])) or QUICK
 # plain decoding's, the time the median of paired runs (plain and speculative alternately).
 
 # %%
-def measure(drafts):
-    """{name: (characters per pass, speed-up against plain decoding)} on the lesson's prompts,
-    greedy, after checking each output equals plain decoding's."""
-    with machine.threads(1):
-        want = [sd.generate(target, p, N_NEW) for p in PROMPTS]
-
-        def plain():
-            return [sd.generate(target, p, N_NEW) for p in PROMPTS]
-        table = {}
-        for name, draft in drafts.items():
-            def speculative(draft=draft):
-                return [sd.speculative_generate(target, draft, p, N_NEW, k=K) for p in PROMPTS]
-            stats = sd.Stats(k=K)
-            for (out, run), expected in zip(speculative(), want):
-                assert torch.equal(out, expected), name
-                stats.add(run)
-            with machine.Busy() as busy:
-                _, _, speedup, ratios = machine.paired_times(plain, speculative, 3)
-            table[name] = stats.tokens_per_pass, speedup
-            print(f"{name:16} {stats.tokens_per_pass:.2f} characters per pass, {speedup:.2f}x "
-                  f"plain decoding {busy.note([machine.spread(ratios)])}")
-    return table
-
-
-table = measure({"prompt lookup": lookup, "distilled draft": distilled, "Medusa heads": heads_draft})
-best = max(table, key=lambda name: table[name][1])
-print(f"fastest: {best}")
-assert table["Medusa heads"][0] > table["prompt lookup"][0] or QUICK
+table = compare.greedy_table(target, {"prompt lookup": lookup, "distilled draft": distilled,
+                                      "Medusa heads": heads_draft}, [K], PROMPTS, N_NEW)
+per_pass = {name: stats.tokens_per_pass for (name, _), (stats, _) in table.items()}
+print(f"fastest: {max(table, key=lambda row: table[row][1])[0]}")
+assert per_pass["Medusa heads"] > per_pass["prompt lookup"] or QUICK
 
 # %% [markdown]
 # Each draft wins where its guesses are both likely and cheap. Prompt lookup costs nothing and

@@ -22,9 +22,9 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, eagle, heads
+from beyond import common, compare, eagle, heads
 from classroom.yourturn import check
-from lessonkit import corpus, machine
+from lessonkit import corpus
 
 models = common.notebook_models(["big", "distilled", "draft"])
 target = models["big"]
@@ -141,34 +141,12 @@ print(f"the draft guesses {corpus.decode(guesses)!r}; the big model writes {corp
 # so say which. Then the speed-up against plain decoding, the median of paired runs.
 
 # %%
-def measure(drafts):
-    """{name: (kept, characters per pass, speed-up)} on the lesson's prompts, greedy, k = K."""
-    with machine.threads(1):
-        want = [sd.generate(target, p, N_NEW) for p in PROMPTS]
-
-        def plain():
-            return [sd.generate(target, p, N_NEW) for p in PROMPTS]
-        table = {}
-        for name, draft in drafts.items():
-            def speculative(draft=draft):
-                return [sd.speculative_generate(target, draft, p, N_NEW, k=K) for p in PROMPTS]
-            stats = sd.Stats(k=K)
-            for (out, run), expected in zip(speculative(), want):
-                assert torch.equal(out, expected), name
-                stats.add(run)
-            with machine.Busy() as busy:
-                _, _, speedup, ratios = machine.paired_times(plain, speculative, 3)
-            table[name] = stats.kept_of_checked, stats.tokens_per_pass, speedup
-            print(f"{name:18} kept {stats.kept_of_checked:5.1%}  {stats.tokens_per_pass:.2f} "
-                  f"characters per pass ({stats.tokens_per_pass - 1:.2f} accepted)  "
-                  f"{speedup:.2f}x plain {busy.note([machine.spread(ratios)])}")
-    return table
-
-
-table = measure({"EAGLE-style draft": eagle.drafter(draft_module, target),
-                 "Medusa heads": heads_draft, "distilled draft": models["distilled"],
-                 "lesson's draft": models["draft"]})
-ratio = table["EAGLE-style draft"][1] / table["Medusa heads"][1]
+table = compare.greedy_table(target, {"EAGLE-style draft": eagle.drafter(draft_module, target),
+                                      "Medusa heads": heads_draft,
+                                      "distilled draft": models["distilled"],
+                                      "lesson's draft": models["draft"]}, [K], PROMPTS, N_NEW)
+per_pass = {name: stats.tokens_per_pass for (name, _), (stats, _) in table.items()}
+ratio = per_pass["EAGLE-style draft"] / per_pass["Medusa heads"]
 print(f"characters per pass, EAGLE-style draft / Medusa heads: {ratio:.2f} "
       f"(EAGLE's paper: 3.57 / 2.32 = {3.57 / 2.32:.2f} on Spec-Bench)")
 assert ratio > 1 or QUICK

@@ -18,6 +18,7 @@ import numpy as np
 
 import speculative as sd
 from beyond.heads import feature_scorer
+from lessonkit import machine
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
@@ -52,6 +53,7 @@ class EagleDraft(sd.Drafter):
         self.n_head, self.window = h.attn.n_head, eagle.window
         self.vocab_size = self.wte.shape[0]
         self.scorer = None
+        machine.single_threaded_blas()  # a step of small products: one BLAS thread
 
     def reset(self):
         self.scorer = None

@@ -33,21 +33,9 @@ import math
 
 import numpy as np
 import torch
-from threadpoolctl import ThreadpoolController
-
 from gpt import KVCache
+from lessonkit import machine
 
-_blas_limited = False
-
-
-def single_threaded_blas():
-    """Limit NumPy's BLAS to one thread, for the rest of the process: a one-token step is far too
-    small to share, and BLAS threads that wake up for it fight with torch's for the cores (a
-    NumPy draft step next to a torch target ran several times slower)."""
-    global _blas_limited
-    if not _blas_limited:
-        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
-        _blas_limited = True
 
 
 EPS = 1e-5  # nn.LayerNorm's default
@@ -84,7 +72,7 @@ def twice_gelu(x):
 class NumpyGPT:
 
     def __init__(self, model):
-        single_threaded_blas()
+        machine.single_threaded_blas()
         self.c = c = model.c
         self.hs = c.n_embd // c.n_head
         w = {name: t.detach().cpu().double().numpy() for name, t in model.state_dict().items()}

@@ -53,7 +53,7 @@ import gpt
 import speculative as sd
 from beyond import compare, frozen, presets
 from beyond.backends import with_backend
-from lessonkit import cli, corpus
+from lessonkit import cli, corpus, machine
 from lessonkit.scorer import Model, WindowScorer
 
 HEADS = 5  # chosen by measurement: see the module docstring
@@ -203,6 +203,7 @@ class HeadsDraft(sd.Drafter):
         self.ln_f_weight, self.ln_f_bias = stack([heads.ln_f_weight, heads.ln_f_bias])  # (C,)
         self.n_heads, self.vocab_size = len(heads.h), self.head_w.shape[2]
         self.module = heads                 # the torch Heads (heads.agreement measures it)
+        machine.single_threaded_blas()      # a step of small products: one BLAS thread
         self.scorer = None
 
     def reset(self):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy
 import torch
+from threadpoolctl import ThreadpoolController
 
 DECODE_THREADS = 1   # torch threads for decoding and timing (see the module docstring)
 BUSY_CORES = 0.5     # other programs using more than this many cores make a timing suspect
@@ -36,6 +37,20 @@ def threads(n=DECODE_THREADS):
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+_blas_limited = False
+
+
+def single_threaded_blas():
+    """Limit NumPy's BLAS to one thread, for the rest of the process: a one-token step is far too
+    small to share, and BLAS threads that wake up for it fight with torch's for the cores (a
+    NumPy draft step next to a torch target ran several times slower). Every NumPy decoder calls
+    it: beyond/fast_numpy.py's model, the heads' and the EAGLE draft's NumPy steps."""
+    global _blas_limited
+    if not _blas_limited:
+        ThreadpoolController().select(internal_api="openblas").limit(limits=1)
+        _blas_limited = True
 
 
 def training_threads():

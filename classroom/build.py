@@ -125,8 +125,8 @@ def student_readme():
 Eight exercises on speculative decoding with tiny character-level GPTs: part one's five (the
 idea, the numbers, a decoder in NumPy, a draft that breaks it, timing), then part two's three
 (drafts without a second model, a draft that reads the big model's features, trees of guesses).
-The library around them is complete; the functions you write raise `NotImplementedError("Exercise N, part ...")` until
-you do. What the lesson is, and its figures: `docs/LESSON.md`; how the library is built:
+The library around them is complete; the functions you write raise
+`NotImplementedError("Exercise N, part ...")` until you do. What the lesson is, and its figures: `docs/LESSON.md`; how the library is built:
 `docs/DESIGN.md`; the functions you may call: `docs/API.md`.
 
 ## Set up (once)

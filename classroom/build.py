@@ -126,8 +126,9 @@ Eight exercises on speculative decoding with tiny character-level GPTs: part one
 idea, the numbers, a decoder in NumPy, a draft that breaks it, timing), then part two's three
 (drafts without a second model, a draft that reads the big model's features, trees of guesses).
 The library around them is complete; the functions you write raise
-`NotImplementedError("Exercise N, part ...")` until you do. What the lesson is, and its figures: `docs/LESSON.md`; how the library is built:
-`docs/DESIGN.md`; the functions you may call: `docs/API.md`.
+`NotImplementedError("Exercise N, part ...")` until you do. What the lesson is, and its figures:
+`docs/LESSON.md`; how the library is built: `docs/DESIGN.md`; the functions you may call:
+`docs/API.md`.
 
 ## Set up (once)
 
@@ -155,10 +156,11 @@ random models and seeds, so make the properties hold, not the printed numbers.
 ## The notebooks
 
 The notebooks (`notebooks/*.ipynb`: part one, 1 to 6; part two, 7 on) tell the story with the
-same functions as "your turn" cells, a check cell after each. `make notebooks` installs Jupyter (the first time) and
-opens Jupyter Lab on fresh copies in `my-notebooks/` (never overwritten: your work stays);
-`make lesson` first trains the models they use (minutes; a notebook would otherwise train a
-missing one itself, saying how long first). Start with `01_the_idea.ipynb` and go in order.
+same functions as "your turn" cells, a check cell after each. `make notebooks` installs Jupyter
+(the first time) and opens Jupyter Lab on fresh copies in `my-notebooks/` (never overwritten:
+your work stays); `make lesson` first trains the models they use (minutes; a notebook would
+otherwise train a missing one itself, saying how long first). Start with `01_the_idea.ipynb` and
+go in order.
 
 **Your answers live in the files above, and the notebooks write them there.** Running a your-turn
 cell saves its function into its file (`numpy_speculative.py`, say) in place of the stub, with

@@ -59,7 +59,7 @@ import gpt
 import speculative as sd
 from beyond import common, compare, frozen, presets
 from beyond.backends import with_backend
-from beyond.heads import feature_scorer, final_states
+from beyond.heads import batch_of, feature_scorer, final_states, greedy_pool
 from beyond.heads import load as load_heads
 from lessonkit import cli
 
@@ -286,28 +286,6 @@ def eagle_path(folder=None):
     return KIND.path(folder)
 
 
-def greedy_pool(big, source, n, seed):
-    """n windows (n, T) of the big model's greedy text, each continuing the first quarter of a
-    window of `source`, and its features of them (n, T, C): what greedy decoding will show the
-    draft, written once (a pass a character) and then read many times."""
-    T = min(big.c.block_size, len(source) - 1)
-    x, _ = gpt.get_batch("train", source, batch_size=n, block_size=T,
-                         generator=torch.Generator().manual_seed(seed))
-    x = sd.generate(big, x[:, :T // 4], T - T // 4, threads=None)           # (n, T)
-    with torch.no_grad():
-        return x, final_states(big, x)[1]                                   # (n, T, C)
-
-
-def batch_of(pool, batch_size, block, generator):
-    """batch_size random windows of `block` tokens of the pool (tokens (n, T), features
-    (n, T, C)): (B, block) and (B, block, C)."""
-    x, features = pool
-    rows = torch.randint(len(x), (batch_size,), generator=generator)
-    starts = torch.randint(x.shape[1] - block + 1, (batch_size,), generator=generator)
-    at = starts[:, None] + torch.arange(block)                              # (B, block)
-    return x[rows[:, None], at], features[rows[:, None], at]
-
-
 def train(big, ec, path, source=None, log=print, progress=False):
     """Train the draft for the frozen gpt.GPT `big` (ec: an EagleConfig) on the big model's
     features of windows of `source` (a 1-D token tensor; default the training split), in
@@ -419,9 +397,32 @@ def main(argv=None):
         print(f"greedy, the lesson's {len(prompts)} prompts x 200 characters, k = {k}: "
               f"{stats.tokens_per_pass:.2f} characters per pass")
     if ec.speed:
-        drafts = {"eagle": drafter(eagle, big), "heads": load_heads(big, folder),
-                  "distilled": with_backend(presets.load_trained("distilled", folder), "numpy")}
-        compare.greedy_table(big, drafts, KS, prompts)
+        heads = load_heads(big, folder)
+        table = {}
+        for name, draft, ks in [("EAGLE-style draft", drafter(eagle, big), KS),
+                                ("Medusa heads", heads, [k for k in KS if k <= heads.n_heads]),
+                                ("distilled draft", with_backend(
+                                    presets.load_trained("distilled", folder), "numpy"), KS)]:
+            table.update(compare.greedy_table(big, {name: draft}, ks, prompts))
+        print(against_heads(table))
+
+
+def against_heads(table, eagle="EAGLE-style draft", heads="Medusa heads"):
+    """The EAGLE-style draft against the heads, from a compare.greedy_table of both: characters
+    per pass (and accepted guesses per pass, without the big model's own token) at each one's
+    fastest k, and at each k both ran."""
+    def fastest(name):  # (k, stats, speed-up) of its fastest k
+        return max(((k, *row) for (n, k), row in table.items() if n == name),
+                   key=lambda row: row[2])
+    (ke, stats_e, speedup_e), (kh, stats_h, speedup_h) = fastest(eagle), fastest(heads)
+    te, th = stats_e.tokens_per_pass, stats_h.tokens_per_pass
+    equal = [table[eagle, k][0].tokens_per_pass / table[heads, k][0].tokens_per_pass
+             for (name, k) in table if name == heads and (eagle, k) in table]
+    return (f"each at its fastest k: the {eagle} (k = {ke}) {te:.2f} characters per pass, "
+            f"{speedup_e:.2f}x plain decoding; the {heads} (k = {kh}) {th:.2f}, {speedup_h:.2f}x:"
+            f" {te / th:.2f}x the characters per pass ({(te - 1) / (th - 1):.2f}x the accepted "
+            f"guesses), {speedup_e / speedup_h:.2f}x the speed-up. At equal k: {min(equal):.2f}x "
+            f"to {max(equal):.2f}x the characters per pass.")
 
 
 if __name__ == "__main__":

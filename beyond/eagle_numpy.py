@@ -6,10 +6,19 @@ repository leaves this file out, as it does beyond/fast_numpy.py; --draft eagle 
 EagleDraft rolls the draft forward exactly as beyond.eagle.eagle_roll does (its greedy guesses
 are eagle_roll's: tests/test_eagle.py), but from the big model's features that the pass which
 checked the last round has already computed (beyond/heads.py's HiddenScorer keeps them), with a
-small KV cache for the k steps instead of the draft's whole window again at every step: a step
-is a few small products, far less than a pass of the big model.
+small KV cache for the k steps instead of the draft's whole window again at every step.
 
-Shapes: C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
+A step works on one vector of C = 128 numbers: NumPy's cost is the number of calls, not the
+arithmetic, so the weights are folded once, when the drafter is built, to save calls at every
+step (the products are the module's, in another order; tests/test_eagle.py checks the guesses):
+- fc of [feature ; wte(token)] is feature @ W_f + (wte @ W_t + b)[token]: the token's half is a
+  table of V rows, looked up instead of multiplied;
+- the big model's head reads the draft's feature, and so does fc at the next step: one product
+  with both matrices side by side gives the logits and fc's feature half together;
+- a LayerNorm's gain and bias are folded into the product after it (norm(x) * g + b) @ W + c =
+  norm(x) @ (g W) + (b W + c), and attention's 1 / sqrt(hs) into the queries' columns.
+
+Shapes: C channels (n_embd), V vocabulary, W window, nh heads, hs head size, L keys so far.
 """
 
 import math
@@ -21,14 +30,19 @@ from beyond.heads import feature_scorer
 from lessonkit import machine
 
 
-def layer_norm(x, weight, bias, eps=1e-5):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
+def normalized(x, eps=1e-5):
+    """A LayerNorm without its gain and bias, over the last axis of x (C,) or (t, C)."""
+    C = x.shape[-1]
+    if x.ndim == 1:  # a step's one vector: its sums as scalars, fewer NumPy calls
+        x = x - x.sum() / C
+        return x / math.sqrt(x @ x / C + eps)
+    x = x - x.sum(-1, keepdims=True) / C
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) / C + eps)
 
 
-def gelu(x):  # GPT-2's tanh approximation
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+def gelu(x):  # GPT-2's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + np.tanh((0.044715 * c * (x * x) + c) * x))
 
 
 class EagleDraft(sd.Drafter):
@@ -37,21 +51,33 @@ class EagleDraft(sd.Drafter):
     prediction was seq[-1] (at len(seq) - 2), computed while checking the last round."""
 
     def __init__(self, eagle, big):
-        def a(t):  # -> a float32 NumPy array
-            return t.detach().cpu().float().numpy()
-        h = eagle.h
-        self.fc_w, self.fc_b = a(eagle.fc.weight.T), a(eagle.fc.bias)          # (2C, C), (C,)
-        self.ln_1 = a(h.ln_1.weight), a(h.ln_1.bias)                           # (C,) each
-        self.c_attn_w, self.c_attn_b = a(h.attn.c_attn.weight.T), a(h.attn.c_attn.bias)  # (C, 3C)
-        self.attn_proj_w, self.attn_proj_b = a(h.attn.c_proj.weight.T), a(h.attn.c_proj.bias)
-        self.ln_2 = a(h.ln_2.weight), a(h.ln_2.bias)
-        self.c_fc_w, self.c_fc_b = a(h.mlp.c_fc.weight.T), a(h.mlp.c_fc.bias)  # (C, 4C)
-        self.mlp_proj_w, self.mlp_proj_b = a(h.mlp.c_proj.weight.T), a(h.mlp.c_proj.bias)
-        self.wte = a(big.transformer.wte.weight)                               # (V, C)
-        self.head_w = a(big.lm_head.weight.T)                                  # (C, V)
-        self.ln_f = a(big.transformer.ln_f.weight), a(big.transformer.ln_f.bias)
+        def a(t):  # -> a float64 NumPy array: folded in float64, kept in float32
+            return t.detach().cpu().double().numpy()
+
+        def folded(ln, linear):  # (norm(x) g + beta) W + b = norm(x) (g W) + (beta W + b)
+            w, b = a(linear.weight.T), a(linear.bias)
+            return a(ln.weight)[:, None] * w, a(ln.bias) @ w + b
+
+        h, C = eagle.h, eagle.fc.bias.shape[0]
         self.n_head, self.window = h.attn.n_head, eagle.window
-        self.vocab_size = self.wte.shape[0]
+        fc_w, fc_b = a(eagle.fc.weight.T), a(eagle.fc.bias)                  # (2C, C), (C,)
+        wte, head_w = a(big.transformer.wte.weight), a(big.lm_head.weight.T)  # (V, C), (C, V)
+        qkv_w, qkv_b = folded(h.ln_1, h.attn.c_attn)                          # (C, 3C), (3C,)
+        scale = np.r_[np.full(C, 1 / math.sqrt(C // self.n_head)), np.ones(2 * C)]  # queries'
+        mlp_fc_w, mlp_fc_b = folded(h.ln_2, h.mlp.c_fc)                       # (C, 4C), (4C,)
+        weights = dict(
+            feature_w=fc_w[:C],                                               # (C, C)
+            token_rows=wte @ fc_w[C:] + fc_b,                                 # (V, C)
+            head_and_fc=np.concatenate([head_w, fc_w[:C]], 1),                # (C, V + C)
+            qkv_w=qkv_w * scale, qkv_b=qkv_b * scale,
+            attn_proj_w=a(h.attn.c_proj.weight.T), attn_proj_b=a(h.attn.c_proj.bias),
+            mlp_fc_w=mlp_fc_w, mlp_fc_b=mlp_fc_b,
+            mlp_proj_w=a(h.mlp.c_proj.weight.T), mlp_proj_b=a(h.mlp.c_proj.bias))
+        for name, value in weights.items():
+            setattr(self, name, value.astype(np.float32))
+        self.ln_f = tuple(a(p).astype(np.float32) for p in
+                          (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
+        self.vocab_size = wte.shape[0]
         self.scorer = None
         machine.single_threaded_blas()  # a step of small products: one BLAS thread
 
@@ -59,29 +85,26 @@ class EagleDraft(sd.Drafter):
         self.scorer = None
 
     def scorer_for(self, target):
-        self.scorer = feature_scorer(target, self.fc_b.shape[0], self.ln_f)
+        self.scorer = feature_scorer(target, self.feature_w.shape[0], self.ln_f)
         return self.scorer
 
-    def inputs(self, states, tokens):
-        """fc of [features (t, C) ; the tokens' embeddings]: (t, C), and their keys and values
-        (t, C) each (the queries too)."""
-        x = np.concatenate([states, self.wte[tokens]], -1) @ self.fc_w + self.fc_b   # (t, C)
-        q, k, v = np.split(layer_norm(x, *self.ln_1) @ self.c_attn_w + self.c_attn_b, 3, -1)
-        return x, q, k, v
+    def inputs(self, features, tokens):
+        """fc of [features (t, C) ; the tokens' embeddings], (t, C), and their queries, keys
+        and values, (t, C) each."""
+        x = features @ self.feature_w + self.token_rows[tokens]               # (t, C)
+        qkv = normalized(x) @ self.qkv_w + self.qkv_b                          # (t, 3C)
+        C = x.shape[1]
+        return x, qkv[:, :C], qkv[:, C:2 * C], qkv[:, 2 * C:]
 
     def output(self, x, q, keys, values):
         """The block's output (C,) for one input x (C,) with query q (C,), attending over the
-        keys and values (W, C) of the window, its own last."""
-        C = x.shape[0]
-        nh, hs = self.n_head, C // self.n_head
-        q = q.reshape(nh, 1, hs)                                          # (nh, 1, hs)
-        k = keys.reshape(-1, nh, hs).transpose(1, 2, 0)                   # (nh, hs, W)
-        v = values.reshape(-1, nh, hs).transpose(1, 0, 2)                 # (nh, W, hs)
-        att = (q @ k) / math.sqrt(hs)                                     # (nh, 1, W)
+        keys (nh, hs, L) and values (nh, L, hs) of the window, its own last."""
+        nh = self.n_head
+        att = q.reshape(nh, 1, -1) @ keys                                 # (nh, 1, L)
         att = np.exp(att - att.max(-1, keepdims=True))
-        y = (att / att.sum(-1, keepdims=True)) @ v                        # (nh, 1, hs)
-        x = x + y.reshape(C) @ self.attn_proj_w + self.attn_proj_b
-        m = gelu(layer_norm(x, *self.ln_2) @ self.c_fc_w + self.c_fc_b)   # (4C,)
+        y = (att / att.sum(-1, keepdims=True)) @ values                   # (nh, 1, hs)
+        x = x + y.reshape(-1) @ self.attn_proj_w + self.attn_proj_b
+        m = gelu(normalized(x) @ self.mlp_fc_w + self.mlp_fc_b)          # (4C,)
         return x + m @ self.mlp_proj_w + self.mlp_proj_b                  # (C,)
 
     def propose(self, seq, k, sampling):
@@ -96,12 +119,20 @@ class EagleDraft(sd.Drafter):
             self.scorer.score([seq[:-1]], len(seq) - 1)
         start = self.scorer.starts[0]
         first = max(start, pos - self.window + 1)
-        states = self.scorer.hidden[first - start:pos - start + 1]        # f_first..f_pos (W, C)
-        x, q, keys, values = self.inputs(states, seq[first + 1:pos + 2])  # each paired with x_{t+1}
-        feature = self.output(x[-1], q[-1], keys, values)                 # f'_{pos+1} (C,)
+        states = self.scorer.hidden[first - start:pos - start + 1]       # f_first..f_pos (n, C)
+        x, q, k_, v = self.inputs(states, seq[first + 1:pos + 2])        # each paired with x_{t+1}
+        n, C = x.shape
+        nh = self.n_head
+        keys = np.empty((nh, C // nh, n + k), np.float32)                # the KV cache
+        values = np.empty((nh, n + k, C // nh), np.float32)
+        keys[:, :, :n] = k_.reshape(n, nh, -1).transpose(1, 2, 0)
+        values[:, :n] = v.reshape(n, nh, -1).transpose(1, 0, 2)
+        feature = self.output(x[-1], q[-1], keys[:, :, :n], values[:, :n])  # f'_{pos+1} (C,)
         guesses, probs = [], []
+        V = self.vocab_size
         for step in range(k):
-            logits = feature @ self.head_w                                # (V,)
+            both = feature @ self.head_and_fc                             # (V + C,)
+            logits = both[:V]                                             # the big model's head
             if sampling.greedy:
                 guesses.append(int(logits.argmax()))
             else:
@@ -109,8 +140,12 @@ class EagleDraft(sd.Drafter):
                 guesses.append(sampling.draw(probs[-1]))
             if step == k - 1:
                 break
-            x, q, k_, v = self.inputs(feature[None], [guesses[-1]])       # (1, C) each
-            keys = np.concatenate([keys, k_])[-self.window:]              # (W, C)
-            values = np.concatenate([values, v])[-self.window:]
-            feature = self.output(x[0], q[0], keys, values)
+            x = both[V:] + self.token_rows[guesses[-1]]                   # fc of [f' ; wte(guess)]
+            qkv = normalized(x) @ self.qkv_w + self.qkv_b                 # (3C,)
+            q, k_, v = qkv[:C], qkv[C:2 * C], qkv[2 * C:]
+            keys[:, :, n] = k_.reshape(nh, -1)
+            values[:, n] = v.reshape(nh, -1)
+            n += 1
+            lo = max(0, n - self.window)                                  # the last W keys
+            feature = self.output(x, q, keys[:, :, lo:n], values[:, lo:n])
         return guesses, (np.array(probs) if probs else None)              # (k, V) or None

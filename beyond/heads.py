@@ -20,10 +20,11 @@ the stats' accepted_per_position[i - 1] counts the rounds in which head i's gues
 sampling, each guess is drawn from its head's warped distribution, which comes back with it.
 A k above h gets h guesses: there is no head for a further one.
 
-Training (python -m beyond.heads: 400 steps, a few minutes on a CPU; the first `--draft heads`,
+Training (python -m beyond.heads: 400 steps, about a minute on a CPU; the first `--draft heads`,
 or the first study that uses them, does the same once): the big model stays frozen; it
-continues the first quarter of each training window greedily, and head i learns the big
-model's top token for position t + 1 + i of that text, the text greedy decoding writes.
+continues the first quarter of 512 training windows greedily, once (greedy_pool), and head i
+learns the big model's top token for position t + 1 + i of that text, the text greedy decoding
+writes.
 Measured in characters per big-model pass, heads that learn its greedy text write far more than
 heads that learn the training text, and its top tokens (hard targets) beat its distributions
 (soft targets). `python -m beyond.heads --speed` times greedy decoding against plain: with a
@@ -254,6 +255,7 @@ class HeadsConfig:
     heads: int = HEADS          # extra heads: head i guesses the token i after the next one
     steps: int = 400            # optimizer steps
     batch_size: int = 32        # windows of training text per step (each block_size long)
+    pool: int = 512             # windows of greedy text, written once before training
     lr: float = 3e-3            # AdamW learning rate, decaying to a tenth of it (cosine)
     targets: str = "hard"       # hard: the big model's top tokens; soft: its distributions
     text: str = "greedy"        # greedy: the big model's continuations of the text; real: the text
@@ -297,6 +299,29 @@ def heads_loss(guesses, logits, targets):
     # END SOLUTION
 
 
+def greedy_pool(big, source, n, seed):
+    """n windows (n, T) of the big model's greedy text, each continuing the first quarter of a
+    window of `source`, and its final states of them (n, T, C): what greedy decoding will show a
+    draft (the heads, the EAGLE draft), written once (n windows a pass) and then read many
+    times."""
+    T = min(big.c.block_size, len(source) - 1)
+    x, _ = gpt.get_batch("train", source, batch_size=n, block_size=T,
+                         generator=torch.Generator().manual_seed(seed))
+    x = sd.generate(big, x[:, :T // 4], T - T // 4, threads=None)           # (n, T)
+    with torch.no_grad():
+        return x, final_states(big, x)[1]                                   # (n, T, C)
+
+
+def batch_of(pool, batch_size, block, generator):
+    """batch_size random windows of `block` tokens of a greedy_pool (tokens (n, T), states
+    (n, T, C)): (B, block) and (B, block, C)."""
+    x, features = pool
+    rows = torch.randint(len(x), (batch_size,), generator=generator)
+    starts = torch.randint(x.shape[1] - block + 1, (batch_size,), generator=generator)
+    at = starts[:, None] + torch.arange(block)                              # (B, block)
+    return x[rows[:, None], at], features[rows[:, None], at]
+
+
 def train(big, hc, path, source=None, log=print, progress=False):
     """Train heads for the frozen gpt.GPT `big` (hc: a HeadsConfig) on `source` (a 1-D token
     tensor; default the training split), in beyond/frozen.py's loop: saved atomically at `path`
@@ -304,18 +329,25 @@ def train(big, hc, path, source=None, log=print, progress=False):
     from there; with `progress`, a progress line and its forecast."""
     source = gpt.train_data if source is None else source
     heads = Heads.for_model(big, hc.heads)
+    pool = []   # the big model's greedy text and its states, written once (prepare)
+
+    def prepare():
+        if hc.text == "greedy":
+            pool.append(greedy_pool(big, source, hc.pool, hc.seed))
 
     def loss_of_step(generator):
-        x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size,
-                             block_size=big.c.block_size, generator=generator)
-        if hc.text == "greedy":  # the big model continues the first quarter of each window
-            T = big.c.block_size
-            x = sd.generate(big, x[:, :T // 4], T - T // 4)  # one thread: a step is small
+        T = big.c.block_size
         with torch.no_grad():
-            logits, hidden = final_states(big, x)          # (B, T, V), (B, T, C)
+            if pool:
+                _, hidden = batch_of(pool[0], hc.batch_size, pool[0][0].shape[1], generator)
+                logits = big.lm_head(hidden)                       # (B, T, V)
+            else:
+                x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size, block_size=T,
+                                     generator=generator)
+                logits, hidden = final_states(big, x)              # (B, T, V), (B, T, C)
         return heads_loss(heads(hidden), logits, hc.targets)
     return frozen.train(KIND, heads, big, hc, path, loss_of_step, keep={"n_heads": hc.heads},
-                        log=log, progress=progress)
+                        prepare=prepare, log=log, progress=progress)
 
 
 # The heads a first use trains (load): HeadsConfig's defaults for the lesson's big model; for the

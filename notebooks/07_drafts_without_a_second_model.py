@@ -12,7 +12,7 @@
 #
 # Reading time: about 35 minutes. You write three small functions (the "your turn" cells); the
 # cell after each checks your answer the way the course's grader does. The heads train on
-# first use with your loss: a few minutes, once.
+# first use with your loss: about a minute, once.
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

@@ -291,3 +291,17 @@ def test_the_first_use_trains_a_draft_sized_to_the_big_model():
     assert eagle_module.first_use_config(quick) == eagle_module.FIRST_USE["quick"]
     lesson = gpt.GPT(presets.preset("big").config)    # the control
     assert eagle_module.first_use_config(lesson) == EagleConfig()
+
+
+def test_against_the_heads_compares_each_at_its_fastest_k():
+    def row(tokens_per_pass, speedup):  # a run of 10 rounds with that many characters a pass
+        stats = sd.Stats(k=8)
+        stats.target_passes, stats.new_tokens = 10, round(10 * tokens_per_pass)
+        return stats, speedup
+    table = {("EAGLE-style draft", 1): row(1.8, 1.1), ("EAGLE-style draft", 8): row(5.0, 2.4),
+             ("EAGLE-style draft", 10): row(5.5, 2.3),        # more per pass, but slower
+             ("Medusa heads", 1): row(1.8, 1.2), ("Medusa heads", 5): row(4.0, 2.0)}
+    said = eagle_module.against_heads(table)
+    assert "(k = 8) 5.00 characters per pass, 2.40x" in said and "(k = 5) 4.00, 2.00x" in said
+    assert "1.25x the characters per pass (1.33x the accepted guesses), 1.20x the speed-up" in said
+    assert "At equal k: 1.00x to 1.00x" in said   # only k = 1 ran for both

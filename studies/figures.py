@@ -10,6 +10,7 @@ import re
 import string
 from pathlib import Path
 
+from beyond.common import markdown_table
 from lessonkit import machine
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -92,9 +93,8 @@ def read(runs, form):
 
 
 def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    """A markdown table, as a block between markers holds it (its own last line)."""
+    return markdown_table(header, rows) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ it (studies/NAME.py).
 """
 
 from beyond import batch_curve
-from studies import drafters, trees
+from studies import drafters, sampling_costs, transformers, trees
 from studies.figures import claim, grouped, percent, span, table, times
 
-BACKEND = {"numpy": "NumPy", "torch": "torch"}
+BACKEND = drafters.BACKEND
 SCHEDULE = {"heuristic": "the +2/-1 heuristic's k", "best": "the formula's k (`--adaptive best`)",
             "confidence": "`--adaptive confidence`'s k"}
 CLOSE = 0.10            # "within a tenth": measured against predicted
@@ -52,22 +52,11 @@ hundredths = "{:.2f}".format   # 1.23
 
 
 def best_fixed(runs):
-    """{(backend, drafter): (its row at its fastest fixed k, {k or schedule: its row})}, fastest
-    first within each backend."""
-    rows = runs["drafters"]["runs"]
-    pairs = dict.fromkeys((r["backend"], r["draft"]) for r in rows)
-    best = {p: drafters.best_fixed(rows, *p) for p in pairs}
-    return dict(sorted(best.items(), key=lambda kv: (kv[0][0], -kv[1][0]["speedup"])))
+    """{(backend, drafter): (its row at its fastest fixed k, {k or schedule: its row})}."""
+    return drafters.best_rows(runs["drafters"]["runs"])
 
 
 def drafters_table(runs):
-    rows = []
-    for (where, name), (b, mine) in best_fixed(runs).items():
-        rows.append([BACKEND[where], name, hundredths(b["alpha"]), f"{b['c']:.3f}", b["k"],
-                     hundredths(b["verify"]), against(b, "tokens_per_pass", hundredths),
-                     against(b), grouped(b["tokens_per_s"]),
-                     " / ".join(percent(mine[a]["speedup"] / b["speedup"])
-                                for a in drafters.ADAPTIVE)])
     # what the sentences under the table say of its rows
     best = {pair: b for pair, (b, _) in best_fixed(runs).items()}
     claim(best["torch", "heads"]["speedup"] > 1 >= best["torch", "exit2"]["speedup"],
@@ -81,9 +70,7 @@ def drafters_table(runs):
     claim(all(torch["verify"][k] < numpy["verify"][k] for k in torch["verify"]),
           "With the big model in torch a check is cheaper")
     claim(torch["step_us"] > numpy["step_us"], "a step [in torch] is dearer")
-    return table(["big model in", "drafter", "alpha", "c", "best k", "verify",
-                  "per pass (predicted)", "speed-up (predicted)", "characters/s",
-                  "heuristic / best / confidence / oracle, of best k"], rows)
+    return drafters.best_table(runs["drafters"]["runs"], why=False) + "\n"
 
 
 def backend(runs, name):
@@ -145,9 +132,7 @@ def ladder_table(runs):
           "than the distilled one")
     claim(row[drafters.OWN_TEXT]["greedy_agreement"] < row["4-gram"]["greedy_agreement"],
           "On the ladder, the same table agrees less than the 4-gram table")
-    return table(["drafter", "size", "alpha (T = 1)", "greedy agreement", "c"],
-                 [[r["draft"], r["size"], f"{r['alpha']:.3f}", f"{r['greedy_agreement']:.3f}",
-                   f"{r['c']:.3f}"] for r in rows])
+    return drafters.ladder_table(rows) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,20 +146,11 @@ def hf_mode(runs, mode):
 def hf_table(runs):
     claim(hf_mode(runs, "generate(do_sample=False)")["identical"],
           "the same greedy text from `generate(do_sample=False)`")
-    return table(["family", "mode", "characters/s", "vs generate()",
-                  "vs transformers' fastest exact", "characters per target pass", "identical"],
-                 [[r["family"], r["mode"], grouped(r["chars_per_s"]), times(r["vs_generate"]),
-                   times(r["vs_fastest_transformers"]), hundredths(r["chars_per_target_pass"]),
-                   "yes" if r["identical"] else f"**no** (prompts {r['differs_on']})"]
-                  for r in runs["transformers"]["rows"]])
+    return transformers.modes_table(runs["transformers"]["rows"]) + "\n"
 
 
 def hf_goal(runs, name):
-    """A goal of the study: the ratios measured for it, and whether it was met."""
-    goal = runs["transformers"]["goals"][name]
-    measured = ", ".join(f"{times(p['ratio'])} ({p['second']} against {p['first']})"
-                         for p in goal["pairs"])
-    return f"goal {goal['goal']:g}x, measured {measured}: **{'met' if goal['met'] else 'not met'}**"
+    return transformers.goal_words(runs["transformers"]["goals"][name])
 
 
 def hf_split(runs):
@@ -192,11 +168,7 @@ def hf_split(runs):
           "Our fastest exact setup spends most of its time in the NumPy forward")
     alpha = runs["transformers"]["bound"]["alpha"]   # nan: no agreement would reach the goal
     claim(alpha == alpha, "to reach the goal, even a free drafter would have to be right")
-    return table(["mode", "wall", "target forward", "draft forward", "everything else",
-                  "in the models"],
-                 [[r["mode"], grouped(r["wall_us"]), grouped(r["target_us"]),
-                   grouped(r["draft_us"]), grouped(r["rest_us"]),
-                   percent((r["target_us"] + r["draft_us"]) / r["wall_us"])] for r in rows])
+    return transformers.split_table(rows, stats=False) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,7 +272,6 @@ def argmax_over_t1(runs, name):
 
 
 def temperature_table(runs):
-    names = dict.fromkeys(r["draft"] for r in runs["sampling_costs"]["temperature"])
     theirs = runs["sampling_costs"]["leviathan_table_2"]
     claim(min(r["speedup"] for r in runs["sampling_costs"]["temperature"]
               if r["draft"] == "distilled") > 1,
@@ -309,23 +280,11 @@ def temperature_table(runs):
           < theirs["argmax"]["speedup"] / theirs["temperature 1"]["speedup"],
           "[the distilled draft] loses less from argmax to temperature 1 than Leviathan et al.'s")
     claim(argmax_over_t1(runs, "heads") > 1, "the heads fall from argmax to temperature 1")
-
-    def argmax_to_t1(name, write):
-        return f"{write(sampled(runs, name, 0.0))} -> {write(sampled(runs, name, 1.0))}"
-    rows = [[name, argmax_to_t1(name, lambda r: hundredths(r["alpha"])),
-             argmax_to_t1(name, lambda r: times(r["speedup"])),
-             hundredths(argmax_over_t1(runs, name))] for name in names]
-    a, t = theirs["argmax"], theirs["temperature 1"]
-    rows.append([f"Leviathan et al., Table 2 (T5-small for T5-XXL, EnDe, k {a['k']})",
-                 f"{a['alpha']:.2f} -> {t['alpha']:.2f}", f"{a['speedup']:g}x -> {t['speedup']:g}x",
-                 hundredths(a["speedup"] / t["speedup"])])
-    return table(["drafter", "alpha, argmax -> T 1", "speed-up, argmax -> T 1",
-                  "argmax over T 1"], rows)
+    return sampling_costs.gap_table(runs["sampling_costs"]["temperature"], theirs) + "\n"
 
 
 def lenience_table(runs):
-    trained = runs["sampling_costs"]["lenience"]["trained"]
-    small = {r["lenience"]: r for r in runs["sampling_costs"]["lenience"]["small_pair"]}
+    trained, small = (runs["sampling_costs"]["lenience"][key] for key in ("trained", "small_pair"))
     steps = sorted(trained, key=lambda r: -r["lenience"])
     claim(all(a["alpha"] < b["alpha"] and a["tv_per_token"] < b["tv_per_token"]
               for a, b in zip(steps, steps[1:])),
@@ -333,12 +292,7 @@ def lenience_table(runs):
     best_k = runs["sampling_costs"]["best_k"]   # and what the bullets after the table say
     claim(best_k["best_k_rounds"] == best_k["measured"],
           "`speculative.best_k` picks the measured best")
-    return table(["lenience", "alpha of the rule", "TV per token (exact)", "per pass (predicted)",
-                  "speed-up (predicted)", "4-token pair: TV of outputs, exact", "sampled"],
-                 [[f"{r['lenience']:g}", hundredths(r["alpha"]), f"{r['tv_per_token']:.3f}",
-                   against(r, "tokens_per_pass", hundredths), against(r),
-                   f"{small[r['lenience']]['exact_tv']:.3f}",
-                   f"{small[r['lenience']]['sampled_tv']:.3f}"] for r in steps])
+    return sampling_costs.lenience_table(trained, small) + "\n"
 
 
 def waste(runs):

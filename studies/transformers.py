@@ -470,6 +470,14 @@ def goals(pairs):
     return out
 
 
+def goal_words(goal):
+    """A goal of goals() in words: the goal, each measured ratio (which mode against which),
+    met or not."""
+    measured = ", ".join(f"{p['ratio']:.2f}x ({p['second']} against {p['first']})"
+                         for p in goal["pairs"])
+    return f"goal {goal['goal']:g}x, measured {measured}: **{'met' if goal['met'] else 'not met'}**"
+
+
 # ----------------------------------------------------------------------------------------------
 # The report
 
@@ -514,34 +522,39 @@ GOAL_WORDS = {"fastest": "our fastest exact setup against transformers' fastest 
 SECTION = Path(__file__).parent / "sections" / "transformers.md"   # the report's prose
 
 
-def markdown(rows, pairs, passes, notes, info):
-    def us(x):
-        return f"{x:,.0f}"
-    goal_lines = []
-    for name, g in goals(pairs).items():
-        measured = ", ".join(f"{p['ratio']:.2f}x" + (f" ({p['second']})" if len(g["pairs"]) > 1
-                                                    or name == "fastest" else "")
-                             for p in g["pairs"])
-        if name == "fastest":
-            measured += f" against {g['pairs'][0]['first']}"
-        goal_lines.append(f"- {GOAL_WORDS[name]}: goal {g['goal']}x, measured {measured}: "
-                          f"**{'met' if g['met'] else 'not met'}**")
-    table = common.markdown_table(
+def modes_table(rows):
+    """Every mode's speed and its output check (the report's and docs/RESULTS.md's table)."""
+    return common.markdown_table(
         ["family", "mode", "characters/s", "vs generate()", "vs transformers' fastest exact",
          "characters per target pass", "identical"],
-        [[r["family"], r["mode"], us(r["chars_per_s"]), f"{r['vs_generate']:.2f}x",
+        [[r["family"], r["mode"], f"{r['chars_per_s']:,.0f}", f"{r['vs_generate']:.2f}x",
           f"{r['vs_fastest_transformers']:.2f}x", f"{r['chars_per_target_pass']:.2f}",
           "yes" if r["identical"] else f"**no** (prompts {r['differs_on']})"] for r in rows])
-    split_table = common.markdown_table(
-        ["mode", "wall", "target forward", "draft forward", "everything else",
-         "in the models", "Stats: draft / target"],
-        [[r["mode"], us(r["wall_us"]), us(r["target_us"]), us(r["draft_us"]),
-          us(r["rest_us"]), f"{(r['target_us'] + r['draft_us']) / r['wall_us']:.0%}",
-          f"{us(r['stats_draft_us'])} / {us(r['stats_target_us'])}"
-          if "stats_target_us" in r else ""] for r in rows])
+
+
+def split_table(rows, stats=True):
+    """Where each mode's time goes, microseconds per character; with what our loop counted
+    (Stats) where stats."""
+    header = ["mode", "wall", "target forward", "draft forward", "everything else",
+              "in the models"] + (["Stats: draft / target"] if stats else [])
+    cells = []
+    for r in rows:
+        cells.append([r["mode"], *(f"{r[key]:,.0f}" for key in ("wall_us", "target_us",
+                                                               "draft_us", "rest_us")),
+                      f"{(r['target_us'] + r['draft_us']) / r['wall_us']:.0%}"])
+        if stats:
+            cells[-1].append(f"{r['stats_draft_us']:,.0f} / {r['stats_target_us']:,.0f}"
+                             if "stats_target_us" in r else "")
+    return common.markdown_table(header, cells)
+
+
+def markdown(rows, pairs, passes, notes, info):
     text = report.fill(SECTION, **info, per_prompt=info["n_new"] // info["prompts"],
-                       schedule=default_schedule(), goal_lines="\n".join(goal_lines),
-                       table=table, split_table=split_table, passes=passes_text(passes),
+                       schedule=default_schedule(), goal_lines="\n".join(
+                           f"- {GOAL_WORDS[name]}: {goal_words(goal)}"
+                           for name, goal in goals(pairs).items()),
+                       table=modes_table(rows), split_table=split_table(rows),
+                       passes=passes_text(passes),
                        **explained({r["mode"]: r for r in rows}, passes, info["bound"]))
     return "\n\n".join([text, *(["\n".join(f"- {n}" for n in notes)] if notes else [])])
 

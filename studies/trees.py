@@ -45,7 +45,7 @@ from beyond.tree_grow import (
     tree_tokens_per_pass,
 )
 from lessonkit import cli, corpus, machine
-from studies.drafters import checked_stats, load_target
+from studies.drafters import checked_stats, drafters_and_backends, load_target
 
 
 @dataclass
@@ -295,11 +295,7 @@ def run(args, log=print):
     if args.quick:              # tiny models: two drafters that branch, two budgets
         args.drafts = "draft,ngram" if args.drafts == Args.drafts else args.drafts
         args.budgets = "2,8" if args.budgets == Args.budgets else args.budgets
-    for backend in args.backends.split(","):
-        registry.check_backend(backend)
-    names = [n for n in args.drafts.split(",") if n]
-    for name in names:
-        registry.check_name(name)
+    names, _ = drafters_and_backends(args)
     # a pass over N guesses and the root, timed after cached text, fits the big model's window
     block = presets.preset("big", "quick" if args.quick else "lesson").config.block_size
     too_big = [b for b in common.whole_numbers(args.budgets, "budgets") if b + 2 > block]

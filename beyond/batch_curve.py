@@ -1,9 +1,10 @@
 """
-beyond/batch_curve.py: what batching buys, measured. Plain decoding of 16 rows batched
-against the same rows one at a time; batched speculative against batched plain decoding at
-batch 16 for each drafter, with the bound a free, always-right drafter would meet there; then
-the speed-up against batch size with the best of them, next to the formula's prediction from
-passes timed at each size (batch_curve; exercise 5 draws the same curve).
+beyond/batch_curve.py: what batching buys, on the lesson's big model, measured. Plain decoding of
+16 rows batched against the same rows one at a time (NumPy and torch); batched speculative
+against batched plain decoding at batch 16 for each backend and drafter, with the bound a free,
+always-right drafter would meet there; then the speed-up against batch size with the best of
+them, next to the formula's prediction from passes timed at each size (batch_curve; exercise 5
+draws the same curve).
 
     python -m beyond.batch_curve                 # the lesson's big model in NumPy: minutes
     python -m beyond.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
@@ -189,11 +190,7 @@ class CurveArgs:
 
 
 def main(argv=None):
-    """What batching buys, on the lesson's big model. Plain decoding of 16 rows batched against
-    one row at a time (NumPy and torch); batched speculative against batched plain at batch 16
-    for each backend and drafter, with its bound; then the speed-up against batch size with the
-    best of them (see batch_curve), next to the formula's prediction."""
-    parser = cli.Parser(description=main.__doc__.split(".")[0])
+    parser = cli.Parser(description=__doc__.split("\n\n")[0])
     cli.add_fields(parser, CurveArgs, title="batch curve")
     args = cli.take(CurveArgs, parser.parse_args(argv))
     sizes, ks = common.whole_numbers(args.sizes, "sizes"), common.whole_numbers(args.ks, "ks")

@@ -17,23 +17,16 @@ What makes rows of different lengths share a pass:
   the model's own submodules): row b's new token i sits at slot length_b + i (its position in
   its window) and sees slots 0..length_b + i only, so neither the future nor stale entries of
   rejected guesses beyond the row's length; rows are right-padded, and padding writes to a
-  spare slot. (Why not one forward for all: on one row these cost more than gpt.GPT's and
-  NumpyGPT's own paths, as python -m studies.forwards measures, so one-row decoding
-  keeps those.)
+  spare slot. (On one row this costs more than the models' own paths, which one-row decoding
+  keeps: python -m studies.forwards.)
 - BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
   rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
   half, on their own slots) share another, so a round whose check crosses a jump is split there.
 Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
 has exactly the target's distribution (the acceptance rule is numpy_speculative.verify).
 
-Stats: a BatchStats, whose `rows` are one Stats per row. Every figure speculative.Stats has
-means what it means for one sequence, summed over the rows: target_passes counts, for each row,
-the passes it took part in, so tokens_per_pass is a row's new tokens per pass (1 to k + 1, as
-when the rows are decoded one after another) and acceptance_rate the kept share of every row's
-guesses. What the batch shares has names of its own: batch_passes (forward passes of the target
-over the batch: one per round, one more when some rows re-encode a jumped window),
-batch_draft_passes, batch_rounds, and tokens_per_batch_pass (up to B x (k + 1)). The times are
-the wall time of the batch.
+Stats: a BatchStats, one Stats per row in `rows`, their sums (each figure means what it means
+for one sequence), and what the batch shares (docs/API.md, "Stats").
 
 Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
 drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
@@ -255,10 +248,8 @@ def check_memory(models, batch_size):
 
 @dataclass
 class BatchStats(sd.Stats):
-    """speculative.Stats for a batch: the rows' sums (per row, see the module docstring), the
-    batch's own passes and rounds, and one Stats per row. encode_time: seconds (within
-    draft_time and target_time) of the passes, of either model, that encode rows from the start
-    of their window: the prompts, and windows that jumped."""
+    """speculative.Stats for a batch (docs/API.md). encode_time: seconds (within draft_time and
+    target_time) of the passes that encode rows from their window's start (prompts, jumps)."""
     batch_passes: int = 0
     batch_draft_passes: int = 0
     batch_rounds: int = 0

@@ -56,12 +56,6 @@ def colour_text(pieces, use_colour):
     return "".join(f"\033[{COLOURS[kind]}m{text}\033[0m" for text, kind in pieces)
 
 
-def load_pair(args):
-    folder = args.checkpoints or None
-    return (with_backend(presets.load_trained(args.target, folder), args.target_backend),
-            registry.by_name(args.draft, folder, args.draft_backend))
-
-
 def main(argv=None):
     parser = cli.Parser(prog="python speculative.py",   # which starts this (see its main guard)
                         description="Speculative decoding with the lesson's trained models: "
@@ -80,8 +74,10 @@ def main(argv=None):
     registry.check_name(args.draft)
     for backend in (args.target_backend, args.draft_backend):
         check_backend(backend)
-    target, draft = load_pair(args)
-    draft = schedules.drafting_for(args.adaptive, draft)
+    folder = args.checkpoints or None
+    target = with_backend(presets.load_trained(args.target, folder), args.target_backend)
+    draft = schedules.drafting_for(args.adaptive,
+                                   registry.by_name(args.draft, folder, args.draft_backend))
 
     def plain_run():
         return generate(target, idx, args.max_new_tokens,

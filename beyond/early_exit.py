@@ -3,10 +3,8 @@ beyond/early_exit.py: self-speculation by early exit. The big model's own first 
 final LayerNorm and its head draft; the whole model checks. No second model to train or load
 (LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
 
-Whether its first layers can draft depends on how the big model was trained: trained with
-AdamW, its later layers mostly refined what its first ones already predicted; trained with Muon,
-as the big preset is, its first layers agree with it far less, its prediction forming later
-(docs/RESULTS.md, "Every drafter compared: the fastest way to write this text exactly").
+How well its first layers draft depends on how the big model was trained (with Muon, as the
+big preset is, far less than with AdamW): docs/RESULTS.md, "Every drafter compared".
 
 EarlyExit(model, L) (what `--draft exitL` gives) shares ONE KV cache with the check, as
 LayerSkip does. A guess runs the lower layers (0..L-1) on one token and reads the head off their
@@ -24,8 +22,6 @@ is rolled back in both groups by comparing the cached tokens with the sequence.
 first_layers(model, L) is the variant without sharing: a GPT of the first L layers, an ordinary
 draft with a KV cache of its own, so those layers' keys and values are computed twice.
 
-Sharing makes early exit faster on both backends, yet slower than plain decoding: a guess
-costs too much for its agreement (docs/RESULTS.md, "Every drafter compared").
 Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
 distilled from the whole model in about a minute) lifted agreement at every L and took torch
 just past plain decoding at k = 1, but not NumPy, whose plain decoding is the faster one.

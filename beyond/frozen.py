@@ -20,6 +20,7 @@ import torch
 
 from beyond import presets
 from lessonkit import machine
+from lessonkit.checkpoint import write_atomic
 
 FLAGS = ("save_every", "threads", "checkpoints", "fresh", "speed")  # how to run, not what to learn
 
@@ -90,11 +91,10 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
 
     def save():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"format": f"specdec-{kind.name}/1", kind.name: draft.state_dict(),
-                    **(keep or {}), "settings": wanted, "step": step,
-                    "optimizer": optimizer.state_dict(), "rng": generator.get_state()}, tmp)
-        tmp.replace(path)  # atomic: the old file stays whole until the new one is
+        state = {"format": f"specdec-{kind.name}/1", kind.name: draft.state_dict(),
+                 **(keep or {}), "settings": wanted, "step": step,
+                 "optimizer": optimizer.state_dict(), "rng": generator.get_state()}
+        write_atomic(path, lambda f: torch.save(state, f))
 
     big.eval()
     draft.train()

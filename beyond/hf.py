@@ -17,23 +17,13 @@ lesson's decoders. Needs the optional extra: pip install -e '.[hf]'.
        from speculative import generate, speculative_generate
        out, stats = speculative_generate(HFModel(big), HFModel(small), idx, 100, k=4)
 
-   Target and draft must share a tokenizer. A padded vocabulary (config.vocab_size larger than
-   the tokenizer's) is fine when both are padded alike; otherwise pass vocab_size=len(tokenizer)
-   to both and the logits are cut to it.
-
-With internet, on two small open models (distilgpt2 drafting for gpt2):
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained("gpt2")
-    target = HFModel(AutoModelForCausalLM.from_pretrained("gpt2"))
-    draft = HFModel(AutoModelForCausalLM.from_pretrained("distilgpt2"))
-    idx = tokenizer("The meaning of life is", return_tensors="pt").input_ids
-    out, stats = speculative_generate(target, draft, idx, 50, k=4)
-    print(tokenizer.decode(out[0]), f"{stats.tokens_per_pass:.2f} tokens per gpt2 pass")
+   Target and draft must share a tokenizer (padded vocabularies: pass vocab_size=len(tokenizer)
+   to both). On gpt2 with distilgpt2 drafting: docs/RESULTS.md, "With Hugging Face
+   transformers".
 
 Changes from transformers' GPT-2: none in the arithmetic (GELU "gelu_new" is our tanh GELU,
-LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), head tied to wte). Changes from transformers' assisted generation (generate(assistant_model=...)): the same
-tokens at temperature 0, from the lesson's loop (speculative.py), its drafters and its Stats.
+LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), head tied to wte). Changes from
+transformers' assisted generation: the same tokens at temperature 0, from the lesson's loop.
 
 Shapes: B batch, T time, C channels (n_embd), V vocabulary.
 """

@@ -11,9 +11,7 @@ a text repeats itself, as greedy text of a small model does).
 
 NGramDraft.of_target(big) ("ngram-big" on the command lines) builds the table from the big
 model's own greedy text instead: a drafter need not know the language, only what the model it
-drafts for writes, and a small model's greedy text repeats its habits. It keeps more of its
-guesses than the training text's table does (docs/RESULTS.md, "Every drafter compared: the
-fastest way to write this text exactly").
+drafts for writes, and a small model's greedy text repeats its habits.
 
 Guesses are deterministic, so for sampling each comes with a one-hot distribution: the
 acceptance rule keeps it with probability target(x) and otherwise draws from the target with x
@@ -36,6 +34,7 @@ import speculative as sd
 from beyond import batched, presets
 from beyond.backends import with_backend
 from lessonkit import cli, corpus
+from lessonkit.checkpoint import write_atomic
 
 ORDER = 5
 LOOKUP = 3   # characters matched by prompt lookup
@@ -204,16 +203,13 @@ def cached(path, stamp):
 
 
 def saved(path, stamp, tables):
-    """Save tables at path (atomically: a .tmp file renamed), marked with `stamp`; -> tables."""
+    """Save tables at path (atomically), marked with `stamp`; -> tables."""
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"stamp": np.array(stamp), "order": np.array(len(tables))}
     for n, t in enumerate(tables):
         arrays[f"c{n}"] = np.array(list(t), dtype=np.int64)
         arrays[f"t{n}"] = np.array(list(t.values()), dtype=np.int64)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    tmp.replace(path)
+    write_atomic(path, lambda f: np.savez(f, **arrays))
     return tables
 
 

@@ -33,12 +33,9 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the reposit
 # learned first names instead of Shakespeare (so it barely ever agrees with the target). And a
 # faster-paying draft: one layer as wide as the target (on a CPU a step costs per layer, hardly
 # per width) trained to imitate the target's distributions (distillation) rather than the text.
-# "train": how a preset trains where it differs from training.Recipe's defaults (the lesson's
-# AdamW, cosine decay, 1500 steps). The big model trains with the speedrun's recipe (Muon, a
-# warm-up/stable/decay schedule at twice the rates, zero-initialised projections) for fewer
-# steps, each lever measured by studies/training.py (docs/RESULTS.md, "The models");
-# the distilled draft starts from the big model's embeddings and first block. The lesson's two
-# small drafts keep AdamW, and with it the lesson's figures.
+# "train": where a preset differs from training.Recipe's defaults (the lesson's AdamW, cosine,
+# 1500 steps): the big model takes the speedrun's levers (docs/RESULTS.md, "The models"), the
+# distilled draft starts from its teacher; the lesson's two small drafts keep the lesson's recipe.
 DRAFT = {"n_embd": 32, "n_layer": 1, "n_head": 2}
 SPEEDRUN = {"optimizer": "muon", "schedule": "wsd", "min_lr": 0.0, "lr": 8e-3, "muon_lr": 0.04,
             "init": "zero", "warmup_steps": 20}

@@ -12,10 +12,8 @@ trains exactly gpt.train's model.
     train(recipe.initialise(gpt.GPT()), recipe)   # about the big preset's recipe
 
 References: K. Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
-the modded-nanogpt speedrun (its schedule and zero-initialised projections); torch.autocast
-(mixed precision) and torch.compile, as the PyTorch documentation describes them. Each lever is
-measured by studies/training.py (docs/RESULTS.md, "The models"); compiling made the
-first steps slow and the rest no faster on a 2-core CPU, so it is off unless asked for.
+the modded-nanogpt speedrun (its schedule and zero-initialised projections). Each lever is
+measured by studies/training.py (docs/RESULTS.md, "The models"); compile is off unless asked.
 """
 
 import contextlib

@@ -17,14 +17,8 @@ of its depth, so its logits are exactly those it would get at the end of its own
      everything else is forgotten (keep_path), so the next pass continues the cache.
 The big model adds its own token after the kept path, as in the lesson's loop.
 
-The mask of one round, a root r (the last written token), two guesses a, b for the next token
-and c after a; 3 cached tokens before r (1: may attend; the tree_mask docstring explains):
-
-                  cached  r a b c          positions: r at 3, a and b at 4, c at 5
-             r    1 1 1   1 . . .
-             a    1 1 1   1 1 . .
-             b    1 1 1   1 . 1 .
-             c    1 1 1   1 1 . 1
+A round: a root r (the last written token), two guesses a, b for the next token and c after
+a; tree_mask's docstring draws its mask.
 
 The forward pass is the model's own: gpt.GPT's blocks and beyond/fast_numpy.py's NumpyGPT layers
 both read a causal mask at [first new slot:, :end]; here the tree's rows stand in for it for one

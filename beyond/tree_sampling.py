@@ -3,10 +3,7 @@ beyond/tree_sampling.py: walking down a tree the big model has scored (beyond/tr
 greedy, following the big model's choices; and sampling without changing the target's
 distribution, several guesses for one position checked one after another.
 
-A tree (beyond/tree_grow.Tree) as the walks read it: tree.tokens[a], tree.parents[a] and
-tree.draft_probs[a] for node a (node 0 is the root, the last written token: its parent is -1,
-its draft_probs None); tree.children(a) lists a's children in rank order (the drafter's first
-guess first). Greedy decoding reads no draft_probs.
+A tree is beyond/tree_grow.Tree (greedy_walk's docstring says what the walks read of it).
 
 The rule (multi-draft speculative sampling) is the one SpecInfer introduced (Miao et al., 2024,
 "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference and

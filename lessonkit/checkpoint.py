@@ -67,6 +67,11 @@ def write_whole(path, write):
     return tmp
 
 
+def write_atomic(path, write):
+    """write(f) into `path`, whole or not at all (write_whole, then renamed onto it)."""
+    os.replace(write_whole(path, write), path)
+
+
 def export_npz(model, path, characters=None):
     """The weights as plain NumPy arrays (GPT-2 names, torch's layouts) plus the config and the
     vocabulary (`characters`, default: the corpus') as JSON, for numpy_speculative.load: no
@@ -76,7 +81,7 @@ def export_npz(model, path, characters=None):
     arrays["meta.config"] = np.array(json.dumps(asdict(model.c)))
     arrays["meta.vocab"] = np.array(json.dumps(corpus.vocab() if characters is None
                                                else characters))
-    os.replace(write_whole(path, lambda f: np.savez(f, **arrays)), path)
+    write_atomic(path, lambda f: np.savez(f, **arrays))
     return path
 
 

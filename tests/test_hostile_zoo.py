@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from classroom import checks, parts, regions, runner, sandbox
+from classroom import checks, parts, regions, runner, sandbox, submissions
 from classroom.submissions import ROOT, copy_project, workspace
 
 pytestmark = pytest.mark.slow  # attacks graded in every sandbox mode: not in make test-fast
@@ -290,6 +290,29 @@ def test_the_expected_values_cannot_be_read(isolation, tmp_path, monkeypatch):
     assert (matches.status == "pass") != sandboxed, matches.lines()
     if sandboxed:                                       # it looked, and found nothing
         assert "no expected values to read" in " ".join(matches.lines())
+
+
+ORACLE = """from classroom.checks import lookup_oracle   # the checks' own enumeration
+    return lookup_oracle(seq, k, longest, shortest)"""
+
+
+@pytest.mark.parametrize("defence", [True, False], ids=["grader", "negative-control"])
+def test_the_checks_references_are_not_in_the_sandbox(defence, tmp_path, monkeypatch):
+    # Part 6a answered by the independent reference its checks compare with: the checks stay
+    # with the grader, so the import fails in the sandbox (the control: the same sandbox with
+    # every file of the student version's classroom/ in it, where it earns every point).
+    use_sandbox("bwrap", monkeypatch)
+    if not defence:
+        monkeypatch.setattr(sandbox, "in_sandbox", lambda relative: not (
+            submissions.teachers_only(relative) or relative.endswith(".ipynb")))
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "beyond/ngram.py", stub("prompt_lookup"), ORACLE)
+    results, score = run(tmp_path, submission, "6a", seeds=(0, HIDDEN))
+    full = sum(c.points for c in runner.select(part="6a", hidden=True))
+    assert score == (0 if defence else full), [(r.check.name, r.lines()) for r in results]
+    if defence:
+        assert all("classroom.checks" in " ".join(r.lines()) for r in results), \
+            [r.lines() for r in results]
 
 
 # ----------------------------------------------------------------------------------------------

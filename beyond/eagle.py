@@ -416,13 +416,15 @@ def against_heads(table, eagle="EAGLE-style draft", heads="Medusa heads"):
                    key=lambda row: row[2])
     (ke, stats_e, speedup_e), (kh, stats_h, speedup_h) = fastest(eagle), fastest(heads)
     te, th = stats_e.tokens_per_pass, stats_h.tokens_per_pass
-    equal = [table[eagle, k][0].tokens_per_pass / table[heads, k][0].tokens_per_pass
-             for (name, k) in table if name == heads and (eagle, k) in table]
+    equal = {k: table[eagle, k][0].tokens_per_pass / table[heads, k][0].tokens_per_pass
+             for (name, k) in table if name == heads and (eagle, k) in table}
+    low, high = min(equal.values()), max(equal.values())
     return (f"each at its fastest k: the {eagle} (k = {ke}) {te:.2f} characters per pass, "
             f"{speedup_e:.2f}x plain decoding; the {heads} (k = {kh}) {th:.2f}, {speedup_h:.2f}x:"
             f" {te / th:.2f}x the characters per pass ({(te - 1) / (th - 1):.2f}x the accepted "
-            f"guesses), {speedup_e / speedup_h:.2f}x the speed-up. At equal k: {min(equal):.2f}x "
-            f"to {max(equal):.2f}x the characters per pass.")
+            f"guesses), {speedup_e / speedup_h:.2f}x the speed-up. At equal k "
+            f"({', '.join(map(str, sorted(equal)))}): {low:.2f}x"
+            + (f" to {high:.2f}x" if high != low else "") + " the characters per pass.")
 
 
 if __name__ == "__main__":

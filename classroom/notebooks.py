@@ -221,7 +221,7 @@ def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=
             else ""
         page, _ = HTMLExporter().from_notebook_node(notebook)
         (folder / source.with_suffix(".html").name).write_text(page)
-        log(f"{source.stem:24} {seconds:6.0f} s  {verdict}{over}")
+        log(f"{source.stem:32} {seconds:4.0f} s  {verdict}{over}")
     log(f"{len(failed)} of {len(sources(root / 'notebooks'))} notebooks failed; HTML copies in "
         f"{folder}" if failed else f"every notebook passed on the trained models; HTML in {folder}")
     return failed

@@ -96,7 +96,7 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
         except CellExecutionError as e:
             lines = [line for line in str(e).splitlines() if line.strip()]
             why = "an error: " + (lines[-1] if lines else "?")
-        log(f"{source.stem:24} {time.perf_counter() - started:6.0f} s  {why or 'passed'}")
+        log(f"{source.stem:32} {time.perf_counter() - started:4.0f} s  {why or 'passed'}")
         if why:
             failures.append((source.stem, why))
         if only and source.stem >= only:

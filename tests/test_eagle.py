@@ -304,4 +304,6 @@ def test_against_the_heads_compares_each_at_its_fastest_k():
     said = eagle_module.against_heads(table)
     assert "(k = 8) 5.00 characters per pass, 2.40x" in said and "(k = 5) 4.00, 2.00x" in said
     assert "1.25x the characters per pass (1.33x the accepted guesses), 1.20x the speed-up" in said
-    assert "At equal k: 1.00x to 1.00x" in said   # only k = 1 ran for both
+    assert "At equal k (1): 1.00x the" in said   # only k = 1 ran for both
+    table["EAGLE-style draft", 5] = row(4.4, 2.2)
+    assert "At equal k (1, 5): 1.00x to 1.10x the" in eagle_module.against_heads(table)

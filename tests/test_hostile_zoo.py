@@ -132,8 +132,10 @@ def _what_i_see():
             "grader's process": any(b"pytest" in open(f"/proc/{p}/cmdline", "rb").read()
                                     for p in (os.listdir("/proc") if os.path.isdir("/proc")
                                               else []) if p.isdigit()),
-            "hidden checks": "HIDDEN_SEED" in open(
-                os.path.join(os.getcwd(), "classroom", "checks.py")).read()}
+            "checks": os.path.exists(os.path.join(os.getcwd(), "classroom", "checks.py")),
+            "hidden checks": readable(os.path.join(os.getcwd(), "classroom", "checks.py")) and
+                             "HIDDEN_SEED" in open(
+                                 os.path.join(os.getcwd(), "classroom", "checks.py")).read()}
 '''
 
 
@@ -153,7 +155,7 @@ def test_the_students_code_sees_no_secret(isolation, tmp_path, monkeypatch):
         assert seen["reference"] and seen["grader's process"]
         return
     secrets = {"reference": False, "above the interpreter": False, "seed": None,
-               "autograder": False, "hidden checks": False}
+               "autograder": False, "checks": False, "hidden checks": False}
     if isolation == "user":     # chrooted: no /proc, a /tmp of its own: the way to the copy
         venv = Path(sys.prefix).resolve()     # (and to the virtual environment, in a clone in
         tmp = [venv.relative_to("/tmp").parts[0]] if venv.is_relative_to("/tmp") else []  # /tmp)

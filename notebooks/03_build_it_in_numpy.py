@@ -428,7 +428,7 @@ print(f"big model: {big_one * 1e6:.0f} us for one token, {big_five * 1e6:.0f} us
       f"(verify_cost {verify_cost:.2f}); draft: {draft_one * 1e6:.0f} us (c = {c:.2f})")
 busy_note = busy.note([machine.spread(ratios)])  # claims about the clock: on a quiet machine
 print(busy_note or "(the machine was quiet while timing)")
-assert (verify_cost > 1.5 and c < 0.5) or QUICK or busy_note
+assert (verify_cost > 1.3 and c < 0.5) or QUICK or busy_note
 
 fig, ax = plt.subplots(figsize=(7, 2.4))
 ax.barh(["draft, 1 token (c)", "big, 5 tokens (verify_cost)", "big, 1 token"],
@@ -482,9 +482,10 @@ assert 0.6 < measured / from_run < 1.6 or QUICK or busy_note  # the cost model e
 #   steps plus one check predict the measured speed-up (asserted: within a factor of 1.6).
 #   The formula from alpha alone is more optimistic: it assumes each guess is kept
 #   independently, but misses come in runs, so real rounds write fewer tokens.
-# - **Checking five tokens is not free here** (asserted: verify_cost above 1.5): in NumPy on a
-#   CPU the matrix products grow with the rows. On a GPU a big model's pass is bound by
-#   reading its weights, so five tokens cost about what one does: the "verify_cost 1" line.
+# - **Checking five tokens is not free here** (asserted: verify_cost above 1.3; 1.4 to 2 where
+#   we timed it): in NumPy on a CPU the matrix products grow with the rows. On a GPU a big
+#   model's pass is bound by reading its weights, so five tokens cost about what one does:
+#   the "verify_cost 1" line.
 #   Where "measured" reads slower, this is the lesson's "no wall-clock gain": the method is
 #   sound (the big model's text in fewer passes), but checking costs more than a round wins.
 # - **What would change it:** a draft that agrees more (notebook 5's distilled draft), a

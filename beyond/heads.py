@@ -336,14 +336,13 @@ def train(big, hc, path, source=None, log=print, progress=False):
             pool.append(greedy_pool(big, source, hc.pool, hc.seed))
 
     def loss_of_step(generator):
-        T = big.c.block_size
         with torch.no_grad():
-            if pool:
+            if pool:                                               # whole windows of the pool
                 _, hidden = batch_of(pool[0], hc.batch_size, pool[0][0].shape[1], generator)
                 logits = big.lm_head(hidden)                       # (B, T, V)
             else:
-                x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size, block_size=T,
-                                     generator=generator)
+                x, _ = gpt.get_batch("train", source, batch_size=hc.batch_size,
+                                     block_size=big.c.block_size, generator=generator)
                 logits, hidden = final_states(big, x)              # (B, T, V), (B, T, C)
         return heads_loss(heads(hidden), logits, hc.targets)
     return frozen.train(KIND, heads, big, hc, path, loss_of_step, keep={"n_heads": hc.heads},

@@ -12,6 +12,7 @@ Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom grade-all SUBMISSIONS/ --csv grades.csv
     python -m classroom gradescope --out autograder.zip
     python -m classroom notebooks [--solved] [--check] [--walk]  # (make notebooks, notebooks-check)
+    python -m classroom mutants [--part 3b]       # the checks against every mutant of a solution
 """
 
 import csv
@@ -22,16 +23,13 @@ import tempfile
 from pathlib import Path
 
 from classroom import build, notebooks, parts, runner, sandbox, walk, yourturn
-from classroom.submissions import (
-    ROOT,
-    SubmissionError,
-    broken_files,
-    private_copy,
-    scratch_dir,
-    with_blank_files,
-    workspace,
-)
+from classroom.project import ROOT
 from lessonkit import cli
+
+try:
+    from classroom import mutants      # the teacher's repository only
+except ImportError:
+    mutants = None
 
 GRADE_TIME = 240   # seconds one submission's checks may take in all (worst case: about 130)
 UNSAFE = "grade even where no sandbox is possible (the students' code can read this machine)"
@@ -77,6 +75,11 @@ def parser():
                         "models, then make check there; exit 1 unless all pass with every point")
     n.add_argument("--checkpoints", help="with --check or --walk: the trained models in this "
                                          "folder (default: checkpoints/)")
+    if mutants is not None:
+        m = sub.add_parser("mutants", help="the checks against every mutant of the solutions "
+                                           "(the score per part, the survivors listed)")
+        m.add_argument("--part", help="one part only, e.g. 3b")
+        m.add_argument("--out", default="results/mutants.json", help="the survivors, as JSON")
     return p
 
 
@@ -113,7 +116,8 @@ def check(args):
     if not selected:
         raise ValueError(f"part {args.part} is not in exercise {args.exercise}; "
                          f"choose one of its parts or leave the exercise out")
-    results = runner.run_checks(ROOT, selected, [runner.PUBLIC_SEED], grading=False)
+    results = runner.run_checks(sandbox.probe(ROOT, grading=False),
+                                {False: ROOT, True: ROOT}, selected, [runner.PUBLIC_SEED])
     instead = {p.id: not_started(p, [r for r in results if r.check.part == p.id])
                for p in parts.PARTS}
     print(runner.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
@@ -125,56 +129,40 @@ def check(args):
     return 0
 
 
-def grade_one(submission, part=None, notes=None):
-    """All checks (or a part's), public and hidden seeds, on a submission, within GRADE_TIME
-    seconds: (results, missing files). notes: a list that gets a line for each strange file
-    (submissions.private_copy) and for checks the time cap left out."""
-    seeds, chosen = [runner.PUBLIC_SEED, runner.hidden_seed()], runner.select(part=part,
-                                                                            hidden=True)
+def grade_one(box, submission, part=None, notes=None):
+    """All checks (or a part's), public and hidden seeds, on a submission (or the files read
+    from one), within GRADE_TIME seconds. notes: a list that gets a line for each strange file and for checks the time cap
+    left out."""
     notes = [] if notes is None else notes
-    with scratch_dir() as scratch:
-        root, missing = workspace(submission, scratch, notes=notes)
-        broken = broken_files(root)
-        if not broken:
-            results = runner.run_checks(root, chosen, seeds, missing=missing, budget=GRADE_TIME)
-        else:
-            # A file that does not compile costs its own parts; the other parts run with a
-            # blank copy of it in its place (their files may import it).
-            own = [c for c in chosen if parts.BY_ID[c.part].file in broken]
-            others = [c for c in chosen if c not in own]
-            stand_in = with_blank_files(root, broken, Path(scratch) / "stand-in")
-            results = runner.run_checks(root, own, seeds, missing=missing,
-                                        budget=GRADE_TIME // 2) + \
-                runner.run_checks(stand_in, others, seeds, missing=missing,
-                                  budget=GRADE_TIME // 2)
+    files = runner.read(box, submission, notes) if not isinstance(submission, dict) else \
+        submission
+    chosen = runner.select(part=part, hidden=True)
+    results = runner.grade(box, files, chosen, [runner.PUBLIC_SEED, runner.hidden_seed()],
+                           notes, budget=GRADE_TIME)
     cut = sum("grade's time" in o.get("message", "") for r in results
               for o in r.outcomes.values())
     if cut:
         notes.append(f"the grade's time cap ({GRADE_TIME} s) left {cut} check runs out")
-    order = {c.name: i for i, c in enumerate(chosen)}
-    return sorted(results, key=lambda r: order[r.check.name]), missing
+    return results
 
 
-def refuse_without_sandbox(args):
-    """One line, before any work, where no sandbox is possible and --unsafe is not given."""
-    if args.unsafe:
-        sandbox.allow_unsafe()
-    with tempfile.TemporaryDirectory(prefix="classroom-probe-") as scratch:
-        sandbox.isolation(scratch, grading=True)
+def sandboxed(args):
+    """The sandbox, before any work; one line where there is none and --unsafe is not given."""
+    return sandbox.probe(ROOT, grading=True, unsafe=args.unsafe,
+                         scratch=tempfile.mkdtemp(prefix="classroom-site-"))
 
 
 def grade(args):
     """One submission into results.json, which is written whatever happens once grading has
-    begun: a grade that raises still leaves one, with what it knew and a top-level output that
-    says what went wrong (then the error goes on, for its one line and exit status)."""
-    refuse_without_sandbox(args)
+    begun: a grade that raises still leaves one, with a top-level output that says why."""
+    box = sandboxed(args)
     notes, data = [], {"score": 0, "tests": [], "stdout_visibility": "hidden"}
     try:
-        results, missing = grade_one(args.submission, args.part, notes)
+        results = grade_one(box, args.submission, args.part, notes)
         print(runner.table(results) + "".join(f"\nnote: {runner.shown(n)}" for n in notes))
         data = runner.gradescope_json(results)
     except BaseException as e:
-        notes.append(f"not graded: {e}" if isinstance(e, SubmissionError) else
+        notes.append(f"not graded: {e}" if isinstance(e, ValueError) else
                      f"not graded: the grader stopped ({type(e).__name__}: {e}): regrade it")
         raise
     finally:
@@ -188,9 +176,16 @@ def grade(args):
 COLUMNS = ["student"] + [p.id for p in parts.PARTS] + ["total", "note"]
 
 
+def cell(text):
+    """A CSV cell as a spreadsheet shows it, never as a formula (OWASP's rule: a leading =, +,
+    -, @, tab or carriage return gets a ' before it)."""
+    text = str(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def row_names(submissions):
-    """{submission: its row's name}: the entry's whole name (dup/ and dup.zip are two rows,
-    "dup" and "dup.zip"), shown() whole; two names that escape alike get " (2)", " (3)"."""
+    """{submission: its row's name}: the entry's whole name (dup/ and dup.zip are two rows),
+    shown() whole; two names that escape alike get " (2)", " (3)"."""
     names, taken = {}, set()
     for submission in submissions:
         name = runner.shown(submission.name, cap=0)
@@ -206,29 +201,25 @@ def grade_all(args):
     folder = Path(args.folder)
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder of submissions")
-    refuse_without_sandbox(args)
+    box = sandboxed(args)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
     names = row_names(submissions)
-    with tempfile.TemporaryDirectory(prefix="classroom-submissions-") as private, \
-            open(args.csv, "w", newline="") as f:
+    read = {}                  # every submission read first: no graded code can change the next
+    for submission in submissions:
+        notes = []
+        try:
+            read[submission] = runner.read(box, submission, notes), notes
+        except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
+            read[submission] = e, notes
+    with open(args.csv, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, restval="")
         writer.writeheader()
         f.flush()
-        # Every submission copied first (its student files only), into a folder of the
-        # grader's alone: what a graded submission's code does cannot change the next one's.
-        copies = {}
-        for i, submission in enumerate(submissions):
-            notes = []
-            try:
-                copies[submission] = private_copy(submission, Path(private) / str(i), notes), \
-                    notes
-            except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
-                copies[submission] = e, notes
         for submission in submissions:
-            # Each row is written as soon as it is known: a submission that stops the grader
-            # costs its own row only.
-            row = grade_row(names[submission], *copies[submission])
-            writer.writerow(row)
+            # Each row written as soon as it is known: a submission that stops the grader costs
+            # its own row only.
+            row = grade_row(box, names[submission], *read[submission])
+            writer.writerow({key: cell(value) for key, value in row.items()})
             f.flush()
             said = row["note"] if row["total"] == "" else f"{row['total']} points" + (
                 f" ({row['note']})" if row["note"] else "")
@@ -237,16 +228,16 @@ def grade_all(args):
     return 0
 
 
-def grade_row(student, copy, notes):
-    """The CSV row of one student's private copy (or of the error that kept it from being
-    made): a part's points in its column, notes shown() in the last; "not graded: why", with
-    blank points (not 0), when it cannot be graded at all."""
+def grade_row(box, student, files, notes):
+    """The CSV row of one submission's files (or the error that kept them from being read): a
+    part's points in its column, notes in the last; "not graded: why", with blank points (not
+    0), when it cannot be graded at all."""
     try:
-        if isinstance(copy, Exception):
-            raise copy
-        results, _ = grade_one(copy, notes=notes)
+        if isinstance(files, Exception):
+            raise files
+        results = grade_one(box, files, notes=notes)
     except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
-        reason = str(e) if isinstance(e, SubmissionError) else f"{type(e).__name__}: {e}"
+        reason = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         return {"student": student, "total": "", "note": f"not graded: {runner.shown(reason)}"}
     row = {"student": student, "total": sum(r.score for r in results),
            "note": "; ".join(runner.shown(note) for note in notes)}
@@ -295,6 +286,8 @@ def main(argv=None):
         return grade_all(args)
     if args.command == "notebooks":
         return notebooks_command(args)
+    if args.command == "mutants":
+        return mutants.main(args)
     print(f"wrote {build.gradescope_zip(args.out)}")
     return 0
 

@@ -1,12 +1,14 @@
 """
 classroom/build.py: the student repository and the Gradescope autograder, made from this one.
 
-build(dest) copies the project, replaces every solution region with a NotImplementedError
-(regions.py), removes the hidden checks, the project's own tests and the teachers' notes,
-clears notebook outputs, and writes a student README, a CI script, a GitHub Classroom
-workflow with one step per graded part, and the file that marks the repository as the student's
-(STUDENT_MARK). Then it proves itself both ways and refuses to finish otherwise: every check
-passes on the reference, and every check that carries points fails on the student version.
+build(dest) writes the student version of the project (project.py: solutions replaced by
+NotImplementedError, the teachers' files left out, notebook outputs cleared), a student README,
+a CI script, a GitHub Classroom workflow with one step per graded part and the mark of a
+student repository; it runs every public check on the reference, recording what each reference
+answered (expected.py) into the student repository's data file. Then it proves itself both
+ways and refuses to finish otherwise: every check passes on the reference (its references
+live, and the recorded data in the student repository's layout), and every check that carries
+points fails on the student version, as "not started".
 """
 
 import os
@@ -16,14 +18,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from classroom import checks, notebooks, parts, runner
-from classroom.submissions import (
-    ROOT,
-    STUDENT_MARK,
-    project_files,
-    student_text,
-    teachers_only,
-)
+from classroom import checks, expected, notebooks, parts, project, runner, sandbox
+from classroom.project import ROOT, STUDENT_MARK
 
 
 # What makes a repository the student's, decided once: this file, which build writes into the
@@ -37,15 +33,13 @@ def write_student_repository(dest, root=ROOT):
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise BuildError(f"{dest} exists and is not empty; choose a new folder")
-    for f in project_files(root):
+    for f in project.files(root):
         relative = f.relative_to(root).as_posix()
-        if teachers_only(relative):
+        if project.teachers_only(relative) or relative == ".ci/run":
             continue
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        if relative == ".ci/run":
-            continue
-        target.write_text(student_text(relative, f.read_text()))
+        target.write_text(project.student_text(relative, f.read_text()))
         # executable or not, as here, and open to read whatever this process's umask
         target.chmod(0o755 if f.stat().st_mode & stat.S_IXUSR else 0o644)
     # The student notebooks, ready to open (and committed there, unlike here).
@@ -67,18 +61,42 @@ def write_student_repository(dest, root=ROOT):
     return dest
 
 
-def prove(dest, root=ROOT, log=print):
-    """Every check passes on the reference; every check with points fails on the student copy."""
+def record(dest, log=print):
+    """Every check on the reference in this process, its references live: the public checks
+    at the public seed recorded into dest's data file, every check at the hidden seed. Raises
+    BuildError naming the checks that fail."""
     log("proving the reference: every check must pass (public and hidden seeds)")
-    results = runner.run_checks(root, checks.all_checks(hidden=True),      # the teacher's own
-                                [runner.PUBLIC_SEED, runner.hidden_seed()], grading=False)
+    table, failing = {}, []
+    for seed, hidden in ((runner.PUBLIC_SEED, False), (runner.hidden_seed(), True)):
+        for c in runner.select(hidden=hidden):
+            ctx = checks.LocalContext(seed, runner.fixtures(seed),
+                                      expected.Live(None if hidden else table))
+            outcome = checks.run_check(c, ctx)
+            if outcome["status"] not in ("pass", "skipped"):
+                failing.append(f"{c.name} at seed {seed}: {outcome}")
+    if failing:
+        raise BuildError("the reference fails " + "; ".join(failing))
+    return expected.write(table, dest / "classroom" / expected.FILE.name)
+
+
+def prove(dest, root=ROOT, log=print):
+    """The recorded data makes every public check pass on the reference's answers in the
+    student repository's layout; every check with points fails there on the student version."""
+    box = sandbox.probe(dest, grading=False)
+    solved = {name: (root / name).read_bytes() for name in parts.STUDENT_FILES}
+    log("proving the recorded checks: every public check passes on the reference's answers")
+    with runner_in(dest, solved) as layout:
+        results = runner.run_checks(box, {False: layout, True: layout}, runner.select(),
+                                    [runner.PUBLIC_SEED], source=expected.Recorded(
+                                        layout / "classroom" / expected.FILE.name))
     failing = [r for r in results if r.status not in ("pass", "skipped")]
     if failing:
-        raise BuildError("the reference fails " + "; ".join(
+        raise BuildError("the recorded checks fail on the reference: " + "; ".join(
             f"{r.check.name}: {' / '.join(r.lines())}" for r in failing))
     log("proving the student version: every check with points must fail, as not started")
-    stripped = runner.run_checks(dest, checks.all_checks(hidden=False), [runner.PUBLIC_SEED],
-                                 grading=False)
+    stripped = runner.run_checks(box, {False: dest, True: dest}, runner.select(),
+                                 [runner.PUBLIC_SEED], source=expected.Recorded(
+                                     dest / "classroom" / expected.FILE.name))
     passing = [r.check.name for r in stripped if r.status == "pass" and r.check.points]
     if passing:
         raise BuildError(f"these checks pass on the student version, so they would give points "
@@ -92,9 +110,27 @@ def prove(dest, root=ROOT, log=print):
     return results, stripped
 
 
+class runner_in:
+    """A copy of the student repository `dest` with `files` ({student file: bytes}) laid in."""
+
+    def __init__(self, dest, files):
+        self.dest, self.files = Path(dest), files
+
+    def __enter__(self):
+        self.folder = Path(shutil.copytree(self.dest, self.dest.with_name(
+            self.dest.name + ".proving")))
+        for name, data in self.files.items():
+            (self.folder / name).write_bytes(data)
+        return self.folder
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def build(dest, root=ROOT, log=print):
     dest = write_student_repository(dest, root)
     try:
+        record(dest, log)
         prove(dest, root, log)
     except BuildError:
         shutil.rmtree(dest, ignore_errors=True)
@@ -276,22 +312,27 @@ def gradescope_zip(out, root=ROOT):
         script("setup.sh", f"""#!/usr/bin/env bash
 # Gradescope runs this once when it builds the autograder image.
 set -euo pipefail
-apt-get update && apt-get install -y python3 python3-venv python3-pip make git
-cd "${{AUTOGRADER_ROOT:-/autograder}}/source"
-python3 -m venv .venv
+apt-get update && apt-get install -y python3 python3-venv python3-pip make
+VENV="${{CLASSROOM_VENV:-/opt/classroom-venv}}"     # outside the course's files, which
+python3 -m venv "$VENV"                             # run_autograder closes to other users
 # torch's CPU build (the grader needs no GPU; the default build pulls gigabytes of CUDA)
-.venv/bin/pip install --quiet --index-url "${{TORCH_INDEX:-{TORCH_CPU_INDEX}}}" "{TORCH}"
-.venv/bin/pip install --quiet -e .
+"$VENV/bin/pip" install --quiet --index-url "${{TORCH_INDEX:-{TORCH_CPU_INDEX}}}" "{TORCH}"
+"$VENV/bin/pip" install --quiet -e "${{AUTOGRADER_ROOT:-/autograder}}/source"
+# Only the grader's jobs that may use torch get this group: exercise 3's cannot read it.
+chgrp -R {sandbox.TORCH_GID} "$VENV" && chmod -R g+rX,o-rwx "$VENV"
 """)
-        script("run_autograder", f"""#!/usr/bin/env bash
+        script("run_autograder", """#!/usr/bin/env bash
 # Gradescope runs this for every submission.
 set -euo pipefail
-ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+VENV="${CLASSROOM_VENV:-/opt/classroom-venv}"
+chmod -R go-rwx "$ROOT/source"    # students' code may run as other users here: none reads it
 cd "$ROOT/source"
-CLASSROOM_SEED={seed} .venv/bin/python -m classroom grade "$ROOT/submission" \\
-    --out "$ROOT/results/results.json" "$@"
+CLASSROOM_SEED="$(cat classroom-seed)" "$VENV/bin/python" -m classroom grade \\
+    "$ROOT/submission" --out "$ROOT/results/results.json" "$@"
 """)
-        for f in project_files(root):
+        z.writestr("classroom-seed", f"{seed}\n")
+        for f in project.files(root):
             z.write(f, f.relative_to(root).as_posix())
     os.chmod(out, 0o644)
     return out

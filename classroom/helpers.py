@@ -250,18 +250,19 @@ def time_on_real_gpu(timer):
 
 def torch_loss(loss_of, *arrays_and_options):
     """loss_of(tensors..., options...) on float32 tensors made from the NumPy arrays given
-    (the others passed as they are): its value, once backward() has reached every tensor that
-    is differentiated, or a line that says what is wrong with it."""
+    (the others passed as they are): (its value, its gradient with respect to the first
+    tensor), or a line that says what is wrong with it."""
     import torch  # this worker has torch (every check of a part that may use it)
     args = [torch.tensor(a, requires_grad=True) if isinstance(a, np.ndarray) else a
             for a in arrays_and_options]
     loss = loss_of(*args)
-    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
-        return f"{type(loss).__name__}: {repr(loss)[:60]} (no gradient reaches the guesses)"
-    loss.backward()
-    if args[0].grad is None:
-        return "a loss whose gradient does not reach the guesses (a .detach() or a NumPy step?)"
-    return float(loss.detach())
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+        return f"{type(loss).__name__}: {repr(loss)[:60]}"
+    if loss.requires_grad:
+        loss.backward()
+    gradient = args[0].grad
+    return float(loss.detach()), (np.zeros(args[0].shape) if gradient is None
+                                  else gradient.numpy())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,19 +320,20 @@ def eagle_rollout(eagle_roll, weights, n_head, window, features, seq, wte, lm_he
 
 def eagle_loss_value(eagle_loss, weights, n_head, window, features, idx, wte, lm_head, noise,
                      ce_weight, seed):
-    """eagle_loss(the draft, ...) on float32 tensors, with a torch generator seeded `seed`: its
-    value once backward() has reached the draft's weights, or a line that says what is wrong."""
+    """eagle_loss(the draft, ...) on float32 tensors, with a torch generator seeded `seed`:
+    (its value, {weight name: its gradient}), or a line that says what is wrong with it."""
     import torch
     eagle = eagle_draft(weights, n_head, window)
     loss = eagle_loss(eagle, torch.tensor(features), torch.tensor(idx), torch.tensor(wte),
                       torch.tensor(lm_head), noise=noise, ce_weight=ce_weight,
                       generator=torch.Generator().manual_seed(seed))
-    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
-        return f"{type(loss).__name__}: {repr(loss)[:60]} (no gradient reaches the draft)"
-    loss.backward()
-    if eagle.fc.weight.grad is None or eagle.h.mlp.c_proj.weight.grad is None:
-        return "a loss whose gradient does not reach the draft's weights (a .detach()?)"
-    return float(loss.detach())
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+        return f"{type(loss).__name__}: {repr(loss)[:60]}"
+    if loss.requires_grad:
+        loss.backward()
+    return float(loss.detach()), {
+        name: np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy()
+        for name, p in eagle.named_parameters()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -387,6 +389,8 @@ def greedy_walks(greedy_walk, cases):
         value = greedy_walk(PlainTree(tokens, parents), [int(c) for c in choices])
         walk = a_walk(value)
         if walk is None:
+            if isinstance(value, (tuple, list)) and len(value) == 2 and value[1] is None:
+                return f"no token: {repr(value)[:60]}"
             return repr(value)[:80]
         out.append(walk)
     return out

@@ -1,24 +1,36 @@
 """
-classroom/making.py: the random tiny models every check runs on, and what they must produce.
+classroom/making.py: the random tiny models every check runs on (the fixtures), and what the
+big model itself does with them (its logits, its greedy text, its sampling distribution).
 
-Made in the grader's own process, with torch and gpt.py, and saved where classroom/fixtures.py
-reads them: the checks run in other processes (exercise 3's without torch). The expected values
-come from the torch models directly, never from a student's file (see fixtures.py).
+Made in the grader's own process with torch and gpt.py, never from a student's file, once per
+seed: other weights, prompts and, at every seed but 0, other shapes. The window rule is written
+out again here (a test keeps it equal to lessonkit.scorer.window_start): a student's broken
+speculative.py must not break the checks of exercise 3.
 """
 
 import hashlib
 import json
 import math
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from classroom.fixtures import BLOCK, VOCAB, window_start
 from gpt import GPT, Config, export_npz
+
+VOCAB = list("abcdefgh")
+BLOCK = 16
+
+
+def window_start(n, block_size):
+    """Where the context of token n starts (the rule of scorer.window_start)."""
+    if n <= block_size:
+        return 0
+    keep = max(1, block_size // 2)
+    stride = block_size + 1 - keep
+    return -(-(n - block_size) // stride) * stride
 
 
 def random_gpt(config, generator):
@@ -166,47 +178,23 @@ def torch_model(folder, name):
     return model
 
 
-@dataclass
-class Rounds:
-    """What speculative decoding must do to write a text: its rounds (one verification pass of
-    the big model each), the rounds whose check crosses a window jump (those take two forward
-    passes), the draft's guesses, and the random draws of sampling (2 k_round + 1 a round when
-    every guess is kept)."""
-    rounds: int = 0
-    crossing: int = 0
-    guesses: int = 0
-    draws: int = 0
-
-    def add(self, n, k_round, block_size):
-        self.rounds, self.guesses, self.draws = (self.rounds + 1, self.guesses + k_round,
-                                                 self.draws + 2 * k_round + 1)
-        self.crossing += window_start(n, block_size) != window_start(n + k_round, block_size)
-
-
-def greedy_rounds(target_tokens, draft, prompt_length, k):
-    """The Rounds of greedy speculative decoding that writes target_tokens (the big model's own
-    greedy output, prompt included) with `draft` proposing up to k tokens a round: a round
-    proposes min(k, tokens left - 1) and keeps them while they equal the big model's."""
-    goal, n, done = len(target_tokens), prompt_length, Rounds()
-    while n < goal:
-        k_round = min(k, goal - n - 1)
-        kept = 0
-        while kept < k_round and \
-                int(next_logits(draft, target_tokens[:n + kept]).argmax()) == target_tokens[n + kept]:
-            kept += 1
-        done.add(n, k_round, draft.c.block_size)
-        n += kept + 1
-    return done
-
-
-def perfect_rounds(prompt_length, n, k, block_size):
-    """The Rounds of speculative decoding with a draft that is the big model: every guess kept."""
-    written, done = 0, Rounds()
-    while written < n:
-        k_round = min(k, n - written - 1)
-        done.add(prompt_length + written, k_round, block_size)
-        written += k_round + 1
-    return done
+def mistaken(folder, name, tokens, pieces, mistake):
+    """The logits (T, V) of fixture model `name` for tokens fed through one cache in `pieces`
+    (a, b), computed with a known mistake, to name it: "from 0", each call's positions start at
+    0, not at the cache's length; "no mask", every token attends to all of its call's tokens."""
+    model = torch_model(folder, name)                      # a copy of its own, to change
+    if mistake == "no mask":
+        for block in model.transformer.h:
+            block.attn.mask.fill_(True)                    # (the mask a call with a cache uses)
+    cache, wpe, rows = model.new_cache(), model.transformer.wpe.weight, []
+    with torch.no_grad():
+        right = wpe.clone()
+        for a, b in pieces:
+            if mistake == "from 0":
+                wpe[a:b] = right[:b - a]                   # positions a .. b-1 look like 0 ..
+            rows.append(model(torch.tensor([tokens[a:b]]), cache=cache)[0][0].numpy())
+            wpe.copy_(right)
+    return np.concatenate(rows)
 
 
 class Recorder:

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from classroom import parts, regions
-from classroom.submissions import ROOT
+from classroom.project import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 STUDENT_FOLDER = ROOT / "my-notebooks"       # never overwritten: it holds the student's work

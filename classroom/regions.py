@@ -9,18 +9,16 @@ A solution lives once, in the reference code, between two comment lines:
         ...the reference answer...
         # END SOLUTION
 
-(the single-hash markers that both nbgrader and otter-grader read). The student version keeps
+The student version keeps
 everything else and replaces each region by `raise NotImplementedError("Exercise N: ...")` at
-the region's indentation. `# BEGIN HIDDEN` / `# END HIDDEN` regions (the hidden checks and the
-hidden seed, in classroom/checks.py) are removed from the student version altogether. Only the
-lesson's files hold solution regions (parts.STUDENT_FILES); code past the lesson holds none (its
-fast NumPy forward pass is left out of the student repository whole: submissions.TEACHERS_ONLY).
+the region's indentation. Only the graded files hold solution regions (parts.STUDENT_FILES);
+what would answer a part elsewhere is left out of the student repository whole
+(project.TEACHERS_ONLY).
 """
 
 import re
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-HIDDEN_BEGIN, HIDDEN_END = "# BEGIN HIDDEN", "# END HIDDEN"
 _DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 
 
@@ -63,14 +61,6 @@ def student_version(text, message_for):
         if function is None:
             raise RegionError(f"line {first + 1}: a solution region must be inside a function")
         lines[first:last + 1] = [f"{indent}raise NotImplementedError({message_for(function)!r})\n"]
-    return "".join(lines)
-
-
-def without_hidden(text):
-    """The text without its hidden regions (markers included)."""
-    lines = text.splitlines(keepends=True)
-    for first, last, _, _ in reversed(regions(text, HIDDEN_BEGIN, HIDDEN_END)):
-        del lines[first:last + 1]
     return "".join(lines)
 
 

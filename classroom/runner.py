@@ -1,28 +1,25 @@
 """
-classroom/runner.py: run checks against a student's code in worker processes, score them, print
-and save the results.
+classroom/runner.py: checks run against a student's code, part by part, each part at each seed
+in a fresh worker (sandbox.py); scored, printed and saved.
 
-Each check runs here, in the grader's process; the student's code runs in a worker (worker.py,
-started in sandbox.py's copy of the project), which the check calls through wire.py. So the
-fixtures, the expected values, the seed and the results never reach the student's code, and
-whatever it does to its own process changes nothing here. A check scores its points when it
-passes for every seed it runs with: seed 0 (the public checks a student runs) and, when
-grading, the teacher's hidden seed too. Fixtures (random tiny models and what they must
-produce) are made once per seed in this process, in a folder of its own.
+The checks run here, in the grader's process, and call the student's functions in the worker
+through wire.py: the fixtures, the references, the seed and the results never reach the
+student's code. A check scores its points when it passes at every seed it runs with: the
+public seed 0 and, grading, the teacher's hidden seed. Every public run comes before every
+hidden one. Each check has TIMEOUT seconds; after one runs out, its part's other checks are not
+run (they would loop again); two parts run side by side.
 
-Time: each check and seed has TIMEOUT seconds; after a check of a part runs out of time, the
-part's other checks are not run (they would loop again), and the checks of different parts run
-side by side, so a submission whose every function sleeps costs about one limit per part and
-job. A grade may also have a budget (grade-all's per-submission cap): checks that would start
-after it are not run.
+A submission is read (its student files, as bytes) and compiled inside the sandbox
+(classroom/intake.py); a file that does not compile costs its own parts, and the other parts
+run with the blank student version of it in its place.
 """
 
-import atexit
 import contextlib
 import functools
 import importlib
-import itertools
+import json
 import os
+import queue
 import shutil
 import socket
 import tempfile
@@ -32,19 +29,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from classroom import checks, helpers, making, parts, regions, sandbox, wire
-from classroom.submissions import ROOT, is_student_repository
+from classroom import checks, expected, helpers, making, parts, project, regions, sandbox, wire
+from classroom import checks_part_one, checks_part_two  # noqa: F401 (they register the checks)
 
 PUBLIC_SEED = checks.PUBLIC_SEED
-TIMEOUT = 20  # seconds per check and seed (an honest check takes a second or two)
-GRACE = 2     # seconds past a check's limit before the grader kills its worker outright
-LARGEST = 10 ** 6  # the largest whole number a call back to a reference takes (see bounded)
+TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)
+GRACE = 2           # seconds past a check's limit before the grader kills its worker outright
+READ_TIME = 60      # seconds to read a submission
+LARGEST = 1000      # the largest whole number a call back to a reference takes (bounded)
+LONGEST = 100_000   # the longest list or array it takes
+LOG_BYTES = 64 * 1024
 
 
 def hidden_seed():
-    """The teacher's seed for hidden checks: CLASSROOM_SEED, else the one in checks.py (128
-    bits: no search finds it back from what the checks show)."""
-    value = os.environ.get("CLASSROOM_SEED") or getattr(checks, "HIDDEN_SEED", None)
+    """The teacher's seed for hidden checks: CLASSROOM_SEED, else references.HIDDEN_SEED."""
+    value = os.environ.get("CLASSROOM_SEED") or getattr(expected.references, "HIDDEN_SEED", None)
     if value is None:
         raise SystemExit("error: hidden checks need CLASSROOM_SEED (this is a student copy)")
     try:
@@ -53,10 +52,23 @@ def hidden_seed():
         raise ValueError(f"CLASSROOM_SEED must be a whole number, not {value!r}") from None
 
 
+def select(exercise=None, part=None, hidden=False):
+    chosen = [c for c in checks.CHECKS.values() if hidden or not c.hidden]
+    if part is not None:
+        if part not in parts.BY_ID:
+            raise ValueError(f"no part {part!r}; the parts are {', '.join(parts.BY_ID)}")
+        chosen = [c for c in chosen if c.part == part]
+    if exercise is not None:
+        if exercise not in parts.EXERCISES:
+            raise ValueError(f"no exercise {exercise}; the exercises are {parts.NUMBERS}")
+        chosen = [c for c in chosen if parts.BY_ID[c.part].exercise == exercise]
+    return chosen
+
+
 @dataclass
 class Result:
     check: checks.Check
-    outcomes: dict = field(default_factory=dict)   # seed -> the worker's result
+    outcomes: dict = field(default_factory=dict)   # seed -> the outcome
 
     @property
     def status(self):
@@ -72,10 +84,8 @@ class Result:
         return self.check.points if self.status == "pass" else 0
 
     def lines(self, reveal_hidden=True):
-        """What went wrong, in a few lines (nothing when it passed). reveal_hidden=False: what a
-        hidden seed's run said stays out (it may quote the hidden inputs); only that it failed.
-        Every field is shown(): it may be the student's text (an exception's message, a value
-        returned, a hint that quotes one, what the worker printed before it crashed)."""
+        """What went wrong, in a few lines; reveal_hidden=False: what a hidden seed's run said
+        stays out (it may quote the hidden inputs), only that it failed."""
         for seed, o in sorted(self.outcomes.items(), key=lambda item: item[0] != PUBLIC_SEED):
             if o["status"] == "pass":
                 continue
@@ -85,23 +95,24 @@ class Result:
                         "grades are published)"]
             if o["status"] == "fail":
                 out = [f"expected{which}: {shown(o['expected'])}", f"got: {shown(o['got'])}"]
-                return out + ([f"hint: {shown(o['hint'])}"] if o.get("hint") else [])
+                return out + ([f"hint: {shown(o['hint'], HINT)}"] if o.get("hint") else [])
             return [shown(o.get("message", o["status"])) + which]
         return []
 
 
+HINT = 2000     # characters of a hint shown: the checks' own words, never cut in practice
+
+
 def escaped(text):
-    """text as one line of printable characters: a newline as the two characters \\n, every
-    other control or format character (an ANSI escape's ESC, a carriage return, a
-    right-to-left override) as Python writes it in a string (\\x1b, \\r, \\u202e), so that
-    nothing a student writes can move the cursor, hide, colour or forge a line of what the
-    grader prints."""
+    """text as one line of printable characters: a newline as \\n, every other control or
+    format character as Python writes it in a string (\\x1b, \\u202e), so that nothing a
+    student writes can move the cursor, hide, colour or forge a line of the report."""
     return "".join(ch if ch.isprintable() or ch == " " else
                    ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def shown(value, cap=None):
-    """What the grader prints of a text that may be the student's: escaped(), and cut at `cap`
+    """What the grader prints of a text that may be the student's: escaped(), cut at `cap`
     characters (checks.SHOWN by default; 0: whole) with how long it was."""
     cap = checks.SHOWN if cap is None else cap
     text = escaped(value if isinstance(value, str) else str(value))
@@ -111,18 +122,12 @@ def shown(value, cap=None):
 
 
 class RemoteContext(checks.Context):
-    """A check's view of a worker (worker.py): the student's modules, models and helpers live
-    there; the fixtures, the expected values, every comparison and every figure judged (the
-    simulated GPU's clock, the models' passes) stay here."""
+    """A check's view of a worker: the student's modules, models and helpers live there; the
+    fixtures, expected values, comparisons and every figure judged stay here."""
 
-    def __init__(self, seed, fixture_dir, peer, check, references):
-        super().__init__(seed, fixture_dir)
-        self.worker = wire.Remote(peer, 1)
-        if references:
-            self.worker.use_references([(key, wire.Exposed(bounded(function)))
-                                        for key, function in references.items()])
-        self._modules, self._standins = {}, {}
-        self.recorders = []
+    def __init__(self, seed, fixture_dir, source, worker):
+        super().__init__(seed, fixture_dir, source)
+        self.worker, self._modules, self._standins, self.recorders = worker, {}, {}, []
 
     def student(self, module):
         if module not in self._modules:
@@ -158,7 +163,10 @@ class RemoteContext(checks.Context):
     @contextlib.contextmanager
     def on_gpu(self, gpu):
         self.worker.use_gpu(wire.Exposed(LentGPU(gpu), helpers.GPU_CALLS))
-        yield
+        try:
+            yield
+        finally:
+            self.worker.restore_gpu()
 
 
 class LentGPU:
@@ -177,22 +185,25 @@ class LentGPU:
         return wire.Exposed(self.gpu.Event(enable_timing), helpers.EVENT_CALLS)
 
 
-def too_big(value):
+def too_costly(value):
     if isinstance(value, (list, tuple)):
-        return any(too_big(v) for v in value)
+        return len(value) > LONGEST or any(too_costly(v) for v in value)
+    if isinstance(value, dict):
+        return too_costly(list(value.values()))
+    if hasattr(value, "size") and hasattr(value, "dtype"):
+        return value.size > LONGEST
     return isinstance(value, int) and abs(value) > LARGEST
 
 
 def bounded(reference):
-    """`reference` as the worker may call it back, here in the grader: with whole numbers up to
-    LARGEST (the exercises use far less), so that one call is short. The check's time limit
-    cuts a call at its next Python function call (wire.within), but not one long step of C:
-    expected_tokens_per_pass(3, 10 ** 8) is a power of a whole number that takes minutes."""
+    """`reference` as the worker may call it back, here: with whole numbers up to LARGEST and
+    sequences of LONGEST items at most (the exercises use far less), so that no single step of
+    C holds the grader long; the check's time limit cuts the rest (wire.within)."""
     @functools.wraps(reference)
     def call(*args, **kwargs):
-        if too_big([*args, *kwargs.values()]):
+        if too_costly([*args, *kwargs.values()]):
             raise ValueError(f"{reference.__name__} (the grader's) takes whole numbers up to "
-                             f"{LARGEST:,} here")
+                             f"{LARGEST:,} and {LONGEST:,} items at most here")
         return reference(*args, **kwargs)
     return call
 
@@ -202,202 +213,293 @@ _references = {}
 
 def references(part):
     """{(module, function): the reference} for every other part's function, where this
-    process's own copy of the project holds the solutions (a teacher's; never a student's
-    file), so that each part is graded on its own. 3a's functions are left out: stand-ins
-    (helpers.standin) already give exercise 3 the big model's logits."""
+    repository holds the solutions (a teacher's), so that each part is graded on its own. 3a's
+    are left out: stand-ins already give exercise 3 the big model's logits."""
     if part not in _references:
         found = {}
-        for other in parts.PARTS if not is_student_repository() else ():
-            if other.id in (part, "3a"):
-                continue
-            path = ROOT / other.file
-            if not set(other.functions) <= set(regions.functions_with_solutions(path.read_text())):
+        for other in parts.PARTS if not project.is_student_repository() else ():
+            path = project.ROOT / other.file
+            if other.id in (part, "3a") or not set(other.functions) <= set(
+                    regions.functions_with_solutions(path.read_text())):
                 continue
             module = importlib.import_module(other.file[:-3].replace("/", "."))
-            if Path(module.__file__).resolve() != path.resolve():
-                continue
-            for function in other.functions:
-                found[(module.__name__, function)] = getattr(module, function)
+            if Path(module.__file__).resolve() == path.resolve():
+                for function in other.functions:
+                    found[(module.__name__, function)] = bounded(getattr(module, function))
         _references[part] = found
     return _references[part]
 
 
-_fixtures = {}   # seed -> the folder of its fixtures, made once per process
+# ----------------------------------------------------------------------------------------------
+# A submission: read and compiled in the sandbox
 
 
-def fixtures_of(seed):
-    """The fixtures of `seed` (making.make), in a private folder that lasts as long as this
-    process."""
-    if "folder" not in _fixtures:
-        _fixtures["folder"] = Path(tempfile.mkdtemp(prefix="classroom-fixtures-"))
-        atexit.register(shutil.rmtree, _fixtures["folder"], True)
-    if seed not in _fixtures:
-        _fixtures[seed] = making.make(_fixtures["folder"] / f"seed{seed}", seed)
-    return _fixtures[seed]
+def collect(job_output, limit):
+    """Up to `limit` bytes of a job's output file, from its start."""
+    job_output.seek(0)
+    return job_output.read(limit + 1)
 
 
-def interleaved(tasks, key):
-    """tasks reordered so that neighbours belong to different keys (parts): the first of each
-    part, then the second of each, ..."""
-    groups = {}
-    for task in tasks:
-        groups.setdefault(key(task), []).append(task)
-    return [t for row in itertools.zip_longest(*groups.values()) for t in row if t is not None]
+def read_submission(box, submission, scratch):
+    """({student file: its bytes}, notes) of a folder, zip or bare git repository, read by
+    intake.py in the sandbox; the grader opens it (never a link) and reads nothing of it."""
+    path = Path(submission)
+    if not path.exists() and not path.is_symlink():
+        raise ValueError(f"no submission at {submission}")
+    if path.is_symlink():
+        return {}, [f"{path.name} is a link, not a submission"]
+    reader = project.student_copy(Path(scratch) / "reader", only=project.READER_FILES)
+    private = Path(scratch) / "private"
+    private.mkdir(mode=0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    limit = 8 * 64 * 1024 + len(parts.STUDENT_FILES) * (2 * 1024 ** 2 + 1)
+    try:
+        with tempfile.TemporaryFile(dir=private) as out:
+            job = box.start("reader", reader, "intake", ["read", f"/proc/self/fd/{fd}"],
+                            pass_fds=(fd,), stdout=out)
+            try:
+                job.process.wait(timeout=READ_TIME)
+            except Exception:  # noqa: BLE001 (a timeout: what it wrote is what it read)
+                pass
+            memory = job.end()
+            data = collect(out, limit)
+    finally:
+        os.close(fd)
+    header, _, body = data.partition(b"\n")
+    try:
+        said = json.loads(header[:64 * 1024])
+        files, notes, at = {}, [str(n)[:1000] for n in said["notes"]][:20], 0
+        for name, length in said["files"]:
+            if name not in parts.STUDENT_FILES or not 0 <= length <= 2 * 1024 ** 2 or \
+                    at + length > len(body):
+                raise ValueError(name)
+            files[name], at = body[at:at + length], at + length
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise ValueError("the submission could not be read within the reader's limits"
+                         + (" (out of memory)" if memory else "")) from None
+    if not files and not any("missing" in n or "not graded" in n for n in notes):
+        notes.append("no student file in the submission (an empty one?): expected "
+                     f"{', '.join(parts.STUDENT_FILES)}")
+    return files, notes
 
 
-def phases(tasks):
-    """The public seed's runs first, every other seed's after them all: a hidden seed's run
-    never overlaps or comes before a public one, so nothing it leaves (in /tmp, say) can reach
-    what a student sees before the grades are published."""
-    return [[t for t in tasks if t[1] == PUBLIC_SEED], [t for t in tasks if t[1] != PUBLIC_SEED]]
+def compile_files(box, workspace, names, scratch):
+    """{file: why it does not compile} of `names` in the workspace, compiled by intake.py in
+    the sandbox, TIMEOUT seconds a file: a file the parser never finishes costs itself alone."""
+    broken, left = {}, list(names)
+    while left:
+        with tempfile.TemporaryFile(dir=scratch) as out:
+            job = box.start("numpy", workspace, "intake", ["compile", *left], stdout=out)
+            seen, since = 0, time.monotonic()
+            while job.process.poll() is None and time.monotonic() - since < TIMEOUT:
+                time.sleep(0.05)
+                count = os.fstat(out.fileno()).st_size
+                if count != seen:
+                    seen, since = count, time.monotonic()
+            memory = job.end()
+            done = {}
+            for line in collect(out, 1 << 20).splitlines():
+                try:
+                    entry = json.loads(line)
+                    done[str(entry["file"])] = entry["error"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+        stuck = next((name for name in left if name not in done), None)
+        for name in left[:left.index(stuck) if stuck else None]:
+            if done[name] is not None:
+                broken[name] = str(done[name])[:300]
+        if stuck is not None:
+            broken[stuck] = ("out of memory while compiling" if memory else
+                             f"did not compile within {TIMEOUT} s")
+        left = left[left.index(stuck) + 1:] if stuck is not None else []
+    return broken
 
 
-def run_checks(root, selected, seeds, *, jobs=None, timeout=TIMEOUT, missing=(), grading=True,
-               budget=None):
-    """Run every check in `selected` for every seed, on the student files in `root` (the rest
-    of the project is the student version of this one: sandbox.project_copy).
+# ----------------------------------------------------------------------------------------------
+# Running the checks
 
-    missing: student files absent from a submission; their checks are not run. grading: False
-    for a student's own check of their own files, which needs no isolation (sandbox.start).
-    budget: seconds for the whole run; the checks that would start after it are not run."""
-    root = Path(root).resolve()
-    jobs = jobs or min(2, os.cpu_count() or 1)
+
+def fixtures(seed, _made={}):  # noqa: B006 (made once per process)
+    if "folder" not in _made:
+        _made["folder"] = Path(tempfile.mkdtemp(prefix="classroom-fixtures-"))
+    if seed not in _made:
+        _made[seed] = making.make(_made["folder"] / f"seed{seed}", seed)
+    return _made[seed]
+
+
+class Slots:
+    """The job slots of a run (the uid of a user of its own, where jobs run so)."""
+
+    def __init__(self, n):
+        self.free = queue.Queue()
+        for slot in range(n):
+            self.free.put(slot)
+
+    @contextlib.contextmanager
+    def one(self):
+        slot = self.free.get()
+        try:
+            yield slot
+        finally:
+            self.free.put(slot)
+
+
+class Worker:
+    """One part's worker job as the grader holds it: its socket, its log, the references of the
+    other parts lent to it (references())."""
+
+    def __init__(self, box, workspaces, part, slot, scratch):
+        self.part, self.torch_free = part, parts.BY_ID[part].file == "numpy_speculative.py"
+        self.root = workspaces[self.torch_free]
+        ours, theirs = socket.socketpair()
+        self.log = tempfile.TemporaryFile(dir=scratch)
+        try:
+            self.job = box.start("numpy" if self.torch_free else "torch", self.root, "worker",
+                                 [str(theirs.fileno())] + ["numpy"] * self.torch_free,
+                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log)
+        finally:
+            theirs.close()
+        self.sock, self.peer = ours, wire.Peer(ours, lends_anything=False)
+        self.remote, self.lent = wire.Remote(self.peer, 1), False
+
+    def run(self, check, seed, left, source):
+        """One check at one seed, within `left` seconds: its outcome."""
+        self.peer.deadline = time.monotonic() + left
+        watchdog = threading.Timer(left + GRACE, self.kill)     # whatever the grader waits on
+        watchdog.start()
+        ctx = RemoteContext(seed, fixtures(seed), source, self.remote)
+        try:
+            if not self.lent and references(self.part):
+                self.remote.use_references([(key, wire.Exposed(f))
+                                            for key, f in references(self.part).items()])
+            self.lent = True
+            return checks.run_check(check, ctx, self.root)
+        except (wire.Timeout, socket.timeout):
+            return {"status": "timeout", "message": f"did not finish within {left:.0f} s: "
+                    f"{checks.why_stuck(self.part, ctx.recorders)}"}
+        except (wire.Gone, wire.ProtocolError, OSError):
+            memory = self.end()
+            return {"status": "crashed", "message": (
+                f"the check's processes used more than {sandbox.MEMORY >> 30} GB together: "
+                "killed" if memory else f"the check's process ended before reporting: "
+                f"{self.said()[:300]}")}
+        finally:
+            watchdog.cancel()
+
+    def kill(self):
+        try:
+            os.killpg(self.job.process.pid, 9)
+        except OSError:
+            pass
+
+    def said(self):
+        self.log.seek(max(0, self.log.seek(0, 2) - LOG_BYTES))
+        return (self.log.read().decode(errors="replace").strip().splitlines() or
+                ["no output"])[-1]
+
+    def end(self):
+        """Kill the job whole: whether it ran out of memory."""
+        if self.sock.fileno() < 0:
+            return False
+        memory = self.job.end()
+        self.sock.close()
+        return memory
+
+
+def run_part(box, workspaces, part, runs, slot, scratch, source, end, stalled):
+    """runs: [(Result, seed)] of one part, in order, against one worker (a fresh one after a
+    check that crashed or ran out of time)."""
+    worker = None
+    try:
+        for result, seed in runs:
+            left = TIMEOUT if end is None else min(TIMEOUT, end - time.monotonic())
+            if part in stalled or left <= 0:
+                result.outcomes[seed] = {"status": "timeout", "message": (
+                    f"not run: another check of part {part} did not finish within {TIMEOUT} s"
+                    if part in stalled else "not run: the grade's time ran out")}
+                continue
+            worker = worker or Worker(box, workspaces, part, slot, scratch)
+            result.outcomes[seed] = outcome = worker.run(result.check, seed, left, source)
+            if outcome["status"] in ("timeout", "crashed"):
+                stalled.update([part] if outcome["status"] == "timeout" else [])
+                worker.end()
+                worker = None
+    finally:
+        if worker is not None:
+            worker.end()
+
+
+def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, jobs=None,
+               budget=None, source=None):
+    """Run every check in `selected` at every seed. workspaces: {torch_free: the project copy
+    its jobs see}. missing: student files absent from the submission; broken: {file: why it
+    does not compile}; their parts are not run. Every public run comes before every hidden one
+    where jobs could leave each other something (as users of their own: /tmp is shared); in
+    bubblewrap, where each job is a world of its own, a part runs its seeds in one worker."""
+    broken, source = broken or {}, source or expected.source()
     results = [Result(c) for c in selected]
     end = None if budget is None else time.monotonic() + budget
-    # The scratch folder is the grader's alone (the views of users of their own: sandbox.py);
-    # the copies of the project lie apart.
-    with tempfile.TemporaryDirectory(prefix="classroom-") as scratch, \
-            tempfile.TemporaryDirectory(prefix="classroom-copy-") as copies:
-        fixture_dirs = {seed: fixtures_of(seed) for seed in seeds}
-        # Two copies: the student version with the student's files for the checks that may use
-        # the whole library, and for exercise 3's only what they may use (TORCH_FREE_FILES)
-        projects = {False: sandbox.project_copy(Path(copies) / "project", root),
-                    True: sandbox.project_copy(Path(copies) / "numpy-only", root,
-                                               only=sandbox.TORCH_FREE_FILES)}
-        tasks = []
-        for result in results:
-            file = parts.BY_ID[result.check.part].file
-            for seed in seeds:
-                if file in missing:
-                    result.outcomes[seed] = {"status": "missing",
-                                             "message": f"missing file {file}"}
-                else:
-                    tasks.append((result, seed))
-        tasks = interleaved(tasks, lambda task: task[0].check.part)
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    slots, stalled = Slots(jobs), set()
+    for seed in seeds:
+        fixtures(seed)                          # made here once, not by two threads at once
+    phases = [seeds] if box.how == "bwrap" else [[seed] for seed in seeds]
+    with tempfile.TemporaryDirectory(prefix="classroom-logs-") as scratch:
+        for phase in phases:
+            by_part = {}
+            for seed in phase:
+                for result in results:
+                    file = parts.BY_ID[result.check.part].file
+                    if file in missing:
+                        result.outcomes[seed] = {"status": "missing", "message":
+                                                 f"missing {file}"}
+                    elif file in broken:
+                        result.outcomes[seed] = {"status": "error", "message":
+                                                 f"{file} does not compile: {broken[file]}"}
+                    else:
+                        by_part.setdefault(result.check.part, []).append((result, seed))
 
-        stalled = set()  # parts with a check that ran out of time: an endless loop, likely
-        zygotes, starting, numbers = {}, threading.Lock(), itertools.count(1)
-        watches = []   # a MemoryWatch, where the checks run as users of their own without cgroups
-
-        def zygote(torch_free):
-            with starting:
-                if torch_free not in zygotes:
-                    zygotes[torch_free] = z = sandbox.Zygote(projects[torch_free], scratch,
-                                                             torch=not torch_free,
-                                                             grading=grading)
-                    if z.how == "user" and not sandbox.cgroups() and not watches:
-                        watches.append(sandbox.MemoryWatch())
-                return zygotes[torch_free]
-
-        def work(task):
-            result, seed = task
-            check = result.check
-            if check.part in stalled:  # its other checks would only loop again
-                result.outcomes[seed] = {"status": "timeout", "message": "not run: another "
-                                         f"check of part {check.part} did not finish "
-                                         f"within {timeout} s"}
-                return
-            left = timeout if end is None else min(timeout, end - time.monotonic())
-            if left <= 0:
-                result.outcomes[seed] = {"status": "timeout", "message": "not run: the "
-                                         f"grade's time ({budget} s) ran out"}
-                return
-            with starting:
-                n = next(numbers)
-            ours, theirs = socket.socketpair()
-            sandbox.expect_credentials(ours)
-            # A process of its own, in a session of its own (and, sandboxed, in PID and mount
-            # namespaces of its own: confine.py), in cgroups of its own where they can be made:
-            # when the check ends, all of it is killed. Its output goes into a pipe read here.
-            output = sandbox.Output()
-            pid, group, ctx, worker, watchdog, outcome = None, None, None, None, None, None
-            try:
-                pid = zygote(check.torch_free).spawn(theirs.fileno(), output.write_end, n)
-                theirs.close()
-                output.sent()
-                for watch in watches:
-                    watch.watch(sandbox.check_uid(n))
-                ours.settimeout(left)
-                group = sandbox.check_group(str(n))
-                worker = sandbox.Handle(sandbox.peer_pid(ours))
-                if group is not None:
-                    group.add(worker.pid)
-                # The deadline is kept here, whatever the worker does: at its end the worker is
-                # killed (in bubblewrap with its whole PID namespace), so every wait here ends.
-                watchdog = threading.Timer(left + GRACE, worker.kill)
-                watchdog.start()
-                peer = wire.Peer(ours, lends_anything=False, deadline=time.monotonic() + left)
-                ctx = RemoteContext(seed, fixture_dirs[seed], peer, check,
-                                    references(check.part))
-                outcome = checks.run_check(check, ctx, root)
-            except (wire.Timeout, socket.timeout):
-                stalled.add(check.part)
-                cause = checks.why_stuck(check.part, ctx.recorders if ctx else [])
-                outcome = {"status": "timeout", "message":
-                           f"did not finish within {left:.0f} s: {cause}"}
-            except (wire.Gone, wire.ProtocolError, OSError):
-                outcome = {"status": "crashed"}
-            finally:
-                theirs.close()
-                ours.close()                        # the worker's end of the socket ...
-                if watchdog is not None:
-                    watchdog.cancel()
-                ended = outcome is not None and outcome["status"] == "crashed"
-                if worker is not None and not ended:
-                    worker.kill()                   # ... the worker, from here ...
-                try:                                # ... its process group, by the zygote
-                    code = zygote(check.torch_free).kill(pid, n, ended) if pid else None
-                except wire.Gone:
-                    code = None
-                if worker is not None:
-                    worker.kill()
-                memory = group is not None and group.out_of_memory()
-                memory = any([w.forget(sandbox.check_uid(n)) for w in watches]) or memory
-                if group is not None:
-                    group.close()                   # ... and all in its cgroups
-                if worker is not None:
-                    worker.close()
-            if outcome["status"] == "crashed":
-                outcome["message"] = (
-                    f"the check's processes used more than {sandbox.MEMORY >> 30} GB "
-                    "together: killed" if memory else f"the check's process ended (exit "
-                    f"{code}) before reporting: {output.last_line()[:300]}")
-            output.sent()
-            result.outcomes[seed] = outcome
-
-        try:
+            def one(item):
+                with slots.one() as slot:
+                    run_part(box, workspaces, *item, slot, scratch, source, end, stalled)
             with ThreadPoolExecutor(jobs) as pool:
-                for phase in phases(tasks):
-                    list(pool.map(work, phase))
-        finally:
-            for z in zygotes.values():
-                z.close()
-            for watch in watches:
-                watch.close()
+                list(pool.map(one, by_part.items()))
     return results
 
 
-def select(exercise=None, part=None, hidden=False):
-    chosen = checks.all_checks(hidden)
-    if part is not None:
-        if part not in parts.BY_ID:
-            raise ValueError(f"no part {part!r}; the parts are {', '.join(parts.BY_ID)}")
-        chosen = [c for c in chosen if c.part == part]
-    if exercise is not None:
-        if exercise not in parts.EXERCISES:
-            raise ValueError(f"no exercise {exercise}; the exercises are {parts.NUMBERS}")
-        chosen = [c for c in chosen if parts.BY_ID[c.part].exercise == exercise]
-    return chosen
+def read(box, submission, notes):
+    """The student files of a submission, read in the sandbox (read_submission)."""
+    with tempfile.TemporaryDirectory(prefix="classroom-read-") as scratch:
+        Path(scratch).chmod(0o711)
+        files, said = read_submission(box, submission, scratch)
+    notes += said
+    return files
+
+
+def grade(box, files, selected, seeds, notes, budget=None):
+    """The student files of a submission ({file: bytes}, from read()) compiled and checked in
+    the sandbox. -> results."""
+    with tempfile.TemporaryDirectory(prefix="classroom-grade-") as scratch:
+        scratch = Path(scratch)
+        scratch.chmod(0o711)               # its workspaces open to the jobs, the rest not
+        private = scratch / "private"
+        private.mkdir(mode=0o700)
+        started = time.monotonic()
+        missing = [name for name in parts.STUDENT_FILES if name not in files]
+        whole = project.student_copy(scratch / "compile", files)
+        broken = compile_files(box, whole, [n for n in parts.STUDENT_FILES if n in files],
+                               private)
+        for name, why in broken.items():
+            notes.append(f"{name} does not compile ({why}): its parts score 0, the others run "
+                         "with the blank version of it")
+        kept = {name: data for name, data in files.items() if name not in broken}
+        workspaces = {False: project.student_copy(scratch / "project", kept),
+                      True: project.student_copy(scratch / "numpy-only", kept,
+                                                 only=project.TORCH_FREE_FILES)}
+        shutil.rmtree(whole)
+        left = None if budget is None else budget - (time.monotonic() - started)
+        return run_checks(box, workspaces, selected, seeds, missing=missing, broken=broken,
+                          budget=left)
 
 
 def table(results, colour=False, instead=None):
@@ -425,9 +527,9 @@ def table(results, colour=False, instead=None):
             continue
         for r in part_results:
             word, code = marks[r.status]
-            shown = f"\033[{code}m{word:<11}\033[0m" if colour else f"{word:<11}"
+            mark = f"\033[{code}m{word:<11}\033[0m" if colour else f"{word:<11}"
             hidden = " (hidden)" if r.check.hidden else ""
-            lines.append(f"      {shown} {(r.check.name + hidden):<56} {r.score:>2}/{r.check.points}")
+            lines.append(f"      {mark} {(r.check.name + hidden):<56} {r.score:>2}/{r.check.points}")
             lines += [f"                  {line}" for line in r.lines()]
     score, total = sum(r.score for r in results), sum(r.check.points for r in results)
     lines.append(f"\ntotal {score}/{total} points"
@@ -436,14 +538,15 @@ def table(results, colour=False, instead=None):
 
 
 def gradescope_json(results):
-    """Gradescope's results.json: one test per check. The parts graded by hand (TEACHERS.md)
-    are questions of their own in Gradescope."""
+    """Gradescope's results.json: one test per check (the parts graded by hand are questions
+    of their own there)."""
     tests = []
     for r in results:
         part = parts.BY_ID[r.check.part]
-        shown = "\n".join(r.lines(reveal_hidden=r.check.hidden)) or "passed"
         tests.append({"name": f"{part.id} {r.check.name}", "score": r.score,
-                      "max_score": r.check.points, "output": shown,
+                      "max_score": r.check.points,
+                      "output": "\n".join(r.lines(reveal_hidden=r.check.hidden)) or "passed",
                       "visibility": "after_published" if r.check.hidden else "visible"})
     return {"score": sum(r.score for r in results), "tests": tests,
             "stdout_visibility": "hidden"}   # the grader's log may quote hidden inputs
+

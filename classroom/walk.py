@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from classroom import build, notebooks, regions
-from classroom.submissions import ROOT
+from classroom.project import ROOT
 
 TOTAL = re.compile(r"total (\d+)/(\d+) points")
 

@@ -24,7 +24,7 @@ Then:
 In the project's own repository (the solved notebooks, and a learner without a class) nothing is
 written: its files hold the solution regions the student version is made from. Which repository
 this is, is decided once, by the file `classroom build` writes into the student repository only
-(submissions.STUDENT_MARK), never by a file's content. In the project's own repository a
+(project.STUDENT_MARK), never by a file's content. In the project's own repository a
 your-turn cell's functions stand in for the reference in the notebook's kernel, and the check
 cell grades them there.
 """
@@ -39,17 +39,15 @@ import os
 import re
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
-from classroom import checks, making, notebooks, parts, regions, runner, wire
-from classroom.submissions import ROOT, is_student_repository
+from classroom import checks, expected, notebooks, parts, regions, runner, sandbox, wire
+from classroom.project import ROOT, is_student_repository
 
 MARKER = re.compile(r"^# part (\w+), saved from a notebook \(([0-9a-f]{8})\)")
 STUB_MESSAGES = (re.compile(r"^Exercise \d, part (\w+): write (\w+)"),
                  re.compile(r"^not started: write (\w+)"))
 _state = {"skipped": {}}                 # name -> the part a skipped cell waited for
-_fixtures = {}                           # seed -> folder of the checks' models (the reference)
 # A check run in the kernel (the project's own repository) runs in this one process, beside
 # Jupyter and whatever else the machine runs, not in a worker of its own: more time than a
 # worker's, so that an honest check on a busy machine never reads as an endless loop.
@@ -271,13 +269,6 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     return "\n".join(lines)
 
 
-def fixture_dir(seed=runner.PUBLIC_SEED):
-    """The checks' small random models, made once a kernel."""
-    if seed not in _fixtures:
-        _fixtures[seed] = making.make(tempfile.mkdtemp(prefix="classroom-nb-"), seed)
-    return _fixtures[seed]
-
-
 class Stalled(NotImplementedError):
     """What a part's functions raise in the notebook once its check ran out of time (an endless
     loop, likely), so that later cells skip it in one line instead of waiting for ever."""
@@ -325,13 +316,14 @@ def check(part_id, root=ROOT):
         results = []
         for c in runner.select(part=part_id):
             result = runner.Result(c)
-            context = checks.LocalContext(runner.PUBLIC_SEED, fixture_dir(), functions)
+            context = checks.LocalContext(runner.PUBLIC_SEED, runner.fixtures(runner.PUBLIC_SEED),
+                                          expected.source(), functions)
             result.outcomes[runner.PUBLIC_SEED] = within(KERNEL_TIMEOUT, lambda: checks.run_check(
                 c, context))
             results.append(result)
     else:
-        results = runner.run_checks(root, runner.select(part=part_id), [runner.PUBLIC_SEED],
-                                    grading=False)
+        results = runner.run_checks(sandbox.probe(root, grading=False), {False: root, True: root},
+                                    runner.select(part=part_id), [runner.PUBLIC_SEED])
     print(runner.table(results).strip())
     if any(r.status == "timeout" for r in results):
         module = importlib.import_module(module_of(part))

@@ -1,0 +1,761 @@
+"""
+classroom/checks_part_one.py: the checks of part one's exercises (1 to 5).
+
+Every expected value is ctx.ref's (checks.py); what is public here is how cases are drawn, the
+properties measured (passes counted, distributions, draws) and the hints.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from classroom import making
+from classroom.checks import (
+    Fail,
+    FakeGPU,
+    LETTERS,
+    Skip,
+    a_float,
+    check,
+    chi_square_fails,
+    fix_first,
+    kept_as_often,
+    pair_of_ints,
+    text,
+)
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1: a greedy round
+
+
+def random_round(rng, k=None):
+    k = k or int(rng.integers(1, 9))
+    choices = rng.integers(0, 3, k + 1).tolist()
+    draft_tokens = rng.integers(0, 3, k).tolist()
+    agree = int(rng.integers(0, k + 1))            # long agreements happen: copy a prefix
+    draft_tokens[:agree] = choices[:agree]
+    return draft_tokens, choices
+
+
+def explain_round(draft_tokens, choices, got, want):
+    shown = f"draft guessed {text(draft_tokens)!r}, the big model chose {text(choices)!r}"
+    if got[0] > want[0]:
+        i = want[0]
+        return (shown, f"draft token {i + 1} was kept although the big model chose "
+                       f"{LETTERS[choices[i]]!r} there: compare with the big model's choice at "
+                       f"the same position")
+    if got[0] < want[0]:
+        i = got[0]
+        return (shown, f"draft token {i + 1} ({LETTERS[draft_tokens[i]]!r}) equals the big "
+                       f"model's choice there, so it is kept: keep guesses while they match")
+    return (shown, f"after {want[0]} kept guesses the big model adds its own choice at the same "
+                   f"position ({LETTERS[want[1]]!r}): the correction, or the bonus when all "
+                   f"were kept")
+
+
+def judge(ctx, greedy_verdict, draft_tokens, choices, case=""):
+    want = tuple(ctx.ref.verdict(draft_tokens, choices))
+    got = pair_of_ints(greedy_verdict(list(draft_tokens), list(choices)), "greedy_verdict")
+    if got != want:
+        shown, hint = explain_round(draft_tokens, choices, got, want)
+        raise Fail(f"{case}(kept, token) = ({want[0]}, {LETTERS[want[1]]!r}) when {shown}",
+                   f"({got[0]}, {text([got[1]])!r})", hint)
+
+
+@check("1a", 2, torch_free=True)
+def verdict_on_random_rounds(ctx):
+    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
+    for _ in range(300):
+        judge(ctx, greedy_verdict, *random_round(ctx.rng))
+
+
+@check("1a", 1, torch_free=True)
+def verdict_at_the_edges(ctx):
+    greedy_verdict = ctx.student("numpy_speculative").greedy_verdict
+    for draft_tokens, choices, case in (([1, 2, 0], [1, 2, 0, 2], "every guess kept: the bonus"),
+                                        ([1, 2, 0], [2, 2, 0, 1], "the first guess rejected"),
+                                        ([], [1], "no guesses (the last token of a run)"),
+                                        ([0], [0, 1], "one guess, kept")):
+        judge(ctx, greedy_verdict, draft_tokens, choices, f"{case}: ")
+
+
+VERDICT_CHECKS = (verdict_on_random_rounds, verdict_at_the_edges)   # 1a's, for fix_first
+
+
+@check("1b", 2, torch_free=True)
+def replay_writes_the_text(ctx):
+    replay = ctx.student("numpy_speculative").replay
+    for _ in range(50):
+        prompt = ctx.rng.integers(0, 3, 3).tolist()
+        rounds = [random_round(ctx.rng) for _ in range(int(ctx.rng.integers(1, 6)))]
+        want = ctx.ref.replay(prompt, rounds)
+        got = replay(list(prompt), [(list(d), list(c)) for d, c in rounds])
+        if not isinstance(got, (list, tuple)) or list(got) != want:
+            raise Fail(f"{text(want)!r} from prompt {text(prompt)!r} and {len(rounds)} rounds",
+                       repr(text(got)) if isinstance(got, (list, tuple)) else repr(got),
+                       fix_first(ctx, "greedy_verdict", VERDICT_CHECKS, "each round adds its "
+                                 "kept guesses, then the big model's own token"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2: the numbers
+
+
+@check("2a", 2)
+def tokens_per_pass_is_the_sum(ctx):
+    f = ctx.student("speculative").expected_tokens_per_pass
+    for alpha, k in [(0.8, 4), (0.0, 3), (0.5, 1)] + [
+            (float(ctx.rng.random()), int(ctx.rng.integers(1, 13))) for _ in range(200)]:
+        got, want = a_float(f(alpha, k), "expected_tokens_per_pass"), ctx.ref.tokens_per_pass(
+            alpha, k)
+        if not abs(got - want) <= 1e-9 * want:
+            raise Fail(f"1 + alpha + ... + alpha^k = {want:.6f} for alpha {alpha:.4f}, k {k}",
+                       f"{got:.6f}", "a round always writes the target's token (alpha^0), plus "
+                       "draft token i with probability alpha^i")
+
+
+@check("2a", 1)
+def tokens_per_pass_limits(ctx):
+    f = ctx.student("speculative").expected_tokens_per_pass
+    for k in (1, 4, 9):
+        got = a_float(f(1.0, k), "expected_tokens_per_pass")
+        if abs(got - (k + 1)) > 1e-9:
+            raise Fail(f"k + 1 = {k + 1} tokens when every guess is kept (alpha = 1)", f"{got}",
+                       "the closed form divides 0 by 0 at alpha = 1: treat it apart")
+        if abs(a_float(f(1 - 1e-9, k), "expected_tokens_per_pass") - (k + 1)) > 1e-5:
+            raise Fail(f"close to {k + 1} for alpha just below 1", f"{f(1 - 1e-9, k)}")
+    grid = np.linspace(0, 0.99, 50)
+    for k in (1, 4):
+        values = [a_float(f(float(a), k), "expected_tokens_per_pass") for a in grid]
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise Fail("tokens per pass grows with alpha", "it does not", "")
+    if not all(f(0.7, k + 1) > f(0.7, k) for k in range(1, 8)):
+        raise Fail("tokens per pass grows with k", "it does not", "")
+
+
+TOKENS_CHECKS = (tokens_per_pass_is_the_sum, tokens_per_pass_limits)   # 2a's, for fix_first
+
+
+def simulates_rounds(ctx, simulate, alpha, k, runs, salt, law=True):
+    """Fail unless simulate is a simulation: `runs` runs of one round each (a fresh rng each)
+    write a whole number of tokens, 1 to k + 1 (the closed form plus noise does not), and (law)
+    as often as the process writes them, by chi-square."""
+    counts = np.zeros(k + 1)
+    for run in range(runs):
+        result = simulate(alpha, k, 1, ctx.worker_rng(salt + run))
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("simulate returns (mean, standard error)", repr(result)[:80])
+        tokens = a_float(result[0], "simulate")
+        if tokens != round(tokens) or not 1 <= tokens <= k + 1:
+            raise Fail(f"a simulation of one round (alpha {alpha:.3f}, k {k}) writes a whole "
+                       f"number of tokens, 1 to {k + 1}", f"{tokens!r}",
+                       "simulate each round: keep guesses while rng.random() < alpha, stop at "
+                       "the first rejection, add the target's own token; return the mean of "
+                       "the rounds' tokens (the formula plus noise is not a simulation)")
+        counts[int(tokens) - 1] += 1
+    want = np.array(ctx.ref.round_stats(alpha, k)["law"])
+    if law and chi_square_fails(counts, want):
+        n = int(np.abs(counts / runs - want).argmax())
+        raise Fail(f"the tokens of one round as often as the process writes them (alpha "
+                   f"{alpha:.3f}, k {k})", f"{n + 1} tokens in {counts[n] / runs:.3f} "
+                   f"of {runs} one-round runs; the process: {want[n]:.3f}",
+                   "each round on its own: keep draft tokens up to the first rejection (each "
+                   "accepted with probability alpha), then the target's own token")
+
+
+@check("2b", 2)
+def simulation_agrees_with_the_formula(ctx):
+    simulate = ctx.student("exercises.ex2_derive").simulate
+    for i in range(4):
+        alpha, k, rounds = float(ctx.rng.uniform(0.1, 0.95)), int(ctx.rng.integers(1, 9)), 20_000
+        result = simulate(alpha, k, rounds, ctx.worker_rng(i))
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("simulate returns (mean, standard error)", repr(result))
+        mean, se = (a_float(v, "simulate") for v in result)
+        stats = ctx.ref.round_stats(alpha, k)
+        want, sd, every = stats["mean"], stats["sd"], stats["every guess"]
+        if abs(mean - want) > 5 * sd / math.sqrt(rounds):
+            counts_every = abs(mean - every) <= 5 * math.sqrt(k * alpha * (1 - alpha) / rounds)
+            raise Fail(f"a mean within 5 standard errors of {want:.4f} (alpha {alpha:.3f}, "
+                       f"k {k})", f"{mean:.4f}",
+                       f"that is {every:.4f}, what counting every accepted guess gives; a "
+                       "round keeps only the guesses before the first rejection (the leading "
+                       "run), plus one token of the target's own" if counts_every else
+                       "a round stops at the first rejection; it always writes one token of "
+                       "the target's own")
+        if not abs(se - sd / math.sqrt(rounds)) < 0.15 * sd / math.sqrt(rounds):
+            raise Fail(f"standard error about {sd / math.sqrt(rounds):.4f} (the spread of tokens "
+                       f"per round over the square root of {rounds:,} rounds)", f"{se:.4f}",
+                       "std(tokens) / sqrt(rounds)")
+        if i < 2:                          # the mean is right: is it a simulation's?
+            simulates_rounds(ctx, simulate, alpha, k, 400, 1000 * (i + 1))
+
+
+@check("2b", 1)
+def simulation_draws_from_the_given_rng(ctx):
+    simulate = ctx.student("exercises.ex2_derive").simulate
+    simulates_rounds(ctx, simulate, 0.6, 4, 20, 100, law=False)   # whole rounds, then the rng
+    same = [simulate(0.6, 4, 2000, np.random.default_rng(7))[0] for _ in range(2)]
+    other = [simulate(0.6, 4, 2000, np.random.default_rng(s))[0] for s in (8, 9, 10)]
+    if same[0] != same[1] or len(set(map(float, other + same[:1]))) < 3:
+        raise Fail("the same rng seed gives the same result, other seeds other results",
+                   f"seed 7 twice: {same}; seeds 8-10: {other}",
+                   "draw every random number from the rng argument; never reseed")
+
+
+def over_the_cost(ctx, got, alpha, k, cost):
+    """True when `got`, the student's expected_speedup, is the student's own
+    expected_tokens_per_pass(alpha, k) over the right cost: 2c calls 2a, so 2c is as wrong as
+    2a is. (Graded, 2a is the grader's reference and this is False.)"""
+    try:
+        tokens = a_float(ctx.student("speculative").expected_tokens_per_pass(alpha, k), "")
+    except Exception:  # noqa: BLE001 (any failure of the student's 2a: no diagnosis)
+        return False
+    return abs(got - tokens / cost) <= 1e-9 * abs(got)
+
+
+@check("2c", 2)
+def speedup_is_tokens_over_cost(ctx):
+    f = ctx.student("speculative").expected_speedup
+    for _ in range(200):
+        alpha, k = float(ctx.rng.random()), int(ctx.rng.integers(1, 11))
+        c, verify_cost = float(ctx.rng.uniform(0, 0.6)), float(ctx.rng.choice([1.0, 1.5, 2.0]))
+        want = ctx.ref.speedup(alpha, k, c, verify_cost)
+        got = a_float(f(alpha, k, c, verify_cost), "expected_speedup")
+        if abs(got - want) > 1e-9 * want:
+            hint = ("a round costs k draft steps of c each plus one verification pass of "
+                    "verify_cost target steps")
+            if over_the_cost(ctx, got, alpha, k, k * c + verify_cost):
+                hint = fix_first(ctx, "expected_tokens_per_pass", TOKENS_CHECKS, "the cost, "
+                                 "k c + verify_cost, is right", "expected_speedup calls")
+            raise Fail(f"{want:.6f} for alpha {alpha:.3f}, k {k}, c {c:.3f}, verify cost "
+                       f"{verify_cost}", f"{got:.6f}", hint)
+        if verify_cost == 1.0 and abs(a_float(f(alpha, k, c), "expected_speedup") - want) > 1e-9:
+            raise Fail("verify_cost defaults to 1 (the lesson's formula)", "another default")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3: build, with NumPy alone
+
+
+WIDTH_SCALED = ("these are the logits of attention scaled by sqrt(C), the model's width: scale "
+                "each head's scores by sqrt(head size) = sqrt(C / n_head)")
+FROM_ZERO = ("these are the logits of positions that start at 0 in every call: the new tokens "
+             "sit at positions cache.length, cache.length + 1, ... (wpe[start:start + T])")
+NO_MASK = ("these are the logits of attention without its causal mask: token i may attend to "
+           "itself and the tokens before it only (set the later ones' scores to -inf)")
+
+
+def logits_close(got, want, what, suspects=(), hint=None):
+    """Fail unless got is want within 1e-5. suspects: (logits, hint) of known mistakes (an
+    array, a function that makes it, or None): when got is one of them, its hint names it."""
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        raise Fail(f"{what}: logits of shape {want.shape} (new tokens, vocabulary)",
+                   f"shape {got.shape}", "one row per new token, one column per vocabulary entry")
+    if not np.isfinite(got).all():
+        raise Fail(f"{what}: finite logits", "nan or inf", "look for a division by zero or a "
+                   "mask applied after the softmax")
+    error = float(np.abs(got - want).max())
+    if error > 1e-5:
+        row = int(np.abs(got - want).max(-1).argmax())
+        for logits, named in suspects:
+            logits = logits() if callable(logits) else logits
+            if logits is not None and np.abs(got - logits).max() < 1e-5:
+                hint = named
+                break
+        hint = hint or ("positions start at cache.length; attention may look at earlier tokens "
+                        "only; LayerNorm uses the variance, not the std")
+        raise Fail(f"{what}: the torch model's logits within 1e-5", f"off by {error:.2g} (first "
+                   f"at new token {row})", hint)
+
+
+def layer_norm_normalises(ctx):
+    """The student's layer_norm on rows of mean 1 and spread 3, a random weight and bias."""
+    x = ctx.rng.normal(1, 3, (4, 12))
+    weight, bias = ctx.rng.uniform(0.5, 1.5, 12), ctx.rng.normal(0, 0.5, 12)
+    got = np.asarray(ctx.student("numpy_speculative").layer_norm(x, weight, bias), dtype=float)
+    if got.shape != x.shape:
+        raise Fail("layer_norm keeps the shape of x", f"{got.shape}", "one row out per row in")
+    if not np.abs(got - ctx.ref.layer_norm(x, weight, bias)).max() < 1e-5:
+        rows = (got - bias) / weight               # what it made of the rows before weight, bias
+        mean, variance = float(np.abs(rows.mean(-1)).max()), float(rows.var(-1).mean())
+        raise Fail("rows of mean 0 and variance 1, then times weight plus bias",
+                   f"mean up to {mean:.3g}, variance {variance:.3g}",
+                   "subtract each row's mean" if mean > 1e-4 else
+                   f"rows of variance {variance:.3g}, not 1: divide by "
+                   "sqrt(variance + eps), not by the std" if abs(variance - 1) > 1e-4
+                   else "multiply by weight, then add bias")
+
+
+def forward_close(ctx, got, want, what, suspects=(), hint=None):
+    """logits_close, whose hint says first where the student's layer_norm is wrong."""
+    try:
+        logits_close(got, want, what, suspects, hint)
+    except Fail as e:
+        e.hint = fix_first(ctx, "layer_norm", (layer_norm_normalises,), e.hint, "forward calls")
+        raise
+
+
+@check("3a", 4, torch_free=True)
+def forward_matches_torch(ctx):
+    ns = ctx.student("numpy_speculative")
+    expected = ctx.expected_logits()
+    tokens = expected["tokens"].tolist()
+    for name in ("target", "draft"):
+        forward_close(ctx, ns.forward(ctx.model(name), tokens), expected[name],
+                      f"the {name} model over {len(tokens)} tokens",
+                      [(expected.get(f"{name}_width_scaled"), WIDTH_SCALED),
+                       (lambda name=name: making.mistaken(ctx.fixture_dir, name, tokens,
+                                                          [(0, len(tokens))], "no mask"),
+                        NO_MASK)])
+
+
+@check("3a", 2, torch_free=True)
+def forward_continues_its_cache(ctx):
+    ns = ctx.student("numpy_speculative")
+    expected = ctx.expected_logits()
+    tokens, model, want = expected["tokens"].tolist(), ctx.model("target"), expected["target"]
+    cache = ns.Cache(model)
+    pieces = [ns.forward(model, tokens[a:b], cache) for a, b in ((0, 5), (5, 6), (6, 11))]
+    # mistakes to name, fed in this check's pieces (with positions from 0, the last piece as
+    # after forget_from(6): attention is causal, so its first 5 rows are those of (6, 11))
+    def zero():
+        return making.mistaken(ctx.fixture_dir, "target", tokens,
+                               [(0, 5), (5, 6), (6, len(tokens))], "from 0")
+    scaled = expected.get("target_width_scaled")
+    first = np.asarray(pieces[0])
+    started = first.shape == (5, want.shape[1]) and np.abs(first - want[:5]).max() < 1e-5
+    forward_close(ctx, np.concatenate(pieces), want[:11],
+                  "tokens fed through one cache in three pieces (5, 1 and 5 tokens)",
+                  [(lambda: zero()[:11], FROM_ZERO),
+                   (lambda: making.mistaken(ctx.fixture_dir, "target", tokens,
+                                            [(0, 5), (5, 6), (6, 11)], "no mask"), NO_MASK),
+                   (None if scaled is None else scaled[:11], WIDTH_SCALED)],
+                  "the first 5 tokens, fed to an empty cache, are right, the ones fed after "
+                  "them are not: they sit at positions cache.length + i and attend to the "
+                  "cached keys and values as well as their own" if started else None)
+    cache.forget_from(6)
+    forward_close(ctx, ns.forward(model, tokens[6:], cache), want[6:],
+                  "after forget_from(6), the rest fed again", [(lambda: zero()[6:], FROM_ZERO)],
+                  "the same tokens fed in pieces were right (above): after forget_from(6) the "
+                  "cache must hold the first 6 tokens' keys and values only (keep them in "
+                  "cache.keys and cache.values, which forget_from cuts)")
+
+
+def greedy_run(ctx, draft_name, case, k=None):
+    """The student's speculative_greedy on one case with stand-ins of the fixture models (the
+    grader computes their logits and counts their passes): (reported passes, recorder), the
+    output checked on the way."""
+    ns = ctx.student("numpy_speculative")
+    models, recorder = ctx.standins({"target": "target", "draft": draft_name})
+    prompt, n, k = case["prompt"], case["n"], k or case["k"]
+    result = ns.speculative_greedy(models["target"], models["draft"], list(prompt), n, k)
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise Fail("speculative_greedy returns (tokens, target passes)", repr(result)[:80])
+    tokens, passes = result[0], result[1]
+    tokens = list(tokens) if isinstance(tokens, (list, tuple, np.ndarray)) else [tokens]
+    want = case["expected"]
+    if tokens != want:
+        i = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
+                 min(len(tokens), len(want)))
+        new = len(tokens) - len(prompt)            # positions in the new text, from 1
+        where = (f"from new token {i - len(prompt) + 1}" if i < min(len(tokens), len(want))
+                 and i >= len(prompt) else "in the prompt (return the prompt, then the new "
+                 "tokens)" if i < min(len(tokens), len(want)) else
+                 f"in length ({new} new tokens, not {n})")
+        hint = ("the output must not depend on the draft: compare guess i with the big "
+                "model's choice at position i (not i + 1), forget rejected tokens in both "
+                "caches, and score with score() so both decoders use the same windows")
+        if i + k >= making.BLOCK:  # this round's check reached past the window
+            hint += (f"; it goes wrong where the context reaches past the window "
+                     f"({making.BLOCK} tokens): let score() pick every context, for "
+                     f"drafting and for verifying alike, as generate() does")
+        raise Fail(f"the big model's own greedy output (prompt {text(prompt)!r}, {n} new "
+                   f"tokens, k = {k}, draft {draft_name}): {text(want[len(prompt):])!r}",
+                   f"differs {where}: {text(tokens[len(prompt):])!r}",
+                   fix_first(ctx, "greedy_verdict", VERDICT_CHECKS, hint))
+    return passes, recorder
+
+
+def check_greedy(ctx, draft_name, ks=(None,)):
+    """The output is the big model's own, the reported passes are the rounds the draft's
+    agreement makes, and (where the grader counts them) the big model's forward passes match
+    that count while the draft proposed every guess: plain decoding with a made-up count fails."""
+    for case in ctx.cases["greedy"]:
+        for k in ks:
+            passes, recorder = greedy_run(ctx, draft_name, case, k)
+            prompt, n, k = case["prompt"], case["n"], k or case["k"]
+            done = ctx.ref.greedy_rounds(case["expected"], draft_name, len(prompt), k)
+            what = {"target": "a perfect draft (the big model itself)",
+                    "hopeless": "a draft that never agrees"}.get(draft_name, "the draft")
+            if passes != done["rounds"]:
+                raise Fail(f"{done['rounds']} passes of the big model for {n} tokens with k = "
+                           f"{k} and {what}", f"{passes!r}",
+                           "count one pass per verification; when all k guesses are kept the "
+                           "big model adds a bonus token, so a round writes k + 1")
+            if recorder is not None:
+                counted_passes(recorder, done, f"{n} tokens with k = {k} and {what}")
+
+
+def counted_passes(recorder, done, what):
+    """Fail unless the stand-ins' forward passes, counted here, are those of `done`."""
+    calls, rounds, crossing = recorder.calls["target"], done["rounds"], done["crossing"]
+    if not rounds <= calls <= rounds + crossing:
+        raise Fail(f"{rounds} forward passes of the big model, one a round (or "
+                   f"{rounds + crossing}: {crossing} rounds check across a window jump, two "
+                   f"passes each) for {what}", f"{calls} forward passes, counted by the grader",
+                   "score the last token and every guess of a round in one score() of the "
+                   "big model; never decode with it token by token")
+    if recorder.calls["draft"] < done["guesses"]:
+        raise Fail(f"the draft proposes {done['guesses']} guesses (one forward pass each, at "
+                   f"least) for {what}", f"{recorder.calls['draft']} forward passes of the "
+                   "draft", "each round, the draft proposes min(k, tokens left - 1) tokens, "
+                   "one score() of the draft each")
+
+
+@check("3b", 3, torch_free=True)
+def greedy_is_the_big_models_output(ctx):
+    check_greedy(ctx, "draft")
+
+
+@check("3b", 2, torch_free=True)
+def greedy_with_a_perfect_draft(ctx):
+    check_greedy(ctx, "target")    # the big model drafts for itself: every guess is kept
+
+
+@check("3b", 1, torch_free=True)
+def greedy_with_a_draft_that_never_agrees(ctx):
+    check_greedy(ctx, "hopeless")
+
+
+def verify_pairs(rng):
+    """Target/draft distribution pairs (k = 1 and 2) where the usual mistakes show."""
+    V = 4
+    peaked = np.array([0.7, 0.1, 0.1, 0.1])
+    pairs = [(np.stack([peaked, np.full(V, 0.25)]), np.roll(peaked, 1)[None]),
+             (np.stack([np.array([0.5, 0.5, 0, 0]), peaked]), np.array([[0, 0.2, 0.3, 0.5]])),
+             (np.stack([peaked, peaked]), peaked[None])]
+    for _ in range(2):
+        target, draft = rng.dirichlet(np.ones(V), 2), rng.dirichlet(np.ones(V) * 0.5, 1)
+        pairs.append((target, draft))
+    return pairs
+
+
+@check("3c", 3, torch_free=True)
+def verify_keeps_the_target_distribution_exactly(ctx):
+    """Every (draft token, u1, u2) on a grid: the first token's distribution must be the
+    target's, and after a kept guess the bonus token's must be the target's next one."""
+    grid = (np.arange(100) + 0.5) / 100
+    for target_probs, draft_probs in verify_pairs(ctx.rng):
+        V = target_probs.shape[1]
+        first, bonus, kept_mass = np.zeros(V), np.zeros(V), 0.0
+        outcomes = ctx.helper("verify_grid", "numpy_speculative", "verify", target_probs,
+                              draft_probs, grid)
+        if not isinstance(outcomes, dict) or "draws" in outcomes:
+            raise Fail("verify draws one uniform to test each guess and one to sample the "
+                       "token it adds", "more draws than that", "use rng.random() only")
+        if "bad" in outcomes:
+            raise Fail("verify returns a pair of whole numbers (kept, token)", outcomes["bad"],
+                       "return kept, token")
+        for x, pairs in outcomes.items():
+            pairs = np.asarray(pairs)
+            if not (isinstance(x, int) and 0 <= x < V and pairs.shape == (len(grid) ** 2, 2)
+                    and ((0 <= pairs) & (pairs < V)).all() and (pairs[:, 0] <= 1).all()):
+                raise Fail("verify returns (kept, token): kept 0 or 1 for one guess, a token "
+                           "of the vocabulary", "other values")
+            weight = draft_probs[0, x] / len(grid) ** 2
+            kept = pairs[:, 0] == 1
+            first[x] += weight * kept.sum()
+            np.add.at(bonus, pairs[kept, 1], weight)
+            kept_mass += weight * kept.sum()
+            np.add.at(first, pairs[~kept, 1], weight)
+        if abs(sum(draft_probs[0, x] for x in outcomes) - 1) > 1e-9:
+            raise Fail("verify called for every token the draft can propose", "fewer")
+        if float(np.abs(first - target_probs[0]).max()) > 0.03:
+            raise Fail(f"first token distributed as the target's {np.round(target_probs[0], 3)}"
+                       f" (draft's: {np.round(draft_probs[0], 3)})", f"{np.round(first, 3)}",
+                       "keep a guess with probability min(1, target/draft); after a rejection "
+                       "draw from max(0, target - draft), renormalised (not from the target)")
+        kept_as_often(ctx, kept_mass, target_probs[0], draft_probs[0], 0.02, "on a grid of draws")
+        if kept_mass > 0.05:
+            bonus /= kept_mass
+            if np.abs(bonus - target_probs[1]).max() > 0.05:
+                raise Fail(f"after a kept guess, the bonus token distributed as the target's "
+                           f"next {np.round(target_probs[1], 3)}", f"{np.round(bonus, 3)}",
+                           "when every guess is kept, sample one more token from the target's "
+                           "distribution at the next position")
+
+
+VERIFY_CHECKS = (verify_keeps_the_target_distribution_exactly,)   # verify's, for fix_first
+
+
+def draft_was_asked(recorder):
+    """Sampling from the big model alone has the right distribution, and is not the exercise."""
+    if recorder is not None and recorder.calls["draft"] == 0:
+        raise Fail("guesses sampled from the draft's distribution", "the draft was never "
+                   "called (counted by the grader)", "the draft proposes k tokens a round, "
+                   "one score() each; the big model checks them in one pass")
+
+
+def sampled_pairs(ctx, runs, **options):
+    """Counts (V, V) of the first two tokens of `runs` runs of the student's speculative_sample
+    with the fixture models (3 new tokens, k = 2)."""
+    models, recorder = ctx.standins({"target": "target", "draft": "draft"}, memo=True)
+    prompt = ctx.cases["sampling"]["prompt"]
+    rng = ctx.worker_rng(17)
+    outputs = ctx.helper("sample_many", "numpy_speculative", "speculative_sample",
+                         models["target"], models["draft"], prompt, 3, 2, rng, runs, options)
+    if isinstance(outputs, str):
+        raise Fail("speculative_sample returns the list of tokens", outputs)
+    draft_was_asked(recorder)
+    counts = np.zeros((len(LETTERS), len(LETTERS)))
+    for out in outputs:
+        if len(out) != len(prompt) + 3 or not all(isinstance(t, int) and 0 <= t < len(LETTERS)
+                                                  for t in out):
+            raise Fail(f"{len(prompt) + 3} tokens (prompt + 3 new)", f"{len(out)}: {out}"[:80],
+                       "stop when max_new_tokens are written; a round adds kept guesses plus "
+                       "one token")
+        counts[out[len(prompt)], out[len(prompt) + 1]] += 1
+    if counts.sum() != runs:
+        raise Fail(f"{runs} runs", f"{int(counts.sum())}")
+    return counts
+
+
+@check("3c", 1, torch_free=True)
+def sampling_has_the_target_distribution(ctx):
+    for name, options in (("plain", {"temperature": 1.0}),
+                          ("top_k", {"temperature": 0.8, "top_k": 3})):
+        probs = np.array(ctx.cases["sampling"][name])
+        counts = sampled_pairs(ctx, 2000, **options)
+        if chi_square_fails(counts, probs):
+            worst = np.unravel_index(np.abs(counts / counts.sum() - probs).argmax(), probs.shape)
+            raise Fail(f"the first two tokens distributed as the big model samples them "
+                       f"({', '.join(f'{k}={v}' for k, v in options.items())})",
+                       f"{int(counts.sum())} runs: {text(worst)!r} came "
+                       f"{counts[worst] / counts.sum():.3f} of the time, the big model "
+                       f"gives it {probs[worst]:.3f}",
+                       fix_first(ctx, "verify", VERIFY_CHECKS, "the draft must sample its "
+                                 "guesses from the same warped distribution that verify() is "
+                                 "given (not its argmax, not an unfiltered one)",
+                                 "speculative_sample calls"))
+
+
+class Draws:
+    """An rng for the student's code that counts its draws (random() only, as the docstrings
+    ask: sample() and verify() need nothing else)."""
+
+    def __init__(self, rng):
+        self.rng, self.count = rng, 0
+
+    def random(self):
+        self.count += 1
+        return float(self.rng.random())
+
+
+@check("3c", 1, torch_free=True)
+def sampling_with_a_perfect_draft(ctx):
+    """The big model drafts for itself: every guess is kept (min(1, p/p) = 1), so each round of
+    k guesses draws 2k + 1 numbers (k guesses, k tests, one bonus) and takes one pass of the big
+    model. Sampling from the big model alone, one token a pass, fails."""
+    ns = ctx.student("numpy_speculative")
+    models, recorder = ctx.standins({"target": "target", "draft": "target"})
+    prompt = ctx.cases["sampling"]["prompt"]
+    for n, k in ((12, 3), (2 * making.BLOCK, 4)):
+        done = ctx.ref.perfect_rounds(len(prompt), n, k)
+        draws = Draws(ctx.worker_rng(n))
+        out = ns.speculative_sample(models["target"], models["draft"], list(prompt), n, k,
+                                    ctx.lend(draws, ("random",)))
+        out = list(out) if isinstance(out, (list, tuple, np.ndarray)) else [out]
+        if len(out) != len(prompt) + n:
+            raise Fail(f"{len(prompt) + n} tokens (prompt + {n} new)", f"{len(out)}")
+        if recorder is None:
+            continue
+        what = f"{n} tokens with k = {k} and a draft equal to the big model"
+        if draws.count != done["draws"]:
+            raise Fail(f"{done['draws']} draws of rng.random() for {what} ({done['rounds']} "
+                       "rounds, every guess kept)", f"{draws.count} draws",
+                       fix_first(ctx, "verify", VERIFY_CHECKS, "the draft draws one number per "
+                                 "guess, verify one per guess tested and one for the token the "
+                                 "big model adds", "speculative_sample calls"))
+        counted_passes(recorder, done, what)
+        recorder.reset()
+
+
+@check("3c", 1, torch_free=True)
+def sampling_draws_from_the_given_rng(ctx):
+    ns = ctx.student("numpy_speculative")
+    models, recorder = ctx.standins({"target": "target", "draft": "draft"})
+    target, draft = models["target"], models["draft"]
+    prompt = ctx.cases["sampling"]["prompt"]
+
+    def run(seed):
+        out = ns.speculative_sample(target, draft, list(prompt), 12, 3,
+                                    np.random.default_rng(seed))
+        return list(out) if isinstance(out, (list, tuple, np.ndarray)) else [out]
+    outputs = {tuple(run(seed)) for seed in range(8)}
+    draft_was_asked(recorder)
+    if run(3) != run(3) or len(outputs) < 4:
+        raise Fail("the same rng seed gives the same text, other seeds other texts",
+                   f"{len(outputs)} different texts from 8 seeds",
+                   "draw every random number from the rng argument; never reseed")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4: break
+
+
+@check("4a", 2)
+def agreement_from_logits(ctx):
+    sd = ctx.student("speculative")
+    for temperature, top_k in ((1.0, None), (0.7, None), (1.0, 3)):
+        target = ctx.rng.normal(size=(4, 9, 8)) * 2
+        draft = target + ctx.rng.normal(size=target.shape) * 1.5
+        result = sd.agreement_of(target, draft, temperature=temperature, top_k=top_k)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise Fail("agreement_of returns (alpha, greedy agreement)", repr(result)[:80])
+        alpha, agree = (a_float(v, "agreement_of") for v in result)
+        want_alpha, want_agree = ctx.ref.agreement(target, draft, temperature, top_k)
+        if abs(alpha - want_alpha) > 1e-6:
+            raise Fail(f"alpha = mean over positions of sum_x min(target(x), draft(x)) = "
+                       f"{want_alpha:.6f} (temperature {temperature}, top_k {top_k})",
+                       f"{alpha:.6f}", "both distributions warped as decoding would; the sum "
+                       "runs over the vocabulary, the mean over every position")
+        if abs(agree - want_agree) > 1e-12:
+            raise Fail(f"greedy agreement {want_agree:.4f}", f"{agree:.4f}",
+                       "the fraction of positions where both argmaxes are the same")
+
+
+@check("4a", 1)
+def agreement_at_temperature_zero(ctx):
+    sd = ctx.student("speculative")
+    target = ctx.rng.normal(size=(3, 7, 8))
+    draft = target + ctx.rng.normal(size=target.shape)
+    alpha, agree = (a_float(v, "agreement_of") for v in
+                    sd.agreement_of(target, draft, temperature=0.0))
+    if abs(alpha - agree) > 1e-12:
+        raise Fail("at temperature 0 alpha equals the greedy agreement (both distributions are "
+                   "one-hot)", f"alpha {alpha:.4f}, agreement {agree:.4f}",
+                   "warp the logits with the temperature before comparing distributions")
+
+
+@check("4b", 2)
+def break_even_gives_speedup_one(ctx):
+    f = ctx.student("speculative").break_even_alpha
+    for _ in range(60):
+        k, c = int(ctx.rng.integers(1, 9)), float(ctx.rng.uniform(0.01, 0.5))
+        verify_cost = float(ctx.rng.choice([1.0, 1.3]))
+        want = ctx.ref.break_even(k, c, verify_cost)
+        if math.isnan(want):                   # no alpha helps: the other check's case
+            continue
+        alpha = a_float(f(k, c, verify_cost), "break_even_alpha")
+        if not abs(alpha - want) <= 1e-6:
+            ignored = verify_cost != 1.0 and abs(alpha - ctx.ref.break_even(k, c, 1.0)) <= 1e-6
+            raise Fail(f"the alpha where the speed-up is exactly 1, within 1e-6: {want:.7f} "
+                       f"(k {k}, c {c:.3f}, verify cost {verify_cost})", f"{alpha!r}",
+                       "that is the break-even point for a verify cost of 1: break_even_alpha "
+                       "ignores verify_cost; a round costs k c + verify_cost target steps"
+                       if ignored else "the speed-up grows with alpha: bisect between 0 and 1 "
+                       "until the interval is tiny (a 0.01 grid is not precise enough)")
+
+
+@check("4b", 1)
+def break_even_lesson_values_and_hopeless_costs(ctx):
+    f = ctx.student("speculative").break_even_alpha
+    for c, want in ((0.2, 0.4553), (0.05, 0.1668)):
+        got = a_float(f(4, c), "break_even_alpha")
+        if round(got, 4) != want:
+            raise Fail(f"{want} for k 4, c {c}", f"{got:.6f}", "")
+    got = f(4, 1.5)
+    if not (isinstance(got, float) and math.isnan(got)):
+        raise Fail("nan when no alpha helps (k 4, c 1.5: a round costs 7 steps, it writes at "
+                   "most 5 tokens)", repr(got), "return math.nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 5: GPU timing (on the CPU, with a simulated GPU)
+
+
+class Counted:
+    """A function to time: call i sleeps seconds[i] (the last entry for every call after)."""
+
+    def __init__(self, *seconds):
+        self.calls, self.seconds = 0, seconds
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.seconds[min(self.calls, len(self.seconds)) - 1])
+
+
+@check("5a", 2)
+def timer_warms_up_and_takes_the_median(ctx):
+    measure = ctx.student("exercises.ex5_gpu").timer("cpu")
+    fn = Counted(0.15, 0.15, 0.15, 0.002)                    # three slow first calls
+    seconds = a_float(measure(ctx.lend(fn), 5, warmup=3), "measure")
+    if fn.calls != 8:
+        raise Fail("3 warm-up calls and 5 timed ones: 8 calls of fn", f"{fn.calls}",
+                   "run fn warmup times before timing it")
+    if not 0.0015 < seconds < 0.05:
+        raise Fail("about 2 ms, the time of a call after warm-up", f"{seconds * 1e3:.1f} ms",
+                   "exclude the warm-up calls (they pay for caches and compilation) and "
+                   "return seconds per call")
+    outlier = Counted(0.003, 0.003, 0.003, 0.25, 0.003)      # the 2nd timed call is slow
+    seconds = a_float(measure(ctx.lend(outlier), 5, warmup=2), "measure")
+    if not 0.002 < seconds < 0.03:
+        raise Fail("about 3 ms: the median of 5 calls of 3 ms, one of which took 250 ms",
+                   f"{seconds * 1e3:.1f} ms", "return the median of the timed calls: one call "
+                   "slowed by the machine moves the mean, not the median")
+    times = [a_float(measure(ctx.lend(Counted(t)), 3, warmup=1), "measure")
+             for t in (0.002, 0.01, 0.03)]
+    if not times[0] < times[1] < times[2]:
+        raise Fail("longer calls measure longer (2, 10, 30 ms)",
+                   ", ".join(f"{t * 1e3:.1f} ms" for t in times), "")
+
+
+@check("5a", 2)
+def timer_waits_for_the_gpu(ctx):
+    """timer("cuda") with a simulated GPU standing in for torch.cuda: its work, its clock and its
+    queue live in the grader (helpers.FakeGPU), so what the timer did is measured here."""
+    gpu = FakeGPU()
+    with ctx.on_gpu(gpu):
+        measure = ctx.student("exercises.ex5_gpu").timer("cuda")
+        seconds = a_float(measure(ctx.lend(gpu.launch), 5, warmup=2), "measure")
+        returned = time.perf_counter()
+        if gpu.launches != 7:
+            raise Fail("2 warm-up calls and 5 timed ones: 7 calls of fn", f"{gpu.launches}",
+                       "run fn warmup times, then the timed calls")
+        if gpu.busy_until > returned + 1e-3:
+            raise Fail("measure returns after the work it timed has finished on the GPU",
+                       f"{(gpu.busy_until - returned) * 1e3:.0f} ms of it still queued",
+                       "kernels run asynchronously: call torch.cuda.synchronize() before "
+                       "reading the clock, or synchronize the end event before elapsed_time")
+        if not 0.015 < seconds < 0.06:
+            raise Fail("about 20 ms: the work fn queued on the GPU, not the time to queue it",
+                       f"{seconds * 1e3:.2f} ms", "kernels run asynchronously: call "
+                       "torch.cuda.synchronize() before starting the clock and before reading "
+                       "it, or record torch.cuda.Event pairs and synchronize before "
+                       "elapsed_time")
+        for _ in range(5):                     # 100 ms queued before measure is called
+            gpu.launch()
+        seconds = a_float(measure(ctx.lend(gpu.launch), 1, warmup=2), "measure")
+    if not 0.015 < seconds < 0.06:
+        raise Fail("about 20 ms for one timed call, with 100 ms of other work and the warm-up's "
+                   "still queued on the GPU when measure was called", f"{seconds * 1e3:.1f} ms",
+                   "wait for the GPU (torch.cuda.synchronize()) before starting the clock: work "
+                   "queued earlier must not land in the measurement")
+
+
+@check("5a", 0)
+def timer_on_a_real_gpu(ctx):
+    """With a CUDA GPU, the student's timer against CUDA events around the same work."""
+    measured = ctx.helper("time_on_real_gpu", "exercises.ex5_gpu", "timer")
+    if measured is None:
+        raise Skip("no CUDA GPU here: this check runs where torch sees one")
+    if not (isinstance(measured, (tuple, list)) and len(measured) == 2):
+        raise Fail("measure returns seconds", repr(measured)[:80])
+    want, got = a_float(measured[0], "CUDA events"), a_float(measured[1], "measure")
+    if not 0.7 * want < got < 1.5 * want:
+        raise Fail(f"about {want * 1e3:.2f} ms (CUDA events around the same work)",
+                   f"{got * 1e3:.2f} ms", "synchronise before reading the clock")
+

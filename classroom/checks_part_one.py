@@ -408,6 +408,12 @@ def counted_passes(recorder, done, what):
                    f"passes each) for {what}", f"{calls} forward passes, counted by the grader",
                    "score the last token and every guess of a round in one score() of the "
                    "big model; never decode with it token by token")
+    if recorder.tokens["target"] > done["fed"]:
+        raise Fail(f"the big model fed {done['fed']} tokens through its cache for {what} (each "
+                   "token once, a window's again after it jumps)",
+                   f"{recorder.tokens['target']} tokens fed, counted by the grader",
+                   "after a round forget the rejected guesses only, cache.forget_from(n + kept): "
+                   "the kept tokens' keys and values stay in the cache")
     if recorder.calls["draft"] < done["guesses"]:
         raise Fail(f"the draft proposes {done['guesses']} guesses (one forward pass each, at "
                    f"least) for {what}", f"{recorder.calls['draft']} forward passes of the "
@@ -700,6 +706,11 @@ def timer_warms_up_and_takes_the_median(ctx):
         raise Fail("about 2 ms, the time of a call after warm-up", f"{seconds * 1e3:.1f} ms",
                    "exclude the warm-up calls (they pay for caches and compilation) and "
                    "return seconds per call")
+    fn = Counted(0.002)
+    a_float(measure(ctx.lend(fn), 5), "measure")
+    if fn.calls != 8:
+        raise Fail("3 warm-up calls by default and 5 timed ones: 8 calls of fn", f"{fn.calls}",
+                   "warmup defaults to 3: measure(fn, repeats, warmup=3)")
     outlier = Counted(0.003, 0.003, 0.003, 0.25, 0.003)      # the 2nd timed call is slow
     seconds = a_float(measure(ctx.lend(outlier), 5, warmup=2), "measure")
     if not 0.002 < seconds < 0.03:

@@ -189,7 +189,7 @@ class FakeGPU:
         gpu = self
 
         class Event:
-            stamp = None
+            stamp, timing = None, enable_timing
 
             def record(self, stream=None):
                 self.stamp = max(time.perf_counter(), gpu.busy_until)
@@ -198,6 +198,9 @@ class FakeGPU:
                 time.sleep(max(0.0, self.stamp - time.perf_counter()))
 
             def elapsed_time(self, end):
+                if not (self.timing and end.timing):
+                    raise RuntimeError("Both events must be created with argument "
+                                       "'enable_timing=True'.")
                 if self.stamp is None or end.stamp is None:
                     raise RuntimeError("elapsed_time on an event that was never recorded")
                 if end.stamp > time.perf_counter() + 1e-4:

@@ -78,10 +78,9 @@ def layer_norm(ctx, x, weight, bias):
 def greedy_rounds(ctx, target_tokens, draft_name, prompt_length, k):
     """What greedy speculative decoding does to write target_tokens (the big model's own greedy
     output, prompt included) with the fixture draft `draft_name` proposing up to k tokens a
-    round: its rounds, the rounds whose check crosses a window jump (two passes each), and its
-    guesses."""
-    draft, done = ctx.torch_model(draft_name), {"rounds": 0, "crossing": 0, "guesses": 0,
-                                                "draws": 0}
+    round: its rounds, the rounds whose check crosses a window jump (two passes each), its
+    guesses, and the tokens the big model is fed (fed())."""
+    draft, rounds = ctx.torch_model(draft_name), []
     goal, n = len(target_tokens), prompt_length
     while n < goal:
         k_round = min(k, goal - n - 1)
@@ -89,28 +88,44 @@ def greedy_rounds(ctx, target_tokens, draft_name, prompt_length, k):
         while kept < k_round and int(making.next_logits(
                 draft, target_tokens[:n + kept]).argmax()) == target_tokens[n + kept]:
             kept += 1
-        _add_round(done, n, k_round)
+        rounds.append((n, k_round, kept))
         n += kept + 1
-    return done
+    return counted(rounds)
 
 
 def perfect_rounds(ctx, prompt_length, n, k):
     """The same with a draft that is the big model (every guess kept), and the draws sampling
     makes: 2 k_round + 1 a round."""
-    written, done = 0, {"rounds": 0, "crossing": 0, "guesses": 0, "draws": 0}
+    written, rounds = 0, []
     while written < n:
         k_round = min(k, n - written - 1)
-        _add_round(done, prompt_length + written, k_round)
+        rounds.append((prompt_length + written, k_round, k_round))
         written += k_round + 1
+    return counted(rounds)
+
+
+def counted(rounds):
+    """What rounds [(n, k_round, kept)] make the big model do through the lesson's score():
+    each round scores positions n .. n + k_round, feeding its cache what it lacks (a window
+    that jumps starts a fresh one), and then forgets the rejected guesses."""
+    done = {"rounds": len(rounds), "crossing": 0, "guesses": 0, "draws": 0, "fed": 0}
+    start, cached = 0, 0
+    for n, k_round, kept in rounds:
+        done["guesses"] += k_round
+        done["draws"] += 2 * k_round + 1
+        done["crossing"] += making.window_start(n, making.BLOCK) != \
+            making.window_start(n + k_round, making.BLOCK)
+        pos = n
+        while pos <= n + k_round:                 # the lesson's windows(n, n + k_round)
+            window = making.window_start(pos, making.BLOCK)
+            end = min(n + k_round, window + making.BLOCK)
+            if window != start:
+                start, cached = window, 0
+            cached = min(cached, pos - 1 - start)
+            done["fed"] += end - (start + cached)
+            cached, pos = end - start, end + 1
+        cached = max(0, min(cached, n + kept - start))
     return done
-
-
-def _add_round(done, n, k_round):
-    done["rounds"] += 1
-    done["guesses"] += k_round
-    done["draws"] += 2 * k_round + 1
-    done["crossing"] += making.window_start(n, making.BLOCK) != \
-        making.window_start(n + k_round, making.BLOCK)
 
 
 def alpha(ctx, target, draft):

@@ -15,9 +15,11 @@ Teacher, in this repository (see classroom/TEACHERS.md):
     python -m classroom mutants [--part 3b]       # the checks against every mutant of a solution
 """
 
+import atexit
 import csv
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -148,8 +150,10 @@ def grade_one(box, submission, part=None, notes=None):
 
 def sandboxed(args):
     """The sandbox, before any work; one line where there is none and --unsafe is not given."""
-    return sandbox.probe(ROOT, grading=True, unsafe=args.unsafe,
-                         scratch=tempfile.mkdtemp(prefix="classroom-site-"))
+    scratch = tempfile.mkdtemp(prefix="classroom-site-")
+    os.chmod(scratch, 0o711)                # where the jobs' own NumPy may be copied
+    atexit.register(shutil.rmtree, scratch, True)
+    return sandbox.probe(ROOT, grading=True, unsafe=args.unsafe, scratch=scratch)
 
 
 def grade(args):

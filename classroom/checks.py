@@ -301,7 +301,7 @@ def fix_first(ctx, function, tests, hint, how="this part's code may call"):
         except (Fail, NotImplementedError, wire.StudentError) as e:
             part = parts.part_of(function)
             name = part.id if part.functions == (function,) else function
-            why = "" if test.__name__ in CHECKS or not isinstance(e, Fail) else f" ({e.hint})"
+            why = f" ({e.hint})" if isinstance(e, Fail) and e.hint else ""
             return (f"fix {name} first: your {function}, which {how}, fails {test.__name__}"
                     f"{why}; then: {hint}")
     return hint

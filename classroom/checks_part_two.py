@@ -32,7 +32,8 @@ def named(runs, hints, default):
     """runs: [(what the student's function gave, {mistake: what it gives})] for every case it
     ran on. The hint of the mistake that gives what the student's gave on every case; of each,
     where several do; else `default`."""
-    fits = [name for name in hints if all(same(got, mistakes[name]) for got, mistakes in runs)]
+    fits = [name for name in hints if all(name in mistakes and same(got, mistakes[name])
+                                          for got, mistakes in runs)]
     if not fits:
         return default
     if len(fits) == 1:
@@ -646,8 +647,8 @@ def judge_sampled(ctx, root_target, root_draft, runs, salt):
     width = parents.count(0)
     where = f"(target {np.round(root_target, 3)}, {width} guesses drawn from the draft " \
             f"{np.round(root_draft, 3)} without replacement; {runs} rounds)"
+    laws = ctx.ref.sibling_laws(root_target, root_draft, width)     # (asked always: see 4b)
     if chi_square_fails(first, root_target):
-        laws = ctx.ref.sibling_laws(root_target, root_draft, width)
         fits = [SIBLING_HINTS[rule] for rule, law in laws.items()
                 if not chi_square_fails(first, law)]
         raise Fail(f"the first token of a round distributed as the target's {where}",
@@ -674,7 +675,8 @@ def judge_sampled(ctx, root_target, root_draft, runs, salt):
                    "a rejected child's next sibling is tried in its turn (here the second and "
                    "third children of the root were never kept)" if siblings == 0 else
                    "once child c is kept, go on from c: its children, one after another, "
-                   "against target_probs[c]; at a leaf the target adds the bonus token")
+                   "against target_probs[c] (its own row, not the root's, nor a residual from "
+                   "the level above); at a leaf the target adds the bonus token")
     for d in range(1, depth + 1):                                 # after a kept node of depth d
         after = np.zeros((V, V))
         for r in rounds:

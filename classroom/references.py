@@ -315,7 +315,7 @@ def _eagle_loss(draft, features, idx, wte, lm_head, ce_weight, noise, seed, mist
         d = (guesses - target).abs()
         regression.append(d ** 2 if mistake == "squared" else
                           torch.where(d < 1, 0.5 * d ** 2, d - 0.5))
-        teacher = features[b, :-1] if mistake == "head at f_t" else features[b, 1:]
+        teacher = inputs[b, :-1] if mistake == "head at f_t" else features[b, 1:]
         want = torch.softmax(teacher @ head.T, -1)
         cross_entropy.append(-(want * torch.log_softmax(guesses @ head.T, -1)).sum(-1))
     loss = torch.cat(regression).mean() + ce_weight * torch.cat(cross_entropy).mean()

@@ -14,6 +14,7 @@ A submission is read (its student files, as bytes) and compiled inside the sandb
 run with the blank student version of it in its place.
 """
 
+import atexit
 import contextlib
 import functools
 import importlib
@@ -306,8 +307,11 @@ def compile_files(box, workspace, names, scratch):
 
 
 def fixtures(seed, _made={}):  # noqa: B006 (made once per process)
+    """The fixtures of `seed` (making.make), in a private folder that lasts as long as this
+    process."""
     if "folder" not in _made:
         _made["folder"] = Path(tempfile.mkdtemp(prefix="classroom-fixtures-"))
+        atexit.register(shutil.rmtree, _made["folder"], True)
     if seed not in _made:
         _made[seed] = making.make(_made["folder"] / f"seed{seed}", seed)
     return _made[seed]

@@ -430,7 +430,7 @@ def counted_passes(recorder, done, what):
     if recorder.calls["draft"] < done["guesses"]:
         raise Fail(f"the draft proposes {done['guesses']} guesses (one forward pass each, at "
                    f"least) for {what}", f"{recorder.calls['draft']} forward passes of the "
-                   "draft", "each round, the draft proposes min(k, tokens left - 1) tokens, "
+                   "draft, counted by the grader", "each round, the draft proposes min(k, tokens left - 1) tokens, "
                    "one score() of the draft each")
 
 

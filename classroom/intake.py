@@ -192,20 +192,20 @@ def from_zip(path):
 
 
 def from_git(path):
-    """HEAD's tree of a bare repository, from its objects."""
-    from dulwich.errors import NotGitRepository      # noqa: PLC0415 (only where git is read)
-    from dulwich.repo import Repo
+    """HEAD's tree of a bare repository, from its objects and refs alone: its configuration is
+    never read, so nothing it names (a command, a remote) is ever used."""
+    from dulwich.object_store import DiskObjectStore  # noqa: PLC0415 (only where git is read)
+    from dulwich.refs import DiskRefsContainer
     for borrowed in ("commondir", "objects/info/alternates"):
         if os.path.lexists(os.path.join(path, borrowed)):
             raise Unreadable(f"a git repository that borrows another's objects or refs "
                              f"({borrowed}) is not read")
-    notes = []
     try:
-        repo = Repo(path, bare=True)
-        tree = repo[repo[repo.refs[b"HEAD"]].tree]
-    except (KeyError, NotGitRepository, ValueError, OSError) as e:
+        store = DiskObjectStore(os.path.join(path, "objects"), alternates=())
+        tree = store[store[DiskRefsContainer(path)[b"HEAD"]].tree]
+    except Exception as e:  # noqa: BLE001 (dulwich's many ways of saying "no commit here")
         return {}, [f"no commit to grade in the git repository ({type(e).__name__})"]
-    kinds, shas = {}, {}
+    notes, kinds, shas = [], {}, {}
 
     def walk(tree, prefix, depth):
         for item in tree.iteritems():
@@ -213,13 +213,13 @@ def from_git(path):
             kinds[name], shas[name] = kind(item.mode), item.sha
             counted(kinds)
             if kinds[name] == "folder" and depth < ROOT_DEPTH + 2:
-                walk(repo[item.sha], name, depth + 1)
+                walk(store[item.sha], name, depth + 1)
     walk(tree, "", 0)
 
     def read(name):
         try:
-            return repo[shas[name]].as_raw_string()[:MAX_FILE + 1]
-        except KeyError:                     # a partial clone's missing object: never fetched
+            return store[shas[name]].as_raw_string()[:MAX_FILE + 1]
+        except Exception:  # noqa: BLE001 (a partial clone's missing object: never fetched)
             return None
     return take(kinds, read, notes), notes
 

@@ -419,6 +419,12 @@ def run_part(box, workspaces, part, runs, slot, scratch, source, end, stalled):
             worker.end()
 
 
+def together(box):
+    """Whether a part's seeds may run in one worker: where no job can leave another anything
+    (bubblewrap: a world of its own each); elsewhere every public run comes first."""
+    return box.how == "bwrap"
+
+
 def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, jobs=None,
                budget=None, source=None):
     """Run every check in `selected` at every seed. workspaces: {torch_free: the project copy
@@ -433,7 +439,7 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, job
     slots, stalled = Slots(jobs), set()
     for seed in seeds:
         fixtures(seed)                          # made here once, not by two threads at once
-    phases = [seeds] if box.how == "bwrap" else [[seed] for seed in seeds]
+    phases = [seeds] if together(box) else [[seed] for seed in seeds]
     with tempfile.TemporaryDirectory(prefix="classroom-logs-") as scratch:
         for phase in phases:
             by_part = {}

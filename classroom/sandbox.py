@@ -84,8 +84,13 @@ class Sandbox:
         if self.how == "bwrap":
             boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=8 * PROCESSES,
                                path=[PROJECT, SITE], home=PROJECT, module=module)
-            argv = bwrap_command(project, kind, [str(PYTHON / "bin" / "python3"), "-I", "-S",
-                                                 "-B", "-c", boot, *args])
+            options = bwrap_command(project, kind, [])
+            arguments = os.memfd_create("bwrap-arguments")        # host paths: on no command
+            os.write(arguments, b"\0".join(a.encode() for a in options[1:]) + b"\0")   # line
+            os.lseek(arguments, 0, os.SEEK_SET)
+            argv = [options[0], "--args", str(arguments), str(PYTHON / "bin" / "python3"),
+                    "-I", "-S", "-B", "-c", boot, *args]
+            pass_fds = (*pass_fds, arguments)
         else:
             sites = [str(self.numpy_site)] if kind == "numpy" and self.how == "user" else \
                 [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib",
@@ -116,6 +121,8 @@ class Sandbox:
         finally:
             os.close(go_read)
             os.close(go_write)
+            if self.how == "bwrap":
+                os.close(arguments)
         return Job(process, group, uid)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from classroom import checks, expected, parts, project, regions, runner, sandbox
 
 ROOT = project.ROOT
-HIDDEN = 271828          # a hidden seed for the tests (small: a control's search finds it)
+HIDDEN = 4321            # a hidden seed for the tests (small: a control's search finds it)
 
 
 def blank_submission(folder):

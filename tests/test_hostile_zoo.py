@@ -1,598 +1,50 @@
-"""The hostile zoo: submissions that try to take points they did not earn (issues 20 and 32),
-each of which must score exactly what its honest parts earn, leave nothing on the machine and
-leak nothing into what a student sees. Most start from the blank student version, so that every
-point they get would be a stolen one; each attack has a negative control that shows it works
-where the grader's defence is switched off. The sandbox's modes: bubblewrap (the default here),
-users of their own (CLASSROOM_SANDBOX=user), and the same where user namespaces and cgroups are
-refused, as in a Docker container (tests/container.py), run as a separate grade."""
+"""The hostile zoo: submissions that try to take points they did not earn (issues 20, 32 and
+51), each of which must score exactly what its honest code earns, leave nothing on the machine,
+leak nothing into what a student sees and run nothing on the grader's side. One submission
+holds one attack in each of its functions, graded end to end once per isolation design:
+bubblewrap (the grader here), users of their own where user namespaces and cgroups are refused
+(Gradescope's container, tests/container.py), and the negative control (plain processes with
+the grader's other defences off too), which shows every attack working."""
 
+import csv
 import json
 import os
 import signal
+import subprocess
 import sys
-import threading
 import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+from graders import (
+    HIDDEN,
+    ROOT,
+    blank_submission,
+    box,
+    course,
+    edit,
+    grade,
+    graded_in_a_container,
+    reference_submission,
+    said,
+    scores,
+    stub,
+    user_mode_refused,
+)
 
-from classroom import checks, parts, regions, runner, sandbox, submissions
-from classroom.submissions import ROOT, copy_project, workspace
+from classroom import checks, checks_part_one, parts, runner, sandbox
 
-pytestmark = pytest.mark.slow  # attacks graded in every sandbox mode: not in make test-fast
-
-HIDDEN = 271828
-
-
-def blank_submission(folder):
-    """The student version of every student file: nothing earns a point."""
-    folder = Path(folder)
-    for name in parts.STUDENT_FILES:
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(regions.student_version((ROOT / name).read_text(),
-                                                           parts.message))
-    return folder
-
-
-def edit(folder, file, old, new):
-    path = Path(folder) / file
-    text = path.read_text()
-    assert text.count(old) >= 1, f"{file}: {old[:60]!r} not found"
-    path.write_text(text.replace(old, new, 1))
-
-
-def stub(function):
-    """The line that stands for `function`'s solution in the student version."""
-    return f"raise NotImplementedError({parts.message(function)!r})"
-
-
-def run(tmp_path, submission, part, seeds=(0,)):
-    """Grade the checks of `part` (a part, or a tuple of them), hidden ones included."""
-    ws, missing = workspace(submission, tmp_path / "scratch")
-    chosen = [c for p in ((part,) if isinstance(part, str) else part)
-              for c in runner.select(part=p, hidden=True)]
-    results = runner.run_checks(ws, chosen, list(seeds), missing=missing)
-    return results, sum(r.score for r in results)
-
-
-def test_the_sandbox_works_here():
-    # The rest of this file is about the sandbox: a machine that refuses it fails here, once,
-    # and skips the sandboxed cases below.
-    assert sandbox.isolation(Path("/tmp"), grading=False) == "bwrap", \
-        sandbox._isolation.get("why")
-
-
-ISOLATIONS = ["bwrap", "user", "plain"]
-IDS = ["grader", "grader-as-users-of-their-own", "negative-control"]
-
-
-def use_sandbox(isolation, monkeypatch):
-    """The grader as it is (bubblewrap), as it is where namespaces are refused and it runs as
-    root (each check a user of its own, forced by CLASSROOM_SANDBOX=user), or the negative
-    control: workers as plain processes, what the grader does where neither is possible and
-    the teacher said --unsafe. Returns whether the workers are isolated."""
-    if isolation == "plain":                    # (and no cgroups: plain processes only)
-        monkeypatch.setattr(sandbox, "_isolation", {"how": None, "why": "a test's control",
-                                                    "consent": True})
-        monkeypatch.setattr(sandbox, "_cgroups", {"mounts": {}})
-        return False
-    monkeypatch.setattr(sandbox, "_isolation", {})
-    if isolation == "user":
-        monkeypatch.setenv("CLASSROOM_SANDBOX", "user")
-    sandbox.isolation(Path("/tmp"), grading=False)
-    if sandbox._isolation["how"] != isolation:
-        pytest.skip(f"no {isolation} isolation here: {sandbox._isolation['why']}")
-    return True
-
-
-def test_without_namespaces_or_root_the_grader_refuses_in_one_line(monkeypatch, capsys,
-                                                                   tmp_path):
-    # Neither isolation possible: no grade, one line, unless the teacher says --unsafe; then
-    # plain processes, and one warning line. The control: with a sandbox, the grade starts.
-    from classroom.__main__ import main
-    monkeypatch.setattr(sandbox, "_isolation", {})
-    monkeypatch.setenv("CLASSROOM_SANDBOX", "user")           # as if namespaces were refused
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(sandbox.Refused, match="grade anyway with --unsafe") as refused:
-        main(["grade", str(ROOT), "--out", str(tmp_path / "r.json"), "--part", "2a"])
-    assert "\n" not in str(refused.value) and not (tmp_path / "r.json").exists()
-    sandbox.allow_unsafe()                                     # --unsafe
-    assert sandbox.isolation(Path("/tmp"), grading=True) is None
-    sandbox.isolation(Path("/tmp"), grading=True)              # said once, not per zygote
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("warning: the students' code runs without "
-                                                   "isolation") and "not root" in lines[0], lines
-    monkeypatch.setattr(sandbox, "_isolation", {})             # the control: a sandbox here
-    monkeypatch.undo()
-    assert sandbox.isolation(Path("/tmp"), grading=True) in ("bwrap", "user")
-
+pytestmark = pytest.mark.slow  # graded end to end in sandboxes: not in make test-fast
 
 # ----------------------------------------------------------------------------------------------
-# What the student's code can see
-
-
-SNOOP = '''
-
-def _what_i_see():
-    import os, sys
-    def readable(p):
-        try:
-            return bool(open(p).read(1))
-        except OSError:
-            return False
-    here = os.path.abspath(sys.executable)
-    ups = []
-    while os.path.dirname(here) != here:
-        here = os.path.dirname(here)
-        ups.append(readable(os.path.join(here, "speculative.py")))
-    return {"reference": readable(os.path.join(REFERENCE, "numpy_speculative.py")),
-            "above the interpreter": any(ups), "seed": os.environ.get("CLASSROOM_SEED"),
-            "tmp": sorted(os.listdir("/tmp"))[:2], "autograder": os.path.exists("/autograder"),
-            "grader's process": any(b"pytest" in open(f"/proc/{p}/cmdline", "rb").read()
-                                    for p in (os.listdir("/proc") if os.path.isdir("/proc")
-                                              else []) if p.isdigit()),
-            "checks": os.path.exists(os.path.join(os.getcwd(), "classroom", "checks.py")),
-            "hidden checks": readable(os.path.join(os.getcwd(), "classroom", "checks.py")) and
-                             "HIDDEN_SEED" in open(
-                                 os.path.join(os.getcwd(), "classroom", "checks.py")).read()}
-'''
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
-def test_the_students_code_sees_no_secret(isolation, tmp_path, monkeypatch):
-    sandboxed = use_sandbox(isolation, monkeypatch)
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "speculative.py", stub("expected_tokens_per_pass"),
-         "raise ValueError('SEEN ' + __import__('json').dumps(_what_i_see()))")
-    (submission / "speculative.py").write_text((submission / "speculative.py").read_text()
-                                               + SNOOP.replace("REFERENCE", repr(str(ROOT))))
-    monkeypatch.setenv("CLASSROOM_SEED", "4242")
-    results, _ = run(tmp_path, submission, "2a")
-    message = " ".join(results[0].lines())
-    seen = json.loads(message.split("SEEN ", 1)[1].rsplit("}", 1)[0] + "}")
-    if not sandboxed:                 # the control: a plain process sees the grader's files
-        assert seen["reference"] and seen["grader's process"]
-        return
-    secrets = {"reference": False, "above the interpreter": False, "seed": None,
-               "autograder": False, "checks": False, "hidden checks": False}
-    if isolation == "user":     # chrooted: no /proc, a /tmp of its own: the way to the copy
-        venv = Path(sys.prefix).resolve()     # (and to the virtual environment, in a clone in
-        tmp = [venv.relative_to("/tmp").parts[0]] if venv.is_relative_to("/tmp") else []  # /tmp)
-        assert all(name.startswith("classroom-copy-") or name in tmp
-                   for name in seen.pop("tmp")), seen
-        assert seen == {**secrets, "grader's process": False}, seen
-        return
-    assert seen == {**secrets, "tmp": [], "grader's process": False}, seen   # /python, /site
-
-
-# ----------------------------------------------------------------------------------------------
-# Forging the result
-
-
-FORGE = '''
-import json as _json, os as _os
-_forged = _json.dumps({"score": 44, "tests": [], "forged": True})
-for _path in (OUT, "/autograder/results/results.json", "results.json", PROOF):
-    try:                                    # (no makedirs: the control runs as the tests' user)
-        open(_path, "w").write(_forged)
-    except OSError:
-        pass
-_json.dumps = lambda *a, **k: _forged        # and every JSON this process writes
-'''
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
-def test_a_forged_results_json_changes_nothing(isolation, tmp_path, monkeypatch):
-    sandboxed = use_sandbox(isolation, monkeypatch)
-    submission = blank_submission(tmp_path / "submission")
-    out, proof = tmp_path / "results.json", tmp_path / "proof-the-attack-ran"
-    edit(submission, "speculative.py", "\nimport math\n", "\nimport math\n" + FORGE.replace(
-        "OUT", repr(str(out))).replace("PROOF", repr(str(proof))))
-    select = runner.select
-    monkeypatch.setattr(runner, "select", lambda **kw: select(part="2a", hidden=True))
-    from classroom.__main__ import main
-    assert main(["grade", str(submission), "--out", str(out)]) == 0
-    data = json.loads(out.read_text())
-    assert data["score"] == 0 and "forged" not in data and len(data["tests"]) == 2
-    assert proof.exists() != sandboxed        # the control: unsandboxed, the attack wrote files
-
-
-# ----------------------------------------------------------------------------------------------
-# Copying the reference
-
-
-STEAL = '''
-
-def _reference():
-    import importlib.util, os, sys
-    places = []
-    for start in (sys.executable, __file__, os.getcwd()):
-        p = os.path.abspath(start)
-        while os.path.dirname(p) != p:
-            places.append(p)
-            p = os.path.dirname(p)
-    for place in places + ["/autograder/source", EXTRA]:
-        path = os.path.join(place, "speculative.py")
-        try:
-            text = open(path).read()
-        except OSError:
-            continue
-        if "BEGIN SOLUTION" in text and "def _reference" not in text:   # not this file
-            spec = importlib.util.spec_from_file_location("_stolen", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, place)
-            spec.loader.exec_module(module)
-            return module
-    raise NotImplementedError("nothing to copy")
-'''
-
-
-def reference_above_the_interpreter():
-    here = Path(os.path.abspath(os.sys.executable))
-    return any("BEGIN SOLUTION" in (p / "speculative.py").read_text()
-               for p in here.parents if (p / "speculative.py").is_file())
-
-
-@pytest.mark.parametrize("where", ["sys.executable walk-up", "/autograder/source",
-                                   "the grader's repository"])
-@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
-def test_the_reference_cannot_be_copied(where, isolation, tmp_path, monkeypatch):
-    if isolation == "plain" and where == "sys.executable walk-up" and \
-            not reference_above_the_interpreter():
-        pytest.skip("this interpreter's virtual environment is not inside a reference")
-    sandboxed = use_sandbox(isolation, monkeypatch)
-    extra = "/nowhere"
-    if where == "/autograder/source":             # a copy where Gradescope keeps the grader
-        extra = str(copy_project(tmp_path / "autograder" / "source"))
-    elif where == "the grader's repository":
-        extra = str(ROOT)
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "speculative.py", stub("expected_tokens_per_pass"),
-         "return _reference().expected_tokens_per_pass(alpha, k)")
-    (submission / "speculative.py").write_text((submission / "speculative.py").read_text()
-                                               + STEAL.replace("EXTRA", repr(extra)))
-    results, score = run(tmp_path, submission, "2a")
-    assert score == (0 if sandboxed else 3), [r.lines() for r in results]
-    if sandboxed:                                       # it looked, and found nothing
-        assert all(r.status == "not started" and "nothing to copy" in " ".join(r.lines())
-                   for r in results), [r.lines() for r in results]
-
-
-def test_honest_work_still_scores_as_the_workers_user(tmp_path, monkeypatch):
-    # The other side of the fallback: the reference's own files, graded with the workers as a
-    # user of their own, earn every point (callbacks, stand-ins, exercise 2's imports included)
-    use_sandbox("user", monkeypatch)
-    chosen = ("1b", "2b", "3b")
-    results, score = run(tmp_path, reference_submission(tmp_path / "submission"), chosen,
-                         seeds=(0, HIDDEN))
-    assert score == sum(c.points for p in chosen for c in runner.select(part=p, hidden=True)), \
-        [(r.check.name, r.lines()) for r in results]
-
-
-READ_EXPECTED = '''import glob as _glob, os as _os
-    for _path in _glob.glob("/tmp/classroom-*/seed*/logits.npz") + _glob.glob(
-            _os.path.join(_os.path.dirname(_os.getcwd()), "seed*", "logits.npz")):
-        with np.load(_path) as _f:
-            if list(_f["tokens"]) == list(tokens):
-                _name = "draft" if model.n_layer == 1 and model.config["n_embd"] == 8 else "target"
-                logits = _f[_name]
-                break
-    else:
-        raise NotImplementedError("no expected values to read")'''
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
-def test_the_expected_values_cannot_be_read(isolation, tmp_path, monkeypatch):
-    sandboxed = use_sandbox(isolation, monkeypatch)
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", stub("forward"), READ_EXPECTED)
-    results, _ = run(tmp_path, submission, "3a", seeds=(0, HIDDEN))
-    matches = next(r for r in results if r.check.name == "forward_matches_torch")
-    assert (matches.status == "pass") != sandboxed, matches.lines()
-    if sandboxed:                                       # it looked, and found nothing
-        assert "no expected values to read" in " ".join(matches.lines())
-
-
-ORACLE = """from classroom.checks import lookup_oracle   # the checks' own enumeration
-    return lookup_oracle(seq, k, longest, shortest)"""
-
-
-@pytest.mark.parametrize("defence", [True, False], ids=["grader", "negative-control"])
-def test_the_checks_references_are_not_in_the_sandbox(defence, tmp_path, monkeypatch):
-    # Part 6a answered by the independent reference its checks compare with: the checks stay
-    # with the grader, so the import fails in the sandbox (the control: the same sandbox with
-    # every file of the student version's classroom/ in it, where it earns every point).
-    use_sandbox("bwrap", monkeypatch)
-    if not defence:
-        monkeypatch.setattr(sandbox, "in_sandbox", lambda relative: not (
-            submissions.teachers_only(relative) or relative.endswith(".ipynb")))
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "beyond/ngram.py", stub("prompt_lookup"), ORACLE)
-    results, score = run(tmp_path, submission, "6a", seeds=(0, HIDDEN))
-    full = sum(c.points for c in runner.select(part="6a", hidden=True))
-    assert score == (0 if defence else full), [(r.check.name, r.lines()) for r in results]
-    if defence:
-        assert all("classroom.checks" in " ".join(r.lines()) for r in results), \
-            [r.lines() for r in results]
-
-
-# ----------------------------------------------------------------------------------------------
-# Not speculating at all, with a made-up count
-
-
-PLAIN_GREEDY = '''seq = generate(target, prompt, max_new_tokens)
-    same = target.config == draft.config
-    return seq, (-(-max_new_tokens // (k + 1)) if same else max_new_tokens)'''
-
-
-def test_plain_greedy_decoding_with_a_made_up_count_earns_nothing(tmp_path):
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", stub("speculative_greedy"), PLAIN_GREEDY)
-    results, score = run(tmp_path, submission, "3b", seeds=(0, HIDDEN))
-    assert score == 0, [(r.check.name, r.status) for r in results]
-    # Its output is right (the control: it fails on what the grader counts, not on the text)
-    assert all(r.status == "fail" for r in results)
-    assert "counted by the grader" in " ".join(line for r in results for line in r.lines())
-
-
-PLAIN_SAMPLING = '''return generate(target, prompt, max_new_tokens, temperature=temperature, top_k=top_k,
-                    rng=rng)'''
-
-
-def test_plain_sampling_earns_nothing(tmp_path):
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", stub("speculative_sample"), PLAIN_SAMPLING)
-    results, score = run(tmp_path, submission, "3c")
-    assert score == 0, [(r.check.name, r.status, r.lines()) for r in results]
-    sampling = [r for r in results if r.check.name.startswith("sampling")]
-    assert sampling and all(r.status == "fail" for r in sampling)
-    assert "counted by the grader" in " ".join(line for r in sampling for line in r.lines())
-
-
-# ----------------------------------------------------------------------------------------------
-# Hard-coding what the public checks show
-
-
-def test_a_forward_pass_that_hard_codes_two_heads_fails_the_hidden_seed(tmp_path):
-    submission = blank_submission(tmp_path / "submission")
-    (submission / "numpy_speculative.py").write_text((ROOT / "numpy_speculative.py").read_text())
-    edit(submission, "numpy_speculative.py", "b, model.n_head,", "b, 2,")
-    results, score = run(tmp_path, submission, "3a", seeds=(0, HIDDEN))
-    assert score == 0
-    assert all(r.outcomes[0]["status"] == "pass" for r in results)        # public: all pass
-
-
-# ----------------------------------------------------------------------------------------------
-# A simulation that simulates nothing (issue 42): the closed form plus noise of the right size
-# drawn from the given rng, and the standard error from the formula, scored 3/3 on 2b. Honest
-# simulations, whichever way they draw, keep every point.
-
-
-FORMULA_PLUS_NOISE = '''mean = (1 - alpha ** (k + 1)) / (1 - alpha)                # no round simulated
-    sd = np.sqrt(sum((2 * i + 1) * alpha ** i for i in range(k + 1)) - mean ** 2)
-    return float(mean + rng.normal() * sd / np.sqrt(rounds)), float(sd / np.sqrt(rounds))'''
-PER_GUESS = '''tokens = []
-    for _ in range(rounds):
-        n = 1                                       # the target's own token
-        while n <= k and rng.random() < alpha:      # guess n kept, until the first rejection
-            n += 1
-        tokens.append(n)
-    tokens = np.array(tokens)
-    return float(tokens.mean()), float(tokens.std(ddof=1) / np.sqrt(rounds))'''
-PER_ROUND = '''tokens = np.minimum(rng.geometric(1 - alpha, rounds), k + 1)  # up to the first rejection
-    return float(tokens.mean()), float(tokens.std(ddof=1) / np.sqrt(rounds))'''
-
-
-@pytest.mark.parametrize("simulation, defence, points", [
-    (FORMULA_PLUS_NOISE, True, 0),
-    (FORMULA_PLUS_NOISE, False, 3),       # the control: the checks without simulates_rounds
-    (PER_GUESS, True, 3), (PER_ROUND, True, 3),
-    (None, True, 3),                      # the reference: vectorised (its s.e. of 1 round: nan)
-], ids=["formula-plus-noise", "negative-control", "per-guess", "per-round-geometric",
-        "reference"])
-def test_a_simulation_that_is_the_formula_plus_noise_earns_nothing(simulation, defence, points,
-                                                                   tmp_path, monkeypatch):
-    if not defence:
-        monkeypatch.setattr(checks, "simulates_rounds", lambda *args, **kwargs: None)
-    if simulation is None:
-        submission = reference_submission(tmp_path / "submission")
-    else:
-        submission = blank_submission(tmp_path / "submission")
-        edit(submission, "exercises/ex2_derive.py", stub("simulate"), simulation)
-    results, score = run(tmp_path, submission, "2b", seeds=(0, HIDDEN))
-    lines = [(r.check.name, r.status, r.lines()) for r in results]
-    assert score == points, lines
-    if points == 0:
-        assert all("a whole number of tokens" in " ".join(r.lines()) for r in results), lines
-
-
-# ----------------------------------------------------------------------------------------------
-# Processes that outlive their check
-
-
-ESCAPE = '''
-import os as _os, time as _time
-if _os.fork() == 0:                      # a daemon: its own session, out of the check's group
-    _os.setsid()
-    if _os.fork() == 0:
-        try:
-            _os.execvp("sleep", ["sleep", "MARK"])
-        except OSError:              # no programs where it runs (a chroot's view): Python sleeps
-            __import__("ctypes").CDLL(None).prctl(15, b"MARK", 0, 0, 0)    # PR_SET_NAME
-            _time.sleep(MARK)
-    _os._exit(0)
-_time.sleep(1)                           # (while the test sees it start)
-'''
-
-
-def sleepers(mark):
-    """The live processes whose command line or name holds `mark` (a killed one may stay a
-    zombie for a moment, until the machine's init reaps it: not counted)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and mark in ((proc / "cmdline").read_bytes().decode()
-                                                + (proc / "comm").read_text()) and \
-                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.append(int(proc.name))
-        except OSError:
-            pass
-    return found
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS, ids=IDS)
-def test_a_daemon_forked_at_import_ends_with_its_check(isolation, tmp_path, monkeypatch):
-    # A daemon leaves its check's process group: its check's cgroups, its PID namespace (in
-    # bubblewrap) or its user (as users of their own: sandbox.end_user) end it all the same.
-    sandboxed = use_sandbox(isolation, monkeypatch)
-    mark = f"{time.time() % 1000:.6f}"          # a sleep no other process runs
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "speculative.py", "\nimport math\n", "\nimport math\n" +
-         ESCAPE.replace("MARK", str(30 + float(mark) / 1e4)))
-    seen, grading = [], threading.Event()
-
-    def watch():                                        # the daemon did start, meanwhile
-        while not grading.is_set():
-            seen.extend(sleepers(str(30 + float(mark) / 1e4)))
-            time.sleep(0.05)
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        run(tmp_path, submission, "2a")
-        grading.set()
-        watcher.join()
-        time.sleep(0.5)
-        assert seen
-        assert bool(sleepers(str(30 + float(mark) / 1e4))) != sandboxed
-    finally:
-        grading.set()
-        for pid in sleepers(str(30 + float(mark) / 1e4)):   # the control's daemons: ours
-            os.kill(pid, signal.SIGKILL)
-
-
-# ----------------------------------------------------------------------------------------------
-# Parts graded apart
-
-
-def reference_submission(folder):
-    return copy_project(folder)
-
-
-@pytest.mark.parametrize("references", [True, False], ids=["grader", "negative-control"])
-def test_a_bug_in_one_part_costs_that_part_only(references, tmp_path, monkeypatch):
-    # greedy_verdict (1a) is wrong; replay (1b) calls it. The grader gives replay the reference.
-    if not references:
-        monkeypatch.setattr(runner, "references", lambda part: {})
-    submission = reference_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", "    return kept, target_choices[kept]",
-         "    return kept, target_choices[kept - 1]")
-    results, _ = run(tmp_path, submission, ("1a", "1b", "3b"))
-    by_part = {p.id: sum(r.score for r in results if r.check.part == p.id) for p in parts.PARTS}
-    assert by_part["1a"] < parts.BY_ID["1a"].points
-    assert (by_part["1b"] == parts.BY_ID["1b"].points) == references
-    assert by_part["3b"] == parts.BY_ID["3b"].points + 2 or not references
-
-
-def test_a_forward_pass_bug_costs_3a_only(tmp_path):
-    submission = reference_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", "variance = x.var(-1, keepdims=True)",
-         "variance = x.std(-1, keepdims=True)")
-    results, _ = run(tmp_path, submission, ("3a", "3b", "3c"))
-    by_part = {p.id: sum(r.score for r in results if r.check.part == p.id) for p in parts.PARTS}
-    assert by_part["3a"] == 0
-    assert by_part["3b"] == 6 + 2 and by_part["3c"] == 6 + 1
-
-
-# ----------------------------------------------------------------------------------------------
-# Making the grader work: calls back into the grader count against the check's time limit
-
-
-def busy_for(seconds):
-    """Python work in the grader: what a reference given a huge input would do."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        sum(range(10))
-
-
-@pytest.mark.parametrize("guarded", [True, False], ids=["grader", "negative-control"])
-def test_a_call_back_into_the_grader_stops_at_the_checks_deadline(guarded, monkeypatch):
-    # The worker's side calls back a function of the grader that would work for 6 s; the
-    # check's deadline is 1 s away: the grader stops there. The control, without the guard
-    # (wire.within), works to the end.
-    import contextlib
-    import socket
-
-    from classroom import wire
-    if not guarded:
-        monkeypatch.setattr(wire, "within", lambda deadline: contextlib.nullcontext())
-    ours, theirs = socket.socketpair()
-
-    class Student:
-        def call(self, function):
-            return function()
-
-    def serve():
-        worker = wire.Peer(theirs, lends_anything=True)
-        worker.lend(Student())
-        try:
-            worker.serve_forever()
-        except (wire.Gone, OSError):                # the grader hung up in the middle of a call
-            pass
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        start = time.monotonic()
-        grader = wire.Peer(ours, lends_anything=False, deadline=start + 1)
-        with pytest.raises(wire.Timeout):
-            wire.Remote(grader, 1).call(wire.Exposed(lambda: busy_for(6)))
-        elapsed = time.monotonic() - start
-    finally:
-        ours.close()
-        thread.join(10)
-        theirs.close()
-    assert (elapsed < 3) if guarded else (elapsed >= 6), elapsed
-
-
-HUGE_POWERS = '''while True:  # the grader's expected_tokens_per_pass: one long step of C each
-        try:
-            expected_tokens_per_pass(3, 25_000_000)
-        except Exception:
-            pass'''
-
-
-def test_endless_expensive_calls_to_a_reference_are_cut_at_the_time_limit(tmp_path, monkeypatch):
-    # 2c's expected_speedup calls (the grader's) 2a in a loop, each call a power that takes
-    # seconds in the grader and that no profile hook can stop: the grader refuses whole numbers
-    # beyond what the exercises use (runner.bounded), so the check ends at its limit. The
-    # control, without the bound, waits for a whole power past the limit.
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "speculative.py", stub("expected_speedup"), HUGE_POWERS)
-    ws, _ = workspace(submission, tmp_path / "scratch")
-    timings = {}
-    for bound in (True, False):
-        if not bound:
-            monkeypatch.setattr(runner, "bounded", lambda reference: reference)
-        start = time.monotonic()
-        results = runner.run_checks(ws, runner.select(part="2c"), [0], timeout=1)
-        timings[bound] = time.monotonic() - start
-        assert all(r.status == "timeout" for r in results), [r.lines() for r in results]
-    assert timings[False] - timings[True] > 3, timings
-
-
-# ----------------------------------------------------------------------------------------------
-# Issue 32's attacks, all in one submission, graded in every mode the machine offers. Each
-# function holds one attack; the parts it does not touch are blank. In the defended modes every
-# attacked part scores what its honest code earns (0 but 5a's CPU timing, 2 points), nothing is
-# left on the machine and nothing secret shows; the negative control, plain processes with the
-# grader's other defences switched off too, shows each attack working.
-
-SEED = 4321         # a small hidden seed, so that the control's search finds it in no time
+# The attacks, one in each function; MARK names what they leave, PROOF what they did outside.
 
 ATTACKS = {
-    # The double-chroot escape (root in a namespace, confined by chroot alone): then read the
-    # reference, and write on the host.
-    ("speculative.py", "expected_tokens_per_pass"): '''import os
+    # The double-chroot escape (root in a namespace, confined by chroot alone), then the
+    # reference copied: from the grader's repository, its references, or above the interpreter.
+    ("speculative.py", "expected_tokens_per_pass"): '''import os, sys
     try:
         os.makedirs("/tmp/MARK-jail", exist_ok=True)
         top = os.open("/", os.O_RDONLY)
@@ -603,39 +55,42 @@ ATTACKS = {
         os.chroot(".")
     except OSError:
         pass
-    try:
-        stolen = open(REFERENCE + "/speculative.py").read()
-        open(PROOF + "-escaped", "w").write("written on the host")
-    except OSError as e:
-        raise NotImplementedError(f"nothing to copy: {e}")
-    assert "BEGIN SOLUTION" in stolen
-    return sum(alpha ** i for i in range(k + 1))''',
+    places, here = [REFERENCE, "/autograder/source"], os.path.abspath(sys.executable)
+    while os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+        places.append(here)
+    for place in places:
+        try:
+            stolen = open(os.path.join(place, "speculative.py")).read()
+            open(PROOF + "-escaped", "w").write(place)
+        except OSError:
+            continue
+        if "BEGIN SOLUTION" in stolen:
+            return sum(alpha ** i for i in range(k + 1))
+    raise NotImplementedError("nothing to copy")''',
     # The hidden seed searched back from the generator the check hands over, and the inputs a
-    # run was given, carried into visible feedback through /tmp (a later check's run reads them).
+    # run was given, carried into visible feedback through /tmp (a later run reads them).
     ("exercises/ex2_derive.py", "simulate"): '''import os, time
     state, found = rng.bit_generator.state["state"], ""
     for seed in range(11, 5000):                 # (the checks' own 7 to 10 are public)
         if np.random.default_rng(seed).bit_generator.state["state"] == state:
             found = f"hidden seed {seed}; "
             open("/tmp/MARK-seed", "w").write(found)
+            break
     known = "".join(open(f).read() for f in ("/tmp/MARK-seed", "/tmp/MARK-inputs")
                     if os.path.exists(f))
     open("/tmp/MARK-inputs", "a").write(f"alpha {alpha!r}; ")
     if known or found:
         raise ValueError("LEAK " + found + known)
-    for _ in range(20):
-        if os.path.exists("/tmp/MARK-seed"):
-            raise ValueError("LEAK " + open("/tmp/MARK-seed").read())
-        time.sleep(0.1)
     raise NotImplementedError("no seed found")''',
     # Files left where they outlive the grade: /dev/shm and /tmp.
     ("speculative.py", "expected_speedup"): '''with open("/dev/shm/MARK-shm", "wb") as f:
         f.write(bytes(10 << 20))
     open("/tmp/MARK-tmp", "w").write("left for the next student")
     raise NotImplementedError("files left")''',
-    # 3c: a verify that never keeps a guess and samples every token from the target: the
-    # right distribution, no speed-up.
-    ("numpy_speculative.py", "verify"): '''return 0, sample(target_probs[0], rng)''',
+    # A verify that never keeps a guess and samples every token from the target: the right
+    # distribution, no speed-up.
+    ("numpy_speculative.py", "verify"): "return 0, sample(target_probs[0], rng)",
     # /proc: another grade's submission on a command line, read from there.
     ("speculative.py", "break_even_alpha"): '''import os
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
@@ -648,7 +103,7 @@ ATTACKS = {
                 stolen = open(os.path.join(word, "speculative.py")).read()
             except OSError:
                 continue
-            if "BEGIN SOLUTION" in stolen and "MARK" not in stolen:
+            if "BEGIN SOLUTION" in stolen:
                 if (k + 1) / (k * c + verify_cost) <= 1:
                     return float("nan")
                 low, high = 0.0, 1.0
@@ -658,9 +113,71 @@ ATTACKS = {
                     low, high = (mid, high) if tokens / (k * c + verify_cost) < 1 else (low, mid)
                 return high
     raise NotImplementedError("no other submission seen")''',
-    # 60 MB of output, for results.json and stdout.
-    ("numpy_speculative.py", "replay"): '''return "x" * 60_000_000''',
+    # 60 MB returned, for results.json and stdout.
+    ("numpy_speculative.py", "replay"): "return 'x' * 60_000_000",
+    # A process cap: 300 forks, each child alive until the check ends.
+    ("speculative.py", "agreement_of"): '''import os, time
+    made = 0
+    for _ in range(300):
+        try:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+            made += 1
+        except OSError:
+            break
+    raise ValueError(f"FORKED {made}")''',
+    # The result forged: results.json written where Gradescope reads it, every JSON patched.
+    ("numpy_speculative.py", "greedy_verdict"): '''import json, os
+    forged = json.dumps({"score": 74, "tests": [], "forged": True})
+    for path in (OUT, "/autograder/results/results.json", "results.json", PROOF + "-forged"):
+        try:
+            open(path, "w").write(forged)
+        except OSError:
+            pass
+    json.dumps = lambda *a, **k: forged
+    raise NotImplementedError("forged")''',
+    # The expected values read from the grader's fixtures.
+    ("numpy_speculative.py", "forward"): '''import glob, os
+    for path in glob.glob("/tmp/classroom-fixtures-*/seed*/logits.npz"):
+        with np.load(path) as f:
+            if list(f["tokens"]) == list(tokens):
+                name = "draft" if model.n_layer == 1 and model.config["n_embd"] == 8 else "target"
+                return f[name]
+    raise NotImplementedError("no expected values to read")''',
+    # The checks' references imported, where they would answer the part.
+    ("beyond/ngram.py", "prompt_lookup"): '''from classroom import references
+    return references.lookup(None, seq, k, longest, shortest)["want"]''',
+    # Plain decoding with a made-up count.
+    ("numpy_speculative.py", "speculative_greedy"): '''seq = generate(target, prompt, max_new_tokens)
+    same = target.config == draft.config
+    return seq, (-(-max_new_tokens // (k + 1)) if same else max_new_tokens)''',
+    # What a job sees, said where the student reads it.
+    ("beyond/tree.py", "tree_mask"): '''import os, sys
+    def readable(path):
+        try:
+            return bool(open(path).read(1))
+        except OSError:
+            return False
+    seen = {"seed": os.environ.get("CLASSROOM_SEED"),
+            "grader": any(b"classroom" in open(f"/proc/{p}/cmdline", "rb").read() and
+                          b"grade" in open(f"/proc/{p}/cmdline", "rb").read()
+                          for p in os.listdir("/proc") if p.isdigit() and readable(
+                              f"/proc/{p}/cmdline")),
+            "references": os.path.exists("classroom/references.py"),
+            "checks": os.path.exists("classroom/checks.py")}
+    raise ValueError("SEEN " + str(seen))''',
 }
+# Forked at the import of beyond/tree_sampling.py: a daemon of its own session.
+DAEMON = '''
+import os as _os, time as _time
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        __import__("ctypes").CDLL(None).prctl(15, b"MARK"[:15], 0, 0, 0)    # PR_SET_NAME
+        _time.sleep(60)
+    _os._exit(0)
+'''
 # 5a: the simulated GPU's helper rewritten at import (its work done at once), with a timer that
 # never synchronises (honest on the CPU: 2 points there).
 TIMER = '''
@@ -691,130 +208,183 @@ def timer(device):
 HONEST = {"5a": 2}   # what the attacks' honest code earns: the timer, on the CPU
 
 
-def with_timer(folder):
-    """folder's exercises/ex5_gpu.py with TIMER for its timer."""
-    path = Path(folder) / "exercises" / "ex5_gpu.py"
-    text = path.read_text()
-    start = text.index("def timer(device):")
-    end = text.index("\ndef ", start + 1)
-    path.write_text(text[:start] + TIMER.lstrip() + text[end:])
-    return folder
-
-
-def hostile_submission(folder, mark, proof):
+def hostile_submission(folder, mark, proof, out):
     folder = blank_submission(folder)
     for (file, function), body in ATTACKS.items():
         edit(folder, file, stub(function), body.replace("MARK", mark).replace(
-            "REFERENCE", repr(str(ROOT))).replace("PROOF", repr(str(proof))))
-    return with_timer(folder)
+            "REFERENCE", repr(str(ROOT))).replace("PROOF", repr(str(proof))).replace(
+            "OUT", repr(str(out))))
+    path = folder / "beyond" / "tree_sampling.py"
+    path.write_text(path.read_text() + DAEMON.replace("MARK", mark[-15:]))
+    path = folder / "exercises" / "ex5_gpu.py"
+    text = path.read_text()
+    start = text.index("def timer(device):")
+    path.write_text(text[:start] + TIMER.lstrip() + text[text.index("\ndef ", start + 1):])
+    return folder
 
 
 def decoy(tmp_path):
-    """Another grade's submission, as the grader holds it (a private copy), on the command line
-    of a running process (what /proc shows)."""
-    from classroom.submissions import private_copy
-    folder = private_copy(copy_project(tmp_path / "classmate"), tmp_path / "classmate-copy")
-    import subprocess
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(folder)])
+    """Another grade's submission, on the command line of a running process (what /proc
+    shows)."""
+    folder = reference_submission(tmp_path / "classmate")
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(folder)])
+
+
+def processes(mark):
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark in ((proc / "cmdline").read_bytes().decode(
+                    errors="replace") + (proc / "comm").read_text()) and \
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
 
 
 def leftovers(mark):
     found = [str(p) for top in ("/tmp", "/dev/shm", "/var/tmp") for p in Path(top).glob(f"{mark}*")]
-    return found + [f"process {pid}" for pid in sleepers(mark)]
+    return found + [f"process {pid}" for pid in processes(mark[-15:])]
 
 
 def clean(mark):
-    import shutil
     for path in leftovers(mark):
-        if not path.startswith("process"):
-            shutil.rmtree(path, ignore_errors=True) if Path(path).is_dir() else os.unlink(path)
-
-
-def graded(tmp_path, submission, mode, monkeypatch):
-    """{check name: {"score", "output"}} and the whole results.json text, for a grade of
-    `submission` in `mode`: in this process ("bwrap", "user", "control") or as root in a
-    Docker-like place ("container")."""
-    import subprocess
-    out = tmp_path / f"results-{mode}.json"
-    monkeypatch.setenv("CLASSROOM_SEED", str(SEED))
-    if mode == "container":
-        done = subprocess.run([sys.executable, str(ROOT / "tests" / "container.py"),
-                               sys.executable, "-m", "classroom", "grade", str(submission),
-                               "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "each check runs as a user of its own" in done.stderr, done.stderr[-2000:]
-    else:
-        from classroom.__main__ import main
-        use_sandbox({"control": "plain"}.get(mode, mode), monkeypatch)
-        assert main(["grade", str(submission), "--out", str(out)] +
-                    (["--unsafe"] if mode == "control" else [])) == 0
-    text = out.read_text()
-    data = json.loads(text)
-    return {t["name"].split(" ", 1)[1]: t for t in data["tests"]}, text, data
-
-
-def score_by_part(tests):
-    by_part = {}
-    for name, test in tests.items():
-        part = runner.checks.CHECKS[name].part
-        by_part[part] = by_part.get(part, 0) + test["score"]
-    return by_part
+        if path.startswith("process"):
+            os.kill(int(path.split()[1]), signal.SIGKILL)
+        else:
+            subprocess.run(["rm", "-rf", path])
 
 
 def switch_defences_off(monkeypatch):
-    """The control: besides plain processes without cgroups, hidden seeds' runs among the public
-    ones, generators seeded from the hidden seed and no acceptance-rate rule (5a's helper and the output's size are shown apart:
-    test_the_timing_helper_rewritten_at_import_changes_nothing, test_huge_output_...)."""
-    import numpy as np
+    """The control's other defences off: a part's seeds in one plain worker, each check at the
+    hidden seed before the next at the public one (what a hidden run leaves reaches a public
+    one), generators seeded from the hidden seed, no
+    acceptance-rate rule, and the callbacks' GPU and references never in the grader."""
+    monkeypatch.setattr(runner, "together", lambda box: True)
+    run_part = runner.run_part
 
-    from classroom import checks
-    monkeypatch.setattr(runner, "phases", lambda tasks: [tasks])
+    def interleaved(box, workspaces, part, runs, *args):   # each check at both seeds in turn
+        results = [result for result, _ in runs]
+        run_part(box, workspaces, part, sorted(runs, key=lambda run: results.index(run[0])),
+                 *args)
+    monkeypatch.setattr(runner, "run_part", interleaved)
     monkeypatch.setattr(checks.Context, "worker_rng",
                         lambda self, salt: np.random.default_rng(self.seed))
-    monkeypatch.setattr(checks, "kept_as_often", lambda *args: None)
+    from classroom import checks_part_two, references
+    for module in (checks_part_one, checks_part_two, references):
+        monkeypatch.setattr(module, "kept_as_often", lambda *args: None)
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "user", "container", "control"],
-                         ids=["grader", "grader-as-users-of-their-own",
-                              "grader-where-namespaces-and-cgroups-are-refused",
+@pytest.mark.parametrize("mode", ["bwrap", "container", "control"],
+                         ids=["grader", "grader-where-namespaces-and-cgroups-are-refused",
                               "negative-control"])
-def test_issue_32s_attacks_earn_nothing_leave_nothing_and_show_nothing(mode, tmp_path,
-                                                                        monkeypatch):
-    if mode == "container" and sandbox.user_refused():
-        pytest.skip("the Docker-like grade needs root")
-    if mode == "control":
-        switch_defences_off(monkeypatch)
+def test_every_attack_earns_nothing_leaves_nothing_and_shows_nothing(mode, tmp_path,
+                                                                      monkeypatch):
+    if mode == "container" and user_mode_refused():
+        pytest.skip(user_mode_refused())
     mark = f"classroom-attack-{os.getpid()}-{time.monotonic_ns()}"
-    proof = tmp_path / "proof"
-    submission = hostile_submission(tmp_path / "submission", mark, proof)
+    proof, out = tmp_path / "proof", tmp_path / "results.json"
+    tmp_path.chmod(0o755)                 # the submission, as a teacher's folder: open to read
+    submission = hostile_submission(tmp_path / "submission", mark, proof, out)
     classmate = decoy(tmp_path)
     try:
-        tests, text, data = graded(tmp_path, submission, mode, monkeypatch)
+        if mode == "container":
+            done, data = graded_in_a_container(course(tmp_path / "course"), submission, out)
+            assert done.returncode == 0 and "runs as a user of its own" in done.stderr, \
+                done.stderr[-3000:]
+        else:
+            if mode == "control":
+                switch_defences_off(monkeypatch)
+            monkeypatch.setenv("CLASSROOM_SEED", str(HIDDEN))
+            monkeypatch.setattr(sandbox, "_probed", {"sandbox": box("bwrap" if mode == "bwrap"
+                                                                  else "plain")})
+            from classroom.__main__ import main
+            assert main(["grade", str(submission), "--out", str(out)] +
+                        (["--unsafe"] if mode == "control" else [])) == 0
+            data = json.loads(out.read_text())
+        time.sleep(0.5)
         found = leftovers(mark)
     finally:
         classmate.kill()
         clean(mark)
-    import numpy as np  # the first alpha 2b's checks draw, hidden seed
-    hidden_alpha = f"alpha {float(np.random.default_rng(SEED).uniform(0.1, 0.95))!r}"
-    by_part = score_by_part(tests)
-    said = {name: t["output"] for name, t in tests.items()}
+    text = json.dumps(data)
+    tests = {t["name"].split(" ", 1)[1]: t for t in data["tests"]}
+    by_part = {}
+    for name, t in tests.items():
+        by_part[checks.CHECKS[name].part] = by_part.get(checks.CHECKS[name].part, 0) + t["score"]
+    output = {name: t["output"] for name, t in tests.items()}
     visible = "\n".join(t["output"] for t in tests.values() if t["visibility"] == "visible")
+    hidden_alpha = f"alpha {float(np.random.default_rng(HIDDEN).uniform(0.1, 0.95))!r}"
+    forked = int(output["agreement_from_logits"].split("FORKED ")[1].split()[0])
     if mode == "control":                       # every attack works against a plain process
         assert by_part["2a"] == 3 and Path(f"{proof}-escaped").exists()
-        assert f"LEAK hidden seed {SEED}" in text and hidden_alpha in visible
-        assert found                                              # /dev/shm, /tmp
-        assert by_part["3c"] == 4                                 # verify's checks pass
-        assert by_part["4b"] == 3                                 # the classmate's answer
+        assert f"LEAK hidden seed {HIDDEN}" in text and hidden_alpha in visible
+        assert by_part["3c"] >= 4 and by_part["4b"] == 3 and by_part["3a"] >= 3
+        assert forked == 300 and Path(f"{proof}-forged").exists()     # (6a: the references
+        # are in no copy a job sees, sandbox or not: test_classroom.py's student repository)
+        assert any(f.startswith(("/tmp", "/dev/shm")) for f in found)
+        assert any(f.startswith("process") for f in found), found
         return
     assert {p: s for p, s in by_part.items() if s} == HONEST, by_part
-    assert not Path(f"{proof}-escaped").exists()
+    assert not Path(f"{proof}-escaped").exists() and not Path(f"{proof}-forged").exists()
     assert found == [], found
-    assert f"seed {SEED}" not in text and hidden_alpha not in visible
-    assert "kept as often as the exact rule" in said["verify_keeps_the_target_distribution_exactly"]
-    assert "the limit is 16 MB" in said["replay_writes_the_text"]
+    assert f"seed {HIDDEN}" not in text and hidden_alpha not in visible
+    assert forked <= sandbox.PROCESSES, forked
+    assert "kept as often as the exact rule" in output["verify_keeps_the_target_distribution_exactly"]
+    assert "the limit is 16 MB" in output["replay_writes_the_text"]
+    assert "counted by the grader" in output["greedy_is_the_big_models_output"]
+    assert "nothing to copy" in output["tokens_per_pass_is_the_sum"]
+    assert "no expected values to read" in output["forward_continues_its_cache"]
+    assert "import name 'references'" in output["prompt_lookup_at_the_edges"]
+    grader = mode == "container"      # as users of their own: the machine's processes (not
+    assert f"SEEN {{'seed': None, 'grader': {grader}, 'references': False, 'checks': False}}" \
+        in output["tree_mask_shows_each_node_its_ancestors_only"]     # their environments)
     assert len(text) < 100_000 and "BEGIN SOLUTION" not in text
-    assert all(len(line) < 1000 for line in visible.splitlines())
+    assert all(len(line) < 3000 for line in visible.splitlines())
+
+
+# ----------------------------------------------------------------------------------------------
+# The sandbox itself
+
+
+def test_the_sandbox_works_here():
+    # The rest of this file is about the sandbox: a machine that refuses it fails here, once.
+    assert box("bwrap").how == "bwrap"
+
+
+def test_as_root_without_cgroups_the_grader_refuses_in_one_line(monkeypatch, capsys, tmp_path):
+    # bubblewrap run by root maps the student's code to root outside, for which the kernel
+    # keeps no process cap: without a cgroup the grade does not start, unless --unsafe (plain
+    # processes, one warning line). The control: with cgroups, bubblewrap and the grade starts.
+    if os.geteuid() != 0 or sandbox.bwrap_refused():
+        pytest.skip("needs root and bubblewrap")
+    from classroom.__main__ import main
+    monkeypatch.setattr(sandbox, "_probed", {})
+    monkeypatch.setattr(sandbox.Cgroups, "find", classmethod(lambda cls: None))
+    with pytest.raises(sandbox.Refused, match="without a process cap") as refused:
+        main(["grade", str(tmp_path), "--out", str(tmp_path / "r.json"), "--part", "2a"])
+    assert "\n" not in str(refused.value) and not (tmp_path / "r.json").exists()
+    assert sandbox.probe(ROOT, unsafe=True).how == "plain"
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the students' code runs without "
+                                                   "isolation"), lines
+    monkeypatch.undo()
+    monkeypatch.setattr(sandbox, "_probed", {})
+    assert sandbox.probe(ROOT).how == "bwrap" and sandbox.probe(ROOT).groups is not None
+
+
+FORK_BOMB = ATTACKS[("speculative.py", "agreement_of")]
+
+
+@pytest.mark.parametrize("capped", [True, False], ids=["grader", "negative-control"])
+def test_a_fork_bomb_meets_the_process_cap(capped, tmp_path):
+    # The control: plain processes as root, where no rlimit binds root: all 300 forks.
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "speculative.py", stub("agreement_of"), FORK_BOMB)
+    results, _ = grade(submission, ["4a"], how="bwrap" if capped else "plain")
+    forked = int(said(results).split("FORKED ")[1].split()[0])
+    assert (forked <= sandbox.PROCESSES) if capped else forked == 300, forked
 
 
 TREE = """import os, time
@@ -837,230 +407,256 @@ TREE = """import os, time
         written = len(os.read(reader, 8))
     except BlockingIOError:
         written = 0
-    # A child holds its 450 MB if it wrote that it had them and still runs: one killed for
-    # memory after it wrote (the cgroup's OOM killer picks the largest) holds nothing, and
-    # counting it made "HELD 3" under a busy suite.
     alive = sum(os.waitpid(child, os.WNOHANG)[0] == 0 for child in children)
     raise ValueError(f"HELD {1 + min(written, alive)} x 450 MB")"""
 
 
-@pytest.mark.parametrize("isolation", ["bwrap", "user", "user, no cgroups", "plain"],
-                         ids=["grader", "grader-as-users-of-their-own",
-                              "grader-as-users-of-their-own-without-cgroups", "negative-control"])
-def test_a_process_tree_shares_one_memory_limit(isolation, tmp_path, monkeypatch):
-    # Three processes of 450 MB each under a limit of 1 GB for the check (lowered from 3 GB, so
-    # that the test is quick): the check's cgroup, or where there is none (a Docker container)
-    # the grader's watch of its user's processes, stops the third. The control: plain
-    # processes without cgroups hold all three (a limit per process only).
-    sandboxed = use_sandbox(isolation.split(",")[0], monkeypatch)
-    if isolation == "user, no cgroups" or not sandboxed:
-        monkeypatch.setattr(sandbox, "_cgroups", {"mounts": {}})
-    elif not sandbox.cgroups():
-        pytest.skip("this process cannot make cgroups")
-    monkeypatch.setattr(sandbox, "MEMORY", 1024 ** 3)
+@pytest.mark.parametrize("limited", [True, False], ids=["grader", "negative-control"])
+def test_a_process_tree_shares_one_memory_limit(limited, tmp_path, monkeypatch):
+    # Three processes of 450 MB each under a limit of 1.2 GB for the job (lowered from 3 GB so
+    # that the test is quick): the job's cgroup stops the third. The control: plain processes
+    # hold all three (a limit per process only).
+    monkeypatch.setattr(sandbox, "MEMORY", 1200 * 1024 ** 2)
     submission = blank_submission(tmp_path / "submission")
-    edit(submission, "speculative.py", stub("agreement_of"), TREE)
-    results, _ = run(tmp_path, submission, "4a")
-    said = " ".join(line for r in results for line in r.lines())
-    if not sandboxed:
-        assert "HELD 3" in said, said
+    edit(submission, "numpy_speculative.py", stub("greedy_verdict"), TREE)
+    results, _ = grade(submission, ["1a"], how="bwrap" if limited else "plain")
+    message = said(results)
+    if not limited:
+        assert "HELD 3" in message, message
         return
-    assert "HELD 3" not in said and ("HELD" in said or "more than 1 GB together" in said), said
+    assert "HELD 3" not in message and ("HELD" in message or "GB together" in message), message
+
+
+# ----------------------------------------------------------------------------------------------
+# A git submission runs nothing of its configuration (issue 51)
+
+
+def git(*args, cwd=None):
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent",
+                               "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@x",
+                               "GIT_COMMITTER_NAME": "s", "GIT_COMMITTER_EMAIL": "s@x"})
+
+
+def partial_clone_with_a_command(tmp_path, marker):
+    """A bare repository of the reference's student files whose configuration names a command
+    (core.sshCommand, for the promisor remote of a partial clone) and one of whose objects is
+    missing: git fetches it through that command."""
+    work = reference_submission(tmp_path / "work")
+    git("init", "-q", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "mine", cwd=work)                 # loose objects, each a file
+    bare = tmp_path / "submission.git"
+    git("init", "-q", "--bare", str(bare))
+    for obj in (work / ".git" / "objects").glob("??/*"):
+        (bare / "objects" / obj.parent.name).mkdir(exist_ok=True)
+        (bare / "objects" / obj.parent.name / obj.name).write_bytes(obj.read_bytes())
+    head = git("rev-parse", "HEAD", cwd=work).stdout.strip()
+    git("--git-dir", str(bare), "update-ref", "refs/heads/main", head)
+    git("--git-dir", str(bare), "symbolic-ref", "HEAD", "refs/heads/main")
+    blob = git("rev-parse", "HEAD:exercises/ex2_derive.py", cwd=work).stdout.strip()
+    (bare / "objects" / blob[:2] / blob[2:]).unlink()
+    for key, value in (("core.sshCommand", f"touch {marker}; false"),
+                       ("remote.origin.url", "ssh://example.invalid/x"),
+                       ("remote.origin.promisor", "true"),
+                       ("extensions.partialClone", "origin"),
+                       ("core.repositoryformatversion", "1")):
+        git("--git-dir", str(bare), "config", key, value)
+    return bare
+
+
+def test_a_git_submissions_configuration_never_runs(tmp_path):
+    # The grader reads a bare repository's objects with dulwich, in the sandbox: the command
+    # its configuration names never runs, the files it holds are graded, the missing one is a
+    # note. The control: the machine's git, asked for the missing object, runs the command.
+    marker = tmp_path / "the-submissions-command-ran"
+    bare = partial_clone_with_a_command(tmp_path, marker)
+    notes = []
+    files = runner.read(box(), bare, notes)
+    assert not marker.exists()
+    assert "exercises/ex2_derive.py" not in files and "speculative.py" in files, notes
+    assert any("exercises/ex2_derive.py could not be read" in note for note in notes), notes
+    blob = git("--git-dir", str(bare), "rev-parse", "HEAD:exercises/ex2_derive.py").stdout.strip()
+    git("--git-dir", str(bare), "cat-file", "blob", blob)        # the control
+    assert marker.exists()
+
+
+def test_a_folder_that_holds_git_is_read_as_a_working_tree(tmp_path):
+    # A working tree whose HEAD and objects are also at its top (a bare repository's names) is
+    # still a folder: its files are graded, not the repository's.
+    folder = reference_submission(tmp_path / "submission")
+    git("init", "-q", cwd=folder)
+    (folder / "HEAD").write_text("ref: refs/heads/nowhere\n")
+    (folder / "objects").mkdir()
+    (folder / "refs").mkdir()
+    files = runner.read(box(), folder, [])
+    assert sorted(files) == parts.STUDENT_FILES
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiling costs the file's parts, in the sandbox (issue 51)
+
+
+def f_string_bomb(fields):
+    return "x = f'" + "{1}" * fields + "'\n"
 
 
 @pytest.mark.parametrize("where", ["grader", "negative-control"])
-def test_the_timing_helper_rewritten_at_import_changes_nothing(where, tmp_path, monkeypatch):
-    # A timer that never synchronises, in a module that rewrites the simulated GPU's helper at
-    # import (its work done at once): the GPU, its clock and its queue live in the grader, so
-    # 5a earns the CPU check's 2 points only. The control: the same code in the grader's own
-    # process (a notebook's check cell), where the rewrite reaches the GPU the check reads.
-    import importlib.util
-
-    from classroom import checks, helpers
-    submission = with_timer(blank_submission(tmp_path / "submission"))
-    if where == "grader":
-        results, score = run(tmp_path, submission, "5a")
-        assert score == 2, [r.lines() for r in results]
-        assert "still queued" in " ".join(line for r in results for line in r.lines())
+def test_a_file_that_takes_long_to_compile_costs_its_own_parts(where, tmp_path, monkeypatch):
+    # One long f-string: Python's parser is quadratic in its fields. Compiled in the sandbox
+    # under a limit (2 s here), it costs numpy_speculative.py's parts only, the others graded
+    # with the blank version of it. The control: the same file compiled in this process takes
+    # longer than the limit.
+    monkeypatch.setattr(runner, "TIMEOUT", 2)
+    bomb = f_string_bomb(60_000)
+    if where == "negative-control":
+        start = time.monotonic()
+        compile(bomb, "bomb", "exec")
+        assert time.monotonic() - start > 2
         return
-    monkeypatch.setattr(helpers.FakeGPU, "launch", helpers.FakeGPU.launch)   # put back after
-    spec = importlib.util.spec_from_file_location("attack", submission / "exercises" / "ex5_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    ctx = checks.LocalContext(0, runner.fixtures_of(0), {"timer": module.timer})
-    passed = [c for c in runner.select(part="5a") if checks.run_check(c, ctx)["status"] == "pass"]
-    assert sum(c.points for c in passed) == 4
+    submission = reference_submission(tmp_path / "submission")
+    (submission / "numpy_speculative.py").write_text(bomb)
+    start = time.monotonic()
+    results, notes = grade(submission, ["1a", "2a"])
+    assert time.monotonic() - start < 60
+    got = scores(results)
+    assert got["1a"] == 0 and got["2a"] == 3, (got, notes)
+    assert any("numpy_speculative.py does not compile (did not compile within 2 s)" in note
+               for note in notes), notes
 
 
-@pytest.mark.parametrize("shown", ["grader", "negative-control"])
-def test_a_huge_return_value_is_one_short_line(shown, tmp_path, monkeypatch):
-    # 10 MB returned (under the wire's 16 MB): what a student sees of it is SHOWN characters;
-    # the control shows it whole. (60 MB, past the wire's limit, is one line: the test above.)
-    from classroom import checks
-    if shown != "grader":
-        monkeypatch.setattr(checks, "SHOWN", 10 ** 9)
-    submission = blank_submission(tmp_path / "submission")
-    edit(submission, "numpy_speculative.py", stub("replay"), "return 'x' * 10_000_000")
-    results, score = run(tmp_path, submission, "1b")
-    said = "\n".join(line for r in results for line in r.lines())
-    assert score == 0
-    assert (len(said) < 2000) == (shown == "grader"), len(said)
+def test_a_syntax_error_costs_its_own_parts_only(tmp_path):
+    # speculative.py imports numpy_speculative.py: a syntax error there must not cost 2a.
+    submission = reference_submission(tmp_path / "submission")
+    edit(submission, "numpy_speculative.py", "    kept = 0\n", "    kept = = 0\n")
+    results, notes = grade(submission, ["1a", "2a"])
+    assert scores(results) == {"1a": 0, "2a": 3}
+    assert "SyntaxError" in said([r for r in results if r.check.part == "1a"])
 
 
-@pytest.mark.parametrize("limit", ["grader", "negative-control"])
-def test_a_reply_past_the_wires_limit_is_an_error_line(limit, monkeypatch):
-    # The worker's side refuses to send a reply past wire.MAX_MESSAGE and says so in one line;
-    # the control, with a limit of 128 MB, carries 20 MB across.
-    import socket
-
-    from classroom import wire
-    if limit != "grader":
-        monkeypatch.setattr(wire, "MAX_MESSAGE", 128 * 1024 ** 2)
-    ours, theirs = socket.socketpair()
-
-    class Student:
-        def big(self):
-            return "x" * 20_000_000
-
-    def serve():
-        worker = wire.Peer(theirs, lends_anything=True)
-        worker.lend(Student())
-        worker.serve_forever()
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        grader = wire.Peer(ours, lends_anything=False, deadline=time.monotonic() + 60)
-        if limit == "grader":
-            with pytest.raises(wire.StudentError, match="the limit is 16 MB"):
-                wire.Remote(grader, 1).big()
-        else:
-            assert len(wire.Remote(grader, 1).big()) == 20_000_000
-    finally:
-        ours.close()
-        thread.join(10)
-        theirs.close()
+# ----------------------------------------------------------------------------------------------
+# What the grader writes and what a student's code can make it do
 
 
-def test_a_zip_bomb_is_never_extracted(tmp_path, monkeypatch):
-    # A zip of the student files, 400 MB of zeros beside them and a 100 MB numpy_speculative.py
-    # in another copy: only the student files are read, each 2 MB at most; a zip of too many
-    # entries is not read at all. The control: the zip declares over 500 MB.
-    from classroom import submissions
-    bomb = tmp_path / "bomb.zip"
-    zeros = bytes(1 << 20)
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
-        for name in parts.STUDENT_FILES:
-            z.write(ROOT / name, f"alice/{name}")
-        with z.open("alice/data/zeros.bin", "w", force_zip64=True) as f:
-            for _ in range(400):
-                f.write(zeros)
-        with z.open("bob/numpy_speculative.py", "w", force_zip64=True) as f:
-            for _ in range(100):
-                f.write(zeros)
-    with zipfile.ZipFile(bomb) as z:
-        assert sum(i.file_size for i in z.infolist()) > 500e6 > 100 * bomb.stat().st_size
-    notes = []
-    copy = submissions.private_copy(bomb, tmp_path / "copy", notes)
-    taken = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file())
-    assert taken == parts.STUDENT_FILES and notes == []
-    assert sum(p.stat().st_size for p in copy.rglob("*") if p.is_file()) < 1e6
-    lone = tmp_path / "lone.zip"                          # only the too large student file
-    with zipfile.ZipFile(bomb) as z, zipfile.ZipFile(lone, "w", zipfile.ZIP_DEFLATED) as out:
-        out.writestr("numpy_speculative.py", z.read("bob/numpy_speculative.py"))
-    notes = []
-    submissions.private_copy(lone, tmp_path / "lone", notes)
-    assert notes == ["numpy_speculative.py is larger than 2 MB: counted as missing"], notes
-    monkeypatch.setattr(submissions, "MAX_ENTRIES", 4)
-    with pytest.raises(submissions.SubmissionError, match="entries in the zip"):
-        submissions.private_copy(bomb, tmp_path / "many")
-
-
-def test_grade_all_notes_empty_and_link_only_submissions(tmp_path, monkeypatch):
-    # An empty folder and a folder of links to the grader's files: 0 with a note that says why;
-    # the control, honest files beside them, gets its points and no note.
+def test_grade_all_writes_no_formula_and_notes_strange_submissions(tmp_path, monkeypatch):
+    # A submission named like a formula is a text cell (OWASP's rule: a quote before =, +, -,
+    # @); an empty folder and one of links get 0 and a note; a corrupt zip "not graded"; the
+    # others their points. The control: the csv module writes the name as it is.
     folder = tmp_path / "submissions"
+    evil = '=HYPERLINK("x?"&A1,"grade")'
+    reference_submission(folder / evil)
     (folder / "empty").mkdir(parents=True)
     for name in parts.STUDENT_FILES:
         (folder / "links" / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / "links" / name).symlink_to(ROOT / name)
-    copy_project(folder / "bob")
+    with zipfile.ZipFile(folder / "corrupt.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for name in parts.STUDENT_FILES:
+            z.write(ROOT / name, name)
+    data = bytearray((folder / "corrupt.zip").read_bytes())
+    for i in range(200, 400):                                  # inside the first member's data
+        data[i] ^= 0x55
+    (folder / "corrupt.zip").write_bytes(bytes(data))
     select = runner.select
-    monkeypatch.setattr(runner, "select", lambda **kw: select(part="2a"))
+    monkeypatch.setattr(runner, "select", lambda **kw: select(part="2a", hidden=True))
+    monkeypatch.setattr(sandbox, "_probed", {"sandbox": box()})
     from classroom.__main__ import main
     grades = tmp_path / "grades.csv"
     assert main(["grade-all", str(folder), "--csv", str(grades)]) == 0
-    import csv
     rows = {r["student"]: r for r in csv.DictReader(grades.open())}
+    assert rows["'" + evil]["total"] == "3"
     assert rows["empty"]["total"] == "0" and "no student file" in rows["empty"]["note"]
     assert rows["links"]["total"] == "0" and "speculative.py is a link" in rows["links"]["note"]
-    assert rows["bob"]["total"] == "3" and rows["bob"]["note"] == ""
+    assert rows["corrupt.zip"]["total"] == "" and "not graded" in rows["corrupt.zip"]["note"]
+    raw = tmp_path / "raw.csv"                                 # the control
+    with open(raw, "w", newline="") as f:
+        csv.writer(f).writerow([evil])
+    assert raw.read_text().startswith('"=HYPERLINK')
 
 
-@pytest.mark.parametrize("order", ["grader", "negative-control"])
-def test_a_submission_that_sleeps_everywhere_waits_one_limit_per_part_and_job(order, tmp_path,
-                                                                            monkeypatch):
-    # Every function sleeps. The grader waits out one time limit per part (the part's other
-    # checks are not run) and runs different parts side by side: about ceil(11 / 2) limits.
-    # The control runs the checks in their order (a part's two seeds side by side): 11 limits.
-    # The limit is the test's own, a second: the count of limits waited is what it checks.
-    if order != "grader":
-        monkeypatch.setattr(runner, "interleaved", lambda tasks, key: tasks)
+def test_a_call_back_into_a_reference_is_bounded_in_cost():
+    # expected_tokens_per_pass(10**6, 10**6) is one power of a whole number that holds the
+    # grader's interpreter for seconds; the references a worker may call take whole numbers up
+    # to 1,000. The control: unbounded, a smaller power already takes a while.
+    from speculative import expected_tokens_per_pass
+    bounded = runner.bounded(expected_tokens_per_pass)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="whole numbers up to 1,000"):
+        bounded(10 ** 6, 10 ** 6)
+    assert time.monotonic() - start < 0.1
+    assert bounded(0.5, 4) == expected_tokens_per_pass(0.5, 4)
+    start = time.monotonic()
+    try:
+        expected_tokens_per_pass(10 ** 6, 30_000)        # a smaller power than the attack's
+    except OverflowError:
+        pass
+    assert time.monotonic() - start > 0.005
+
+
+@pytest.mark.parametrize("references", [True, False], ids=["grader", "negative-control"])
+def test_a_bug_in_one_part_costs_that_part_only(references, tmp_path, monkeypatch):
+    # greedy_verdict (1a) is wrong; replay (1b) and speculative_greedy (3b) call it. Graded, they
+    # get the reference through the worker; the control, without it, loses 1b and 3b too.
+    if not references:
+        monkeypatch.setattr(runner, "references", lambda part: {})
+    submission = reference_submission(tmp_path / "submission")
+    edit(submission, "numpy_speculative.py", "    return kept, target_choices[kept]",
+         "    return kept, target_choices[kept - 1]")
+    results, _ = grade(submission, ["1a", "1b", "3b"], seeds=(0, HIDDEN))
+    got = scores(results)
+    assert got["1a"] < 3
+    assert (got["1b"] == 2 and got["3b"] == 8) == references, got
+
+
+def test_a_forward_pass_that_hard_codes_two_heads_fails_the_hidden_seed(tmp_path):
+    submission = reference_submission(tmp_path / "submission")
+    edit(submission, "numpy_speculative.py", "b, model.n_head,", "b, 2,")
+    results, _ = grade(submission, ["3a"], seeds=(0, HIDDEN))
+    assert scores(results) == {"3a": 1}                    # layer_norm's check alone, then
+    assert all(r.outcomes[0]["status"] == "pass" for r in results)        # public: all pass
+
+
+FORMULA_PLUS_NOISE = '''mean = (1 - alpha ** (k + 1)) / (1 - alpha)                # no round simulated
+    sd = np.sqrt(sum((2 * i + 1) * alpha ** i for i in range(k + 1)) - mean ** 2)
+    return float(mean + rng.normal() * sd / np.sqrt(rounds)), float(sd / np.sqrt(rounds))'''
+
+
+@pytest.mark.parametrize("defence", [True, False], ids=["grader", "negative-control"])
+def test_a_simulation_that_is_the_formula_plus_noise_earns_nothing(defence, tmp_path,
+                                                                   monkeypatch):
+    if not defence:
+        monkeypatch.setattr(checks_part_one, "simulates_rounds", lambda *args, **kwargs: None)
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "exercises/ex2_derive.py", stub("simulate"), FORMULA_PLUS_NOISE)
+    results, _ = grade(submission, ["2b"], seeds=(0, HIDDEN), how="plain")
+    assert scores(results) == {"2b": 0 if defence else 3}, said(results)
+
+
+def test_every_function_asleep_waits_one_limit_per_part_and_job(tmp_path, monkeypatch):
+    # Every function sleeps. A part whose check runs out of time runs no other check, and two
+    # parts run side by side: about 9 limits (of a second here) for 17 parts, not 2 x 39.
+    monkeypatch.setattr(runner, "TIMEOUT", 1)
     submission = blank_submission(tmp_path / "submission")
     for part in parts.PARTS:
         for function in part.functions:
             edit(submission, part.file, stub(function), "import time\n    time.sleep(10 ** 6)")
-    ws, _ = workspace(submission, tmp_path / "scratch")
-    limit, start = 1, time.monotonic()
-    results = runner.run_checks(ws, runner.select(hidden=True), [0, HIDDEN], timeout=limit)
+    start = time.monotonic()
+    results, _ = grade(submission, [p.id for p in parts.PARTS], seeds=(0, HIDDEN))
     elapsed = time.monotonic() - start
     assert all(r.status in ("timeout", "skipped") for r in results), \
         [(r.check.name, r.status) for r in results]
-    waited = -(-len(parts.PARTS) // 2) * limit
-    if order == "grader":
-        assert elapsed < waited + 20, elapsed
-        assert "a sleep?" in " ".join(line for r in results for line in r.lines())
-    else:
-        # 11 limits, less a few hundredths of a second that each timer may fire early (21.94 s
-        # for 22 once, with a limit of 2 s)
-        assert elapsed >= 0.95 * len(parts.PARTS) * limit, elapsed
+    assert "a sleep?" in said(results)
+    assert elapsed < 9 * (1 + runner.GRACE) + 60, elapsed
 
 
-def test_grade_all_ends_past_a_submission_whose_sandbox_stops(tmp_path, monkeypatch):
-    # However a submission might stop its grade's sandbox process (a zygote that answers no
-    # more: no route is left to a student, see test_sandbox_view.py), the grader kills it at
-    # its first unanswered request, the rest of that grade's checks end at once, and the other
-    # students' rows are right. The zygote is stopped here by the test itself (SIGSTOP).
-    use_sandbox("plain", monkeypatch)
-    monkeypatch.setattr(sandbox, "ZYGOTE_ANSWER", 2)
-    # bob's zygote is stopped before it says it is ready, so the grader waits out the start
-    # budget (300 s by default: a quarter of the suite); a minute still starts alice's and carol's
-    monkeypatch.setattr(sandbox, "ZYGOTE_START", 60)
-    folder = tmp_path / "submissions"
-    copy_project(folder / "alice")
-    copy_project(folder / "bob")
-    copy_project(folder / "carol")
-    (folder / "bob" / "speculative.py").write_text((folder / "bob" / "speculative.py")
-                                                   .read_text() + "\n# STOP MY SANDBOX\n")
-    start, waits = sandbox.Zygote.__init__, []
-
-    def stopped_for_bob(self, project, *args, **kwargs):
-        start(self, project, *args, **kwargs)
-        mine = Path(project) / "speculative.py"
-        if mine.is_file() and "STOP MY SANDBOX" in mine.read_text():
-            os.kill(self.process.pid, signal.SIGSTOP)
-            read = self.reader.readline
-            self.reader = type("Counted", (), {"close": self.reader.close,
-                                               "readline": staticmethod(
-                                                   lambda: waits.append(1) or read())})()
-    monkeypatch.setattr(sandbox.Zygote, "__init__", stopped_for_bob)
-    select = runner.select
-    monkeypatch.setattr(runner, "select", lambda **kw: select(exercise=2, hidden=True))
-    from classroom.__main__ import main
-    grades = tmp_path / "grades.csv"
-    assert main(["grade-all", str(folder), "--csv", str(grades)]) == 0
-    import csv
-    rows = {r["student"]: r for r in csv.DictReader(grades.open())}
-    full = sum(c.points for c in select(exercise=2, hidden=True))
-    assert rows["alice"]["total"] == rows["carol"]["total"] == str(full), rows
-    assert rows["bob"]["total"] == "0", rows
-    assert len(waits) == 1          # one wait for the stopped zygote, not one per check and seed
+def test_a_round_that_adds_no_token_is_named_within_the_limit(tmp_path, monkeypatch):
+    # A 3b whose rounds add no token loops for ever: the timeout says why, from the passes the
+    # grader counted, and comes at the limit.
+    monkeypatch.setattr(runner, "TIMEOUT", 3)
+    submission = reference_submission(tmp_path / "submission")
+    edit(submission, "numpy_speculative.py", "            cache.forget_from(n + kept)       # "
+         "... leave both caches too\n        seq.append(added)\n", "            cache.forget_"
+         "from(n + kept)       # ... leave both caches too\n")
+    start = time.monotonic()
+    results, _ = grade(submission, ["3b"])
+    assert "a round that adds no token" in said(results), said(results)
+    assert time.monotonic() - start < 3 + 30

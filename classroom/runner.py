@@ -338,17 +338,18 @@ class Worker:
     """One part's worker job as the grader holds it: its socket, its log, the references of the
     other parts lent to it (references())."""
 
-    def __init__(self, box, workspaces, part, slot, scratch):
+    def __init__(self, box, workspaces, part, slot):
         self.part, self.torch_free = part, parts.BY_ID[part].file == "numpy_speculative.py"
         self.root = workspaces[self.torch_free]
         ours, theirs = socket.socketpair()
-        self.log = tempfile.TemporaryFile(dir=scratch)
+        self.log = Tail()
         try:
             self.job = box.start("numpy" if self.torch_free else "torch", self.root, "worker",
                                  [str(theirs.fileno())] + ["numpy"] * self.torch_free,
-                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log)
+                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log.fd)
         finally:
             theirs.close()
+            self.log.started()
         self.sock, self.peer = ours, wire.Peer(ours, lends_anything=False)
         self.remote, self.lent = wire.Remote(self.peer, 1), False
 
@@ -383,9 +384,7 @@ class Worker:
             pass
 
     def said(self):
-        self.log.seek(max(0, self.log.seek(0, 2) - LOG_BYTES))
-        return (self.log.read().decode(errors="replace").strip().splitlines() or
-                ["no output"])[-1]
+        return self.log.last_line()
 
     def end(self):
         """Kill the job whole: whether it ran out of memory."""
@@ -393,10 +392,36 @@ class Worker:
             return False
         memory = self.job.end()
         self.sock.close()
+        self.log.thread.join(1.0)
         return memory
 
 
-def run_part(box, workspaces, part, runs, slot, scratch, source, end, stalled):
+class Tail:
+    """A pipe a job writes its output into and a thread here drains, keeping its last LOG_BYTES
+    (what a crash's message quotes): a job that prints without end neither blocks nor fills a
+    disk."""
+
+    def __init__(self):
+        self.read_end, self.fd = os.pipe()
+        self.tail, self.thread = bytearray(), threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        while chunk := os.read(self.read_end, 1 << 16):
+            self.tail += chunk
+            del self.tail[:-LOG_BYTES]
+        os.close(self.read_end)
+
+    def started(self):
+        os.close(self.fd)                   # the job holds its own copy of the write end
+
+    def last_line(self):
+        self.thread.join(1.0)
+        return (bytes(self.tail).decode(errors="replace").strip().splitlines() or
+                ["no output"])[-1]
+
+
+def run_part(box, workspaces, part, runs, slot, source, end, stalled):
     """runs: [(Result, seed)] of one part, in order, against one worker (a fresh one after a
     check that crashed or ran out of time)."""
     worker = None
@@ -408,7 +433,7 @@ def run_part(box, workspaces, part, runs, slot, scratch, source, end, stalled):
                     f"not run: another check of part {part} did not finish within {TIMEOUT} s"
                     if part in stalled else "not run: the grade's time ran out")}
                 continue
-            worker = worker or Worker(box, workspaces, part, slot, scratch)
+            worker = worker or Worker(box, workspaces, part, slot)
             result.outcomes[seed] = outcome = worker.run(result.check, seed, left, source)
             if outcome["status"] in ("timeout", "crashed"):
                 stalled.update([part] if outcome["status"] == "timeout" else [])
@@ -440,26 +465,25 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, job
     for seed in seeds:
         fixtures(seed)                          # made here once, not by two threads at once
     phases = [seeds] if together(box) else [[seed] for seed in seeds]
-    with tempfile.TemporaryDirectory(prefix="classroom-logs-") as scratch:
-        for phase in phases:
-            by_part = {}
-            for seed in phase:
-                for result in results:
-                    file = parts.BY_ID[result.check.part].file
-                    if file in missing:
-                        result.outcomes[seed] = {"status": "missing", "message":
-                                                 f"missing {file}"}
-                    elif file in broken:
-                        result.outcomes[seed] = {"status": "error", "message":
-                                                 f"{file} does not compile: {broken[file]}"}
-                    else:
-                        by_part.setdefault(result.check.part, []).append((result, seed))
+    for phase in phases:
+        by_part = {}
+        for seed in phase:
+            for result in results:
+                file = parts.BY_ID[result.check.part].file
+                if file in missing:
+                    result.outcomes[seed] = {"status": "missing", "message":
+                                             f"missing {file}"}
+                elif file in broken:
+                    result.outcomes[seed] = {"status": "error", "message":
+                                             f"{file} does not compile: {broken[file]}"}
+                else:
+                    by_part.setdefault(result.check.part, []).append((result, seed))
 
-            def one(item):
-                with slots.one() as slot:
-                    run_part(box, workspaces, *item, slot, scratch, source, end, stalled)
-            with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(one, by_part.items()))
+        def one(item):
+            with slots.one() as slot:
+                run_part(box, workspaces, *item, slot, source, end, stalled)
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(one, by_part.items()))
     return results
 
 

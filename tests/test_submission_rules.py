@@ -1,7 +1,8 @@
 """What a submission is (issue 42): regular files of one name, reached through real folders only,
-in a folder, a zip or a git repository alike; and what the grader prints of a student's text.
-Each attack's control is the rule before issue 42 (a root found with is_dir(), which follows
-links), under which the attack took the reference's files."""
+in a folder, a zip or a git repository alike, read in the sandbox (classroom/intake.py); and
+what the grader prints of a student's text. Each attack's control is the rule before issue 42
+(a root found with is_dir(), which follows links), under which the attack took the reference's
+files."""
 
 import os
 import subprocess
@@ -9,17 +10,19 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from graders import ROOT, box
+from graders import reference_submission as copy_project
 
-from classroom import parts, runner
+from classroom import intake, parts, runner
 from classroom.__main__ import row_names
-from classroom.submissions import ROOT, copy_project, private_copy
+
+pytestmark = pytest.mark.slow  # read in the sandbox: not in make test-fast
 
 
 def taken(submission, tmp_path):
-    """(the student files private_copy took, its notes)."""
+    """(the student files the grader took, its notes)."""
     notes = []
-    dest = private_copy(submission, tmp_path / "copy", notes)
-    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()), notes
+    return sorted(runner.read(box(), submission, notes)), notes
 
 
 @pytest.fixture
@@ -76,6 +79,7 @@ def test_a_committed_link_in_a_git_submission_is_a_note(course, tmp_path):
     subprocess.run([*git, "commit", "-qm", "mine"], check=True)
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "repack", "-adq"], check=True)   # packed objects
     files, notes = taken(bare, tmp_path)
     assert "speculative.py" not in files and any("speculative.py" in n for n in notes), notes
     assert "numpy_speculative.py" in files
@@ -97,6 +101,46 @@ def test_a_link_in_a_zip_is_a_note(tmp_path):
                 z.writestr(name, (ROOT / name).read_text())
     files, notes = taken(path, tmp_path)
     assert "speculative.py" not in files and any("speculative.py" in n for n in notes), notes
+
+
+def test_a_zip_bomb_is_never_extracted(tmp_path, monkeypatch):
+    # A zip of the student files, 400 MB of zeros beside them and a 100 MB numpy_speculative.py
+    # in another copy: only the student files are read, each 2 MB at most; a zip of too many
+    # entries is not read at all. The control: the zip declares over 500 MB.
+    bomb = tmp_path / "bomb.zip"
+    zeros = bytes(1 << 20)
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in parts.STUDENT_FILES:
+            z.write(ROOT / name, f"alice/{name}")
+        with z.open("alice/data/zeros.bin", "w", force_zip64=True) as f:
+            for _ in range(400):
+                f.write(zeros)
+        with z.open("bob/numpy_speculative.py", "w", force_zip64=True) as f:
+            for _ in range(100):
+                f.write(zeros)
+    with zipfile.ZipFile(bomb) as z:
+        assert sum(i.file_size for i in z.infolist()) > 500e6 > 100 * bomb.stat().st_size
+    files, notes = taken(bomb, tmp_path)
+    assert files == parts.STUDENT_FILES and notes == []
+    lone = tmp_path / "lone.zip"                          # only the too large student file
+    with zipfile.ZipFile(bomb) as z, zipfile.ZipFile(lone, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("numpy_speculative.py", z.read("bob/numpy_speculative.py"))
+    files, notes = taken(lone, tmp_path)
+    assert files == [] and "numpy_speculative.py is larger than 2 MB: counted as missing" in \
+        notes, notes
+    monkeypatch.setattr(intake, "MAX_ENTRIES", 4)       # the rule itself, in this process
+    with pytest.raises(intake.Unreadable, match="entries in the zip"):
+        intake.from_zip(bomb)
+
+
+def test_a_zip_with_an_extra_folder_level_is_found(tmp_path):
+    inner = copy_project(tmp_path / "alice" / "speculative-class-alice")
+    archive = tmp_path / "alice.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in inner.rglob("*"):
+            z.write(f, f.relative_to(tmp_path))
+    files, notes = taken(archive, tmp_path)
+    assert files == parts.STUDENT_FILES and notes == []
 
 
 FORGED = "oops\n\x1b[32mpass\x1b[0m        everything  6/6\n\ntotal 44/44 points\x1b[8m"

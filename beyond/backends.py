@@ -6,7 +6,7 @@ per-call overhead, for cheap drafts and targets on a CPU).
     big = with_backend(presets.load_trained("big"), "numpy")
 
 The student repository leaves beyond/fast_numpy.py out (its forward pass would answer
-exercise 3a; classroom/submissions.py's TEACHERS_ONLY): there the numpy backend is the torch
+exercise 3a; classroom/project.py's TEACHERS_ONLY): there the numpy backend is the torch
 model itself, and the lesson's experiments run the same, only slower.
 """
 

@@ -14,7 +14,7 @@ speculative.generate and speculative_generate take it as a target or a draft. It
 the torch model's to float32 rounding (tests/test_speculative.py checks 1e-5). Every NumPy
 forward pass of the library is here: beyond/batched.py's rows of different lengths
 (forward_rows), beyond/early_exit.py's layer ranges and beyond/tree.py's tree pass call these
-methods (the student repository leaves this file out: classroom/submissions.py says why).
+methods (the student repository leaves this file out: classroom/project.py says why).
 
 Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
 - each LayerNorm's gain and bias are folded into the linear layer after it:

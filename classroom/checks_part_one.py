@@ -55,7 +55,7 @@ def explain_round(draft_tokens, choices, got, want):
 
 
 def judge(ctx, greedy_verdict, draft_tokens, choices, case=""):
-    want = tuple(ctx.ref.verdict(draft_tokens, choices))
+    want = tuple(ctx.ref.round_verdict(draft_tokens, choices))
     got = pair_of_ints(greedy_verdict(list(draft_tokens), list(choices)), "greedy_verdict")
     if got != want:
         shown, hint = explain_round(draft_tokens, choices, got, want)
@@ -761,7 +761,7 @@ def timer_waits_for_the_gpu(ctx):
                        "torch.cuda.synchronize() before starting the clock and before reading "
                        "it, or record torch.cuda.Event pairs and synchronize before "
                        "elapsed_time")
-        for _ in range(5):                     # 100 ms queued before measure is called
+        for _ in range(5):                     # five launches queued before measure is called
             gpu.launch()
         seconds = a_float(measure(ctx.lend(gpu.launch), 1, warmup=2), "measure")
     if not 0.015 < seconds < 0.06:

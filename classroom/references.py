@@ -26,7 +26,7 @@ HIDDEN_SEED = 0x9c1f_35a2_6be0_4d87_b3e1_5f02_c86a_7d19  # 128 bits; CLASSROOM_S
 # Part one
 
 
-def verdict(ctx, draft_tokens, choices):
+def round_verdict(ctx, draft_tokens, choices):
     kept = 0
     while kept < len(draft_tokens) and draft_tokens[kept] == choices[kept]:
         kept += 1
@@ -36,7 +36,7 @@ def verdict(ctx, draft_tokens, choices):
 def replay(ctx, prompt, rounds):
     text = list(prompt)
     for draft_tokens, choices in rounds:
-        kept, token = verdict(ctx, draft_tokens, choices)
+        kept, token = round_verdict(ctx, draft_tokens, choices)
         text += list(draft_tokens[:kept]) + [token]
     return text
 
@@ -90,7 +90,7 @@ def greedy_rounds(ctx, target_tokens, draft_name, prompt_length, k):
             kept += 1
         rounds.append((n, k_round, kept))
         n += kept + 1
-    return counted(rounds)
+    return _counted(rounds)
 
 
 def perfect_rounds(ctx, prompt_length, n, k):
@@ -101,10 +101,10 @@ def perfect_rounds(ctx, prompt_length, n, k):
         k_round = min(k, n - written - 1)
         rounds.append((prompt_length + written, k_round, k_round))
         written += k_round + 1
-    return counted(rounds)
+    return _counted(rounds)
 
 
-def counted(rounds):
+def _counted(rounds):
     """What rounds [(n, k_round, kept)] make the big model do through the lesson's score():
     each round scores positions n .. n + k_round, feeding its cache what it lacks (a window
     that jumps starts a fresh one), and then forgets the rejected guesses."""

@@ -44,12 +44,12 @@ def test_the_readme_links_nothing_outside_the_repository():
 
 
 def teachers_only():
-    """classroom/submissions.py's TEACHERS_ONLY: what the student repository leaves out."""
-    tree = ast.parse(read("classroom/submissions.py"))
+    """classroom/project.py's TEACHERS_ONLY: what the student repository leaves out."""
+    tree = ast.parse(read("classroom/project.py"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "TEACHERS_ONLY":
             return ast.literal_eval(node.value)
-    raise AssertionError("classroom/submissions.py has no TEACHERS_ONLY")
+    raise AssertionError("classroom/project.py has no TEACHERS_ONLY")
 
 
 def test_documents_the_student_repository_keeps_link_nothing_it_leaves_out():

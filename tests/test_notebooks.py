@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from classroom import notebooks
-from classroom.submissions import ROOT
+from classroom.project import ROOT
 
 pytestmark = pytest.mark.slow  # runs notebooks in kernels: not in make test-fast
 

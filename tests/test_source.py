@@ -185,8 +185,6 @@ NOT_MEASURED = {
     "studies/sampling_costs.py": ["10%"],
     # FakeGPU's queued work: a setting of the fake
     "classroom/helpers.py": ["20 ms"],
-    # the memory watch's period ("every 0.1 s"): a setting
-    "classroom/sandbox.py": ["1 s"],
 }
 
 

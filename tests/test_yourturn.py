@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from classroom import parts, regions, submissions, yourturn
+from classroom import parts, project, regions, yourturn
 
 PART = parts.BY_ID["1a"]
 STUB = f'''import math
@@ -43,7 +43,7 @@ SOLVED = ANSWER.replace('docstring."""\n', f'docstring."""\n    {regions.BEGIN}\
 @pytest.fixture
 def student(tmp_path):
     (tmp_path / PART.file).write_text(STUB)
-    (tmp_path / submissions.STUDENT_MARK).write_text("")     # what build.py marks a student's with
+    (tmp_path / project.STUDENT_MARK).write_text("")     # what build.py marks a student's with
     return tmp_path
 
 
@@ -107,11 +107,11 @@ def test_the_mark_not_the_content_tells_the_reference_repository(student, tmp_pa
 
 
 def test_build_marks_the_student_repository_and_only_it(student_build):
-    tracked = subprocess.run(["git", "ls-files", submissions.STUDENT_MARK], cwd=student_build,
+    tracked = subprocess.run(["git", "ls-files", project.STUDENT_MARK], cwd=student_build,
                              capture_output=True, text=True, check=True).stdout
-    assert tracked.strip() == submissions.STUDENT_MARK                  # committed, so a clone has it
+    assert tracked.strip() == project.STUDENT_MARK                  # committed, so a clone has it
     assert not yourturn.is_reference(student_build)
-    assert yourturn.is_reference() and not (yourturn.ROOT / submissions.STUDENT_MARK).exists()
+    assert yourturn.is_reference() and not (yourturn.ROOT / project.STUDENT_MARK).exists()
 
 
 def test_stubs_are_told_from_answers_wherever_the_region_was():

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from classroom import build, notebooks, parts, runner, sandbox, walk, yourturn
+from classroom import build, notebooks, parts, report, runner, sandbox, walk, yourturn
 from classroom.project import ROOT
 from lessonkit import cli
 
@@ -122,7 +122,7 @@ def check(args):
                                 {False: ROOT, True: ROOT}, selected, [runner.PUBLIC_SEED])
     instead = {p.id: not_started(p, [r for r in results if r.check.part == p.id])
                for p in parts.PARTS}
-    print(runner.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
+    print(report.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
                        instead=instead))
     if args.report_only:
         return 0
@@ -133,8 +133,8 @@ def check(args):
 
 def grade_one(box, submission, part=None, notes=None):
     """All checks (or a part's), public and hidden seeds, on a submission (or the files read
-    from one), within GRADE_TIME seconds. notes: a list that gets a line for each strange file and for checks the time cap
-    left out."""
+    from one), within GRADE_TIME seconds. notes: a list that gets a line for each strange file
+    and for checks the time cap left out."""
     notes = [] if notes is None else notes
     files = runner.read(box, submission, notes) if not isinstance(submission, dict) else \
         submission
@@ -163,15 +163,15 @@ def grade(args):
     notes, data = [], {"score": 0, "tests": [], "stdout_visibility": "hidden"}
     try:
         results = grade_one(box, args.submission, args.part, notes)
-        print(runner.table(results) + "".join(f"\nnote: {runner.shown(n)}" for n in notes))
-        data = runner.gradescope_json(results)
+        print(report.table(results) + "".join(f"\nnote: {report.shown(n)}" for n in notes))
+        data = report.gradescope_json(results)
     except BaseException as e:
         notes.append(f"not graded: {e}" if isinstance(e, ValueError) else
                      f"not graded: the grader stopped ({type(e).__name__}: {e}): regrade it")
         raise
     finally:
         if notes:
-            data["output"] = "\n".join(runner.shown(note) for note in notes)
+            data["output"] = "\n".join(report.shown(note) for note in notes)
         Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
@@ -192,7 +192,7 @@ def row_names(submissions):
     shown() whole; two names that escape alike get " (2)", " (3)"."""
     names, taken = {}, set()
     for submission in submissions:
-        name = runner.shown(submission.name, cap=0)
+        name = report.shown(submission.name, cap=0)
         unique, n = name, 1
         while unique in taken:
             n += 1
@@ -242,9 +242,9 @@ def grade_row(box, student, files, notes):
         results = grade_one(box, files, notes=notes)
     except Exception as e:  # noqa: BLE001 (one broken submission never stops the others)
         reason = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
-        return {"student": student, "total": "", "note": f"not graded: {runner.shown(reason)}"}
+        return {"student": student, "total": "", "note": f"not graded: {report.shown(reason)}"}
     row = {"student": student, "total": sum(r.score for r in results),
-           "note": "; ".join(runner.shown(note) for note in notes)}
+           "note": "; ".join(report.shown(note) for note in notes)}
     for part in parts.PARTS:
         row[part.id] = sum(r.score for r in results if r.check.part == part.id)
     return row

@@ -307,6 +307,52 @@ def fix_first(ctx, function, tests, hint, how="this part's code may call"):
     return hint
 
 
-def first_mismatch(got, want, mistakes, default):
-    """The hint of the first (output, hint) in `mistakes` whose output is `got`, else default."""
-    return next((hint for output, hint in mistakes if output == got), default)
+
+
+# ----------------------------------------------------------------------------------------------
+# Naming a mistake from every case
+
+
+def same(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool(np.allclose(a, b, atol=1e-6, rtol=1e-5))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+            abs(a - b) <= 1e-4 * max(1.0, abs(b))
+    return a == b
+
+
+def named(runs, hints, default):
+    """runs: [(what the student's function gave, {mistake: what it gives})] for every case it
+    ran on. The hint of the mistake that gives what the student's gave on every case; of each,
+    where several do; else `default`."""
+    fits = [name for name in hints if all(name in mistakes and same(got, mistakes[name])
+                                          for got, mistakes in runs)]
+    if not fits:
+        return default
+    if len(fits) == 1:
+        return hints[fits[0]]
+    return "these outputs fit more than one mistake: " + "; or ".join(hints[n] for n in fits)
+
+
+def judge_cases(ctx, cases, student, reference, describe, hints, default):
+    """Run `student` on every case, then fail at the first that differs from the reference's
+    answer, naming the mistake that fits every case. reference(case) -> {"want", "mistakes"};
+    describe(case, want, got) -> (expected, got, hint or None); default: a hint, or a function
+    (case, want, got) -> one."""
+    runs, failed = [], None
+    for case in cases:
+        answer = reference(case)
+        got = student(case)
+        runs.append((got, answer["mistakes"]))
+        if failed is None and not same(got, answer["want"]):
+            failed = case, answer["want"], got
+    if failed is not None:
+        case, want, got = failed
+        expected, shown, hint = describe(case, want, got)
+        if callable(default):
+            default = default(case, want, got)
+        raise Fail(expected, shown, hint or named(runs, hints, default))

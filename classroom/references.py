@@ -15,10 +15,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from classroom import checks_part_one as one
-from classroom import checks_part_two as two
-from classroom import making
-from classroom.checks import Fail, check, kept_as_often
+from classroom import checks_exercise_3, checks_part_two, checks_trees, making
+from classroom.checks import Fail, check, chi_square_fails, kept_as_often
 
 HIDDEN_SEED = 0x9c1f_35a2_6be0_4d87_b3e1_5f02_c86a_7d19  # 128 bits; CLASSROOM_SEED replaces it
 
@@ -276,7 +274,8 @@ def _roll(draft, features, seq, wte, lm_head, k, mistake=None):
 def roll(ctx, draft, features, seq, wte, lm_head, k):
     """The draft's k greedy guesses after seq and their logits (k, V), step by step."""
     return {"want": _roll(draft, features, seq, wte, lm_head, k), "mistakes": {
-        name: _roll(draft, features, seq, wte, lm_head, k, name)[1] for name in two.ROLL_HINTS}}
+        name: _roll(draft, features, seq, wte, lm_head, k, name)[1]
+        for name in checks_part_two.ROLL_HINTS}}
 
 
 def shift(ctx, features, idx):
@@ -325,7 +324,8 @@ def _eagle_loss(draft, features, idx, wte, lm_head, ce_weight, noise, seed, mist
 
 def eagle_loss(ctx, draft, features, idx, wte, lm_head, ce_weight, noise, seed):
     want, gradients = _eagle_loss(draft, features, idx, wte, lm_head, ce_weight, noise, seed)
-    names = [n for n in two.LOSS_HINTS if noise or n not in ("noisy targets", "no noise")]
+    names = [n for n in checks_part_two.LOSS_HINTS
+             if noise or n not in ("noisy targets", "no noise")]
     return {"want": want, "gradients": gradients, "mistakes": {
         name: _eagle_loss(draft, features, idx, wte, lm_head, ce_weight, noise, seed, name)[0]
         for name in names}}
@@ -454,7 +454,8 @@ def first_token_law(target, draft, width, rule="exact"):
 
 
 def sibling_laws(ctx, target, draft, width):
-    return {rule: first_token_law(target, draft, width, rule) for rule in two.SIBLING_HINTS}
+    return {rule: first_token_law(target, draft, width, rule)
+            for rule in checks_trees.SIBLING_HINTS}
 
 
 def sibling_mistakes_show(ctx, target, draft, width, runs):
@@ -512,7 +513,7 @@ def path_law(ctx, parents, root_target, targets, root_draft, drafts):
 
 @check("3b", 2, torch_free=True, hidden=True)
 def greedy_hidden_lengths_and_k(ctx):
-    one.check_greedy(ctx, "draft", ks=(1, 8))
+    checks_exercise_3.check_greedy(ctx, "draft", ks=(1, 8))
 
 
 @check("3c", 1, torch_free=True, hidden=True)
@@ -528,7 +529,7 @@ def verify_chi_square_at_a_hidden_seed(ctx):
     first = np.where(rounds[:, 1] > 0, rounds[:, 0], rounds[:, 2])
     kept_as_often(ctx, float((rounds[:, 1] > 0).mean()), target_probs[0], draft_probs[0],
                   5 * math.sqrt(0.25 / 20000), "in 20,000 rounds")
-    if one.chi_square_fails(np.bincount(first, minlength=5), target_probs[0]):
+    if chi_square_fails(np.bincount(first, minlength=5), target_probs[0]):
         raise Fail("the first token distributed as the target's",
                    f"{np.bincount(first, minlength=5) / len(first)}")
 
@@ -537,9 +538,10 @@ def verify_chi_square_at_a_hidden_seed(ctx):
 def prompt_lookup_on_long_texts(ctx):
     cases = []
     for _ in range(40):
-        seq, k, longest, shortest = two.random_lookup_case(ctx.rng, int(ctx.rng.integers(40, 200)))
+        seq, k, longest, shortest = checks_part_two.random_lookup_case(
+            ctx.rng, int(ctx.rng.integers(40, 200)))
         cases.append((seq, k, longest + 2, shortest))
-    two.judge_lookups(ctx, ctx.student("beyond.ngram").prompt_lookup, cases)
+    checks_part_two.judge_lookups(ctx, ctx.student("beyond.ngram").prompt_lookup, cases)
 
 
 @check("6b", 1, hidden=True)
@@ -547,25 +549,25 @@ def heads_loss_at_other_shapes(ctx):
     for targets, (B, T, h, V) in (("soft", (3, 9, 5, 6)), ("hard", (1, 12, 4, 3))):
         guesses = ctx.rng.normal(size=(B, T, h, V)).astype(np.float32)
         logits = (ctx.rng.normal(size=(B, T, V)) * 2).astype(np.float32)
-        two.judge_heads_loss(ctx, guesses, logits, targets)
+        checks_part_two.judge_heads_loss(ctx, guesses, logits, targets)
 
 
 @check("7a", 1, hidden=True)
 def eagle_roll_on_longer_texts(ctx):
     rng = ctx.worker_rng(76)
     for n, k, window in ((14, 6, 5), (20, 4, 4)):
-        draft, wte, lm_head = two.random_eagle(rng, 12, 9, 3, window)
+        draft, wte, lm_head = checks_part_two.random_eagle(rng, 12, 9, 3, window)
         features = rng.normal(size=(n, 12)).astype(np.float32)
-        two.judge_roll(ctx, draft, features, rng.integers(0, 9, n + 1).tolist(), wte, lm_head,
+        checks_part_two.judge_roll(ctx, draft, features, rng.integers(0, 9, n + 1).tolist(), wte, lm_head,
                        k)
 
 
 @check("7b", 1, hidden=True)
 def eagle_loss_at_other_shapes(ctx):
     rng = ctx.worker_rng(77)
-    two.judge_eagle_loss(ctx, *two.random_loss_case(rng, 3, 9, C=12, V=9, n_head=3, window=4),
+    checks_part_two.judge_eagle_loss(ctx, *checks_part_two.random_loss_case(rng, 3, 9, C=12, V=9, n_head=3, window=4),
                          0.3)
-    two.judge_eagle_loss(ctx, *two.random_loss_case(rng, 2, 3, C=6, V=5, n_head=1, window=1),
+    checks_part_two.judge_eagle_loss(ctx, *checks_part_two.random_loss_case(rng, 2, 3, C=6, V=5, n_head=1, window=1),
                          0.1, noise=0.2, seed=int(rng.integers(1 << 30)))
 
 
@@ -573,14 +575,14 @@ def eagle_loss_at_other_shapes(ctx):
 def tree_mask_and_positions_on_larger_trees(ctx):
     tree = ctx.student("beyond.tree")
     cases = [(parents, cached + 20, chain)
-             for parents, cached, chain in two.random_mask_cases(ctx.rng, 12, 30)[6:]]
-    two.judge_masks(ctx, tree.tree_mask, cases)
-    two.judge_positions(ctx, tree.tree_positions, cases)
+             for parents, cached, chain in checks_trees.random_mask_cases(ctx.rng, 12, 30)[6:]]
+    checks_trees.judge_masks(ctx, tree.tree_mask, cases)
+    checks_trees.judge_positions(ctx, tree.tree_positions, cases)
 
 
 @check("8b", 1, hidden=True)
 def tree_walks_at_a_hidden_seed(ctx):
-    two.judge_greedy(ctx, [two.random_greedy_case(ctx.rng, int(ctx.rng.integers(10, 40)), V=9)
+    checks_trees.judge_greedy(ctx, [checks_trees.random_greedy_case(ctx.rng, int(ctx.rng.integers(10, 40)), V=9)
                            for _ in range(40)])
-    target, draft = two.sample_walk_case(ctx, 6, 3, 12000)
-    two.judge_sampled(ctx, target, draft, 12000, 85)
+    target, draft = checks_trees.sample_walk_case(ctx, 6, 3, 12000)
+    checks_trees.judge_sampled(ctx, target, draft, 12000, 85)

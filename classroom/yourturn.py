@@ -41,7 +41,7 @@ import signal
 import sys
 from pathlib import Path
 
-from classroom import checks, expected, notebooks, parts, regions, runner, sandbox, wire
+from classroom import checks, expected, notebooks, parts, regions, report, runner, sandbox, wire
 from classroom.project import ROOT, is_student_repository
 
 MARKER = re.compile(r"^# part (\w+), saved from a notebook \(([0-9a-f]{8})\)")
@@ -315,7 +315,7 @@ def check(part_id, root=ROOT):
                      if callable(user_ns.get(name))}
         results = []
         for c in runner.select(part=part_id):
-            result = runner.Result(c)
+            result = report.Result(c)
             context = checks.LocalContext(runner.PUBLIC_SEED, runner.fixtures(runner.PUBLIC_SEED),
                                           expected.source(), functions)
             result.outcomes[runner.PUBLIC_SEED] = within(KERNEL_TIMEOUT, lambda: checks.run_check(
@@ -324,7 +324,7 @@ def check(part_id, root=ROOT):
     else:
         results = runner.run_checks(sandbox.probe(root, grading=False), {False: root, True: root},
                                     runner.select(part=part_id), [runner.PUBLIC_SEED])
-    print(runner.table(results).strip())
+    print(report.table(results).strip())
     if any(r.status == "timeout" for r in results):
         module = importlib.import_module(module_of(part))
         for name in part.functions:

@@ -11,7 +11,7 @@ import sys
 import types
 from pathlib import Path
 
-from classroom import checks, expected, parts, project, regions, runner, sandbox
+from classroom import checks, expected, parts, project, regions, report, runner, sandbox
 
 ROOT = project.ROOT
 HIDDEN = 4321            # a hidden seed for the tests (small: a control's search finds it)
@@ -121,7 +121,7 @@ def in_process(chosen, edits=(), source=None, seeds=(0,), references=False, time
             for check in runner.select(part=part, hidden=seed != 0):
                 result = next((r for r in results if r.check is check), None)
                 if result is None:
-                    result = runner.Result(check)
+                    result = report.Result(check)
                     results.append(result)
                 ctx = checks.LocalContext(seed, runner.fixtures(seed), source, modules=modules)
                 result.outcomes[seed] = within(timeout, lambda: checks.run_check(check, ctx))

@@ -16,7 +16,7 @@ import pytest
 
 from graders import reference_submission
 
-from classroom import build, parts, regions, runner
+from classroom import build, parts, regions, report, runner
 from classroom.project import ROOT
 
 pytestmark = pytest.mark.slow  # builds and grades student repositories: not in make test-fast
@@ -216,9 +216,9 @@ def test_what_a_hidden_seed_said_stays_out_of_visible_feedback():
     public = next(c for c in runner.select() if not c.hidden)
     hidden = next(c for c in runner.select(hidden=True) if c.hidden)
     secret = {"status": "error", "message": "ValueError: prompt SECRET-abc expected SECRET-xyz"}
-    results = [runner.Result(c, {runner.PUBLIC_SEED: {"status": "pass"}, 271828: secret})
+    results = [report.Result(c, {runner.PUBLIC_SEED: {"status": "pass"}, 271828: secret})
                for c in (public, hidden)]
-    data = runner.gradescope_json(results)
+    data = report.gradescope_json(results)
     visible = [t for t in data["tests"] if t["visibility"] == "visible"]
     assert visible and all("SECRET" not in t["output"] for t in visible)
     assert "hidden seed" in visible[0]["output"] and data["stdout_visibility"] != "visible"

@@ -357,7 +357,8 @@ def test_the_values_of_those_answers_are_right(make_check):
     figures where no call is slow and nothing else is queued."""
     import numpy as np
 
-    from classroom import checks, checks_part_one, checks_part_two, helpers, references, runner
+    from classroom import checks, checks_part_one, checks_part_two, checks_trees, helpers
+    from classroom import references, runner
     from graders import planted
     rng = np.random.default_rng(1)
 
@@ -374,10 +375,10 @@ def test_the_values_of_those_answers_are_right(make_check):
     assert abs(value - references.eagle_loss(None, draft, features, idx, wte, lm_head, 0.1,
                                              0.0, 0)["want"]) < 1e-4
     chain = ctx(CHAIN_SAMPLING)
-    target, draft = checks_part_two.favoured_rows(rng, 5)
-    targets, drafts = checks_part_two.favoured_rows(rng, 5, (3, 5))
+    target, draft = checks_trees.favoured_rows(rng, 5)
+    targets, drafts = checks_trees.favoured_rows(rng, 5, (3, 5))
     trees, paths, added = chain.helper("sample_walks", "beyond.tree_sampling", "sample_walk",
-                                       checks_part_two.TREE_SHAPE, target, targets, draft,
+                                       checks_trees.TREE_SHAPE, target, targets, draft,
                                        drafts, np.random.default_rng(2), 12000)
     first = [tree[path[0]] if path[0] >= 0 else token
              for tree, path, token in zip(trees, paths, added)]

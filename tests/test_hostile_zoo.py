@@ -271,8 +271,8 @@ def switch_defences_off(monkeypatch):
     monkeypatch.setattr(runner, "run_part", interleaved)
     monkeypatch.setattr(checks.Context, "worker_rng",
                         lambda self, salt: np.random.default_rng(self.seed))
-    from classroom import checks_part_two, references
-    for module in (checks_part_one, checks_part_two, references):
+    from classroom import checks_exercise_3, checks_trees, references
+    for module in (checks_exercise_3, checks_trees, references):
         monkeypatch.setattr(module, "kept_as_often", lambda *args: None)
 
 

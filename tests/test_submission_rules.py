@@ -13,7 +13,7 @@ import pytest
 from graders import ROOT, box
 from graders import reference_submission as copy_project
 
-from classroom import intake, parts, runner
+from classroom import intake, parts, report, runner
 from classroom.__main__ import row_names
 
 pytestmark = pytest.mark.slow  # read in the sandbox: not in make test-fast
@@ -147,10 +147,10 @@ FORGED = "oops\n\x1b[32mpass\x1b[0m        everything  6/6\n\ntotal 44/44 points
 
 
 def test_a_students_text_cannot_forge_lines_of_the_report():
-    shown = runner.shown(FORGED)
+    shown = report.shown(FORGED)
     assert "\n" not in shown and "\x1b" not in shown and "\\n" in shown and "\\x1b" in shown
     assert all(ch.isprintable() for ch in shown)
-    assert len(runner.shown("x" * 10_000)) < 400                      # capped, and says so
+    assert len(report.shown("x" * 10_000)) < 400                      # capped, and says so
     # the control: the raw text would print a line of its own that reads like the total
     assert any(line.startswith("total 44/44") for line in FORGED.splitlines())
 

@@ -159,10 +159,9 @@ def sandboxed(args):
 def grade(args):
     """One submission into results.json, which is written whatever happens once grading has
     begun: a grade that raises still leaves one, with a top-level output that says why."""
-    box = sandboxed(args)
     notes, data = [], {"score": 0, "tests": [], "stdout_visibility": "hidden"}
     try:
-        results = grade_one(box, args.submission, args.part, notes)
+        results = grade_one(sandboxed(args), args.submission, args.part, notes)
         print(report.table(results) + "".join(f"\nnote: {report.shown(n)}" for n in notes))
         data = report.gradescope_json(results)
     except BaseException as e:

@@ -84,8 +84,9 @@ class Context:
     - lend(obj, methods): obj as the student's code may use it (only those methods);
     - on_gpu(gpu): with torch.cuda standing in for gpu (a helpers.FakeGPU that stays here).
 
-    Random numbers the student's code sees come from worker_rng(): nothing derived from a hidden
-    seed crosses to the worker."""
+    The cases come from ctx.rng (the seed's); a generator handed to the student's code comes
+    from worker_rng(): at a hidden seed one of a fresh random key, so that no state the worker
+    sees leads back to the seed (and such draws differ on a regrade)."""
 
     def __init__(self, seed, fixture_dir, source):
         self.seed, self.fixture_dir = seed, Path(fixture_dir)
@@ -190,8 +191,9 @@ class _Overridden:
 
 
 def run_check(check, ctx, root=None):
-    """Run one check: {"status": ..., and what went wrong, as text}. Raises wire.Timeout and
-    wire.Gone (the worker's end) for the runner. The text may quote the student's values."""
+    """Run one check: {"status": ..., and what went wrong, as text}. What ends the worker (a
+    timeout, its end, a message the grader cannot read) is raised for the runner. The text may
+    quote the student's values."""
     try:
         check.function(ctx)
         outcome = {"status": "pass"}
@@ -201,13 +203,10 @@ def run_check(check, ctx, root=None):
         outcome = {"status": "fail", "expected": e.expected, "got": e.got, "hint": e.hint}
     except NotImplementedError as e:
         outcome = {"status": "not started", "message": str(e) or "not written yet"}
-    except (wire.Timeout, wire.Gone):
-        raise
+    except (wire.Timeout, wire.Gone, wire.ProtocolError, ConnectionError, TimeoutError):
+        raise                               # the worker's end: the runner ends it
     except wire.StudentError as e:
         outcome = {"status": "error", "message": e.message}
-    except wire.ProtocolError as e:
-        outcome = {"status": "error", "message": f"the check's process sent what the grader "
-                                                 f"cannot read: {e}"}
     except BaseException as e:  # noqa: BLE001 (SystemExit too: a check never exits)
         where = helpers.student_frame(e.__traceback__, root or Path.cwd().resolve(),
                                       parts.STUDENT_FILES)

@@ -14,6 +14,7 @@ from classroom.checks import (
     chi_square_fails,
     fix_first,
     kept_as_often,
+    named,
     text,
 )
 from classroom.checks_part_one import VERDICT_CHECKS
@@ -54,6 +55,15 @@ def logits_close(got, want, what, suspects=(), hint=None):
                    f"at new token {row})", hint)
 
 
+LAYER_NORM_HINTS = {
+    "no weight": "multiply the normalised rows by weight, then add bias",
+    "no bias": "add bias after multiplying by weight",
+    "bias first": "that adds bias before multiplying by weight: (x - mean) / sqrt(variance + "
+                  "eps) * weight + bias",
+    "the std": "that divides by the std plus eps: divide by sqrt(variance + eps)",
+}
+
+
 @check("3a", 1, torch_free=True)
 def layer_norm_normalises(ctx):
     """The student's layer_norm on rows of mean 1 and spread 3, a random weight and bias."""
@@ -62,15 +72,17 @@ def layer_norm_normalises(ctx):
     got = np.asarray(ctx.student("numpy_speculative").layer_norm(x, weight, bias), dtype=float)
     if got.shape != x.shape:
         raise Fail("layer_norm keeps the shape of x", f"{got.shape}", "one row out per row in")
-    if not np.abs(got - ctx.ref.layer_norm(x, weight, bias)).max() < 1e-5:
+    answer = ctx.ref.layer_norm(x, weight, bias)
+    if not np.abs(got - answer["want"]).max() < 1e-5:
         rows = (got - bias) / weight               # what it made of the rows before weight, bias
         mean, variance = float(np.abs(rows.mean(-1)).max()), float(rows.var(-1).mean())
         raise Fail("rows of mean 0 and variance 1, then times weight plus bias",
                    f"mean up to {mean:.3g}, variance {variance:.3g}",
-                   "subtract each row's mean" if mean > 1e-4 else
-                   f"rows of variance {variance:.3g}, not 1: divide by "
-                   "sqrt(variance + eps), not by the std" if abs(variance - 1) > 1e-4
-                   else "multiply by weight, then add bias")
+                   named([(got, answer["mistakes"])], LAYER_NORM_HINTS,
+                         "subtract each row's mean" if mean > 1e-4 else
+                         f"rows of variance {variance:.3g}, not 1: divide by sqrt(variance + "
+                         "eps), not by the std" if abs(variance - 1) > 1e-4 else
+                         "multiply by weight, then add bias"))
 
 
 def forward_close(ctx, got, want, what, suspects=(), hint=None):

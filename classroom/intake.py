@@ -241,8 +241,9 @@ def main(argv):
     if argv[0] == "read":
         try:
             files, notes = read(argv[1])
-        except (Unreadable, zipfile.BadZipFile, OSError, RecursionError) as e:
-            files, notes = {}, [f"not graded: {e}"]
+        except Exception as e:  # noqa: BLE001 (an encrypted, corrupt or strange submission)
+            files, notes = {}, [f"not graded: {e if isinstance(e, Unreadable) else type(e).__name__}"
+                                f"{'' if isinstance(e, Unreadable) else ': ' + str(e)[:200]}"]
         names = [name for name in STUDENT_FILES if name in files]
         out.write(json.dumps({"files": [[n, len(files[n])] for n in names],
                               "notes": notes}).encode() + b"\n")

@@ -70,7 +70,10 @@ def break_even(ctx, k, c, verify_cost):
 
 def layer_norm(ctx, x, weight, bias):
     normal = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-    return normal * weight + bias
+    return {"want": normal * weight + bias, "mistakes": {
+        "no weight": normal + bias, "no bias": normal * weight, "bias first": (normal + bias) *
+        weight, "the std": (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-5)
+        * weight + bias}}
 
 
 def greedy_rounds(ctx, target_tokens, draft_name, prompt_length, k):

@@ -22,6 +22,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -29,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom import checks, expected, helpers, making, parts, project, regions, report
+from classroom import checks, expected, helpers, intake, making, parts, project, regions, report
 from classroom import sandbox, wire
 from classroom import checks_exercise_3, checks_part_one  # noqa: F401 (they register the checks)
 from classroom import checks_part_two, checks_trees  # noqa: F401
@@ -186,7 +187,7 @@ def read_submission(box, submission, scratch):
     private = Path(scratch) / "private"
     private.mkdir(mode=0o700)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    limit = 8 * 64 * 1024 + len(parts.STUDENT_FILES) * (2 * 1024 ** 2 + 1)
+    limit = 8 * 64 * 1024 + len(parts.STUDENT_FILES) * (intake.MAX_FILE + 1)
     try:
         with tempfile.TemporaryFile(dir=private) as out:
             job = box.start("reader", reader, "intake", ["read", f"/proc/self/fd/{fd}"],
@@ -204,14 +205,17 @@ def read_submission(box, submission, scratch):
         said = json.loads(header[:64 * 1024])
         files, notes, at = {}, [str(n)[:1000] for n in said["notes"]][:20], 0
         for name, length in said["files"]:
-            if name not in parts.STUDENT_FILES or not 0 <= length <= 2 * 1024 ** 2 or \
+            if name not in parts.STUDENT_FILES or not 0 <= length <= intake.MAX_FILE or \
                     at + length > len(body):
                 raise ValueError(name)
             files[name], at = body[at:at + length], at + length
     except (ValueError, KeyError, TypeError, RecursionError):
         raise ValueError("the submission could not be read within the reader's limits"
                          + (" (out of memory)" if memory else "")) from None
-    if not files and not any("missing" in n or "not graded" in n for n in notes):
+    refused = next((n for n in notes if n.startswith("not graded: ")), None)
+    if refused:                                 # the reader could not read it at all
+        raise ValueError(f"{path.name}: {refused[len('not graded: '):]}")
+    if not files and not any("missing" in n for n in notes):
         notes.append("no student file in the submission (an empty one?): expected "
                      f"{', '.join(parts.STUDENT_FILES)}")
     return files, notes
@@ -231,14 +235,17 @@ def compile_files(box, workspace, names, scratch):
                 if count != seen:
                     seen, since = count, time.monotonic()
             memory = job.end()
-            done = {}
+            done, begun = {}, set()
             for line in collect(out, 1 << 20).splitlines():
                 try:
                     entry = json.loads(line)
+                    begun.add(str(entry.get("compiling")))
                     done[str(entry["file"])] = entry["error"]
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, AttributeError):
                     pass
         stuck = next((name for name in left if name not in done), None)
+        if stuck is not None and stuck not in begun:
+            raise RuntimeError(f"the sandbox's job ended before it compiled {stuck}")
         for name in left[:left.index(stuck) if stuck else None]:
             if done[name] is not None:
                 broken[name] = str(done[name])[:300]
@@ -297,6 +304,7 @@ class Worker:
         finally:
             theirs.close()
             self.log.started()
+        self.pidfd = os.pidfd_open(self.job.process.pid)     # the watchdog's: never another's
         self.sock, self.peer = ours, wire.Peer(ours, lends_anything=False)
         self.remote, self.lent = wire.Remote(self.peer, 1), False
 
@@ -315,7 +323,11 @@ class Worker:
         except (wire.Timeout, socket.timeout):
             return {"status": "timeout", "message": f"did not finish within {left:.0f} s: "
                     f"{checks.why_stuck(self.part, ctx.recorders)}"}
-        except (wire.Gone, wire.ProtocolError, OSError):
+        except wire.ProtocolError as e:
+            self.end()
+            return {"status": "crashed", "message": f"the check's process sent what the "
+                    f"grader cannot read ({e}): ended"}
+        except (wire.Gone, OSError):
             memory = self.end()
             return {"status": "crashed", "message": (
                 f"the check's processes used more than {sandbox.MEMORY >> 30} GB together: "
@@ -325,8 +337,9 @@ class Worker:
             watchdog.cancel()
 
     def kill(self):
+        """The job's own process killed (its socket then closes): from the watchdog."""
         try:
-            os.killpg(self.job.process.pid, 9)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         except OSError:
             pass
 
@@ -339,6 +352,7 @@ class Worker:
             return False
         memory = self.job.end()
         self.sock.close()
+        os.close(self.pidfd)
         self.log.thread.join(1.0)
         return memory
 
@@ -380,7 +394,12 @@ def run_part(box, workspaces, part, runs, slot, source, end, stalled):
                     f"not run: another check of part {part} did not finish within {TIMEOUT} s"
                     if part in stalled else "not run: the grade's time ran out")}
                 continue
-            worker = worker or Worker(box, workspaces, part, slot)
+            try:
+                worker = worker or Worker(box, workspaces, part, slot)
+            except OSError as e:
+                result.outcomes[seed] = {"status": "crashed", "message": f"the check's "
+                                         f"process could not start ({e}): regrade it"}
+                continue
             result.outcomes[seed] = outcome = worker.run(result.check, seed, left, source)
             if outcome["status"] in ("timeout", "crashed"):
                 stalled.update([part] if outcome["status"] == "timeout" else [])

@@ -25,6 +25,8 @@ process, RLIMIT_FSIZE and no core files. Student code never runs as root without
 cap: bubblewrap as root without cgroups is refused in one line.
 """
 
+import ctypes
+import functools
 import glob
 import importlib.metadata
 import os
@@ -47,7 +49,7 @@ PROCESSES = 32             # tasks (threads included) a job may run at once
 OUTPUT = 16 * 1024 ** 2    # bytes a job may write into one file
 USERS = 1 << 30            # the jobs' users where namespaces are refused: USERS + slot
 TORCH_GID = USERS - 1      # the group a torch environment may be limited to (setup.sh)
-LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm")    # where any user may leave files
+LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/crash")
 PYTHON, SITE, PROJECT = Path("/python"), "/site", "/project"   # where bubblewrap puts them
 # What a job may import, by kind: exercise 3's checks NumPy alone, the others the project's
 # packages, the reader dulwich (git's objects, read without running git).
@@ -68,8 +70,8 @@ main(sys.argv[1:])
 
 # Waits for the grader's word (the job joined its cgroup) before anything else runs, then
 # becomes the job: bubblewrap as plain "bwrap" (no host path on a command line a job can read).
-SHIM = ("import os, sys\nos.read(0, 3)\nos.dup2(os.open('/dev/null', os.O_RDONLY), 0)\n"
-        "os.execv(sys.argv[1], sys.argv[2:])")
+SHIM = ("import os, sys\nif os.read(0, 3) != b'go\\n':\n    os._exit(1)\n"
+        "os.dup2(os.open('/dev/null', os.O_RDONLY), 0)\nos.execv(sys.argv[1], sys.argv[2:])")
 
 
 class Refused(ValueError):
@@ -86,51 +88,49 @@ class Sandbox:
     def start(self, kind, project, module, args, pass_fds=(), slot=0, stdout=None):
         """A Job running `python -m classroom.MODULE ARGS` over the folder `project` (the
         student version with a submission's files), with the packages of `kind`."""
-        uid = USERS + slot if self.how == "user" else None
-        if self.how == "bwrap":
-            boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=8 * PROCESSES,
-                               path=[PROJECT, SITE], home=PROJECT, module=module)
-            options = bwrap_command(project, kind, [])
-            arguments = os.memfd_create("bwrap-arguments")        # host paths: on no command
-            os.write(arguments, b"\0".join(a.encode() for a in options[1:]) + b"\0")   # line
-            os.lseek(arguments, 0, os.SEEK_SET)
-            argv = [options[0], "--args", str(arguments), str(PYTHON / "bin" / "python3"),
-                    "-I", "-S", "-B", "-c", boot, *args]
-            pass_fds = (*pass_fds, arguments)
-        else:
-            sites = [str(self.numpy_site)] if kind == "numpy" and self.how == "user" else \
-                [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib",
-                                                                             "platlib"))]
-            python = sys._base_executable if kind == "numpy" and self.how == "user" else \
-                sys.executable
-            boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=PROCESSES,
-                               path=[str(project), *sites], home=str(project), module=module)
-            argv = [python, "-I", "-S", "-B", "-c", boot, *args]
-        group = self.groups.make() if self.groups else None
-        go_read, go_write = os.pipe()
-        shim = [sys._base_executable, "-I", "-S", "-c", SHIM, argv[0],
-                Path(argv[0]).name if self.how == "bwrap" else argv[0], *argv[1:]]
+        uid, opened = (USERS + slot if self.how == "user" else None), []
         try:
+            if self.how == "bwrap":
+                boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=8 * PROCESSES,
+                                   path=[PROJECT, SITE], home=PROJECT, module=module)
+                options = bwrap_command(project, kind, [])
+                opened.append(os.memfd_create("bwrap-arguments"))   # host paths: on no
+                os.write(opened[-1], b"\0".join(a.encode() for a in options[1:]) + b"\0")
+                os.lseek(opened[-1], 0, os.SEEK_SET)                # command line
+                argv = [options[0], "--args", str(opened[-1]), str(PYTHON / "bin" / "python3"),
+                        "-I", "-S", "-B", "-c", boot, *args]
+                pass_fds = (*pass_fds, opened[-1])
+            else:
+                user_numpy = kind == "numpy" and self.how == "user"
+                sites = [str(self.numpy_site)] if user_numpy else list(dict.fromkeys(
+                    sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+                boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=PROCESSES,
+                                   path=[str(project), *sites], home=str(project), module=module)
+                argv = [sys._base_executable if user_numpy else sys.executable, "-I", "-S",
+                        "-B", "-c", boot, *args]
+            go_read, go_write = os.pipe()
+            opened += [go_read, go_write]
             process = subprocess.Popen(
-                shim, cwd="/", env=environment(), stdin=go_read,
+                [sys._base_executable, "-I", "-S", "-c", SHIM, argv[0],
+                 Path(argv[0]).name if self.how == "bwrap" else argv[0], *argv[1:]],
+                cwd="/", env=environment(), stdin=go_read,
                 stdout=stdout if stdout is not None else subprocess.DEVNULL,
                 stderr=subprocess.STDOUT if stdout is not None else subprocess.DEVNULL,
-                pass_fds=pass_fds, start_new_session=True,
-                user=uid, group=uid, extra_groups=[TORCH_GID] if uid and kind != "numpy"
-                else ([] if uid else None))
-            if group is not None:
-                group.add(process.pid)          # before the job runs anything of its own
-            os.write(go_write, b"go\n")
-        except BaseException:
-            if group is not None:
-                group.close()
-            raise
+                pass_fds=pass_fds, start_new_session=True, user=uid, group=uid,
+                extra_groups=None if uid is None else [TORCH_GID] if kind != "numpy" else [])
+            job = Job(process, None, uid)
+            try:
+                job.group = self.groups.make() if self.groups else None
+                if job.group is not None:
+                    job.group.add(process.pid)      # before the job runs anything of its own
+                os.write(go_write, b"go\n")
+            except BaseException:
+                job.end()                           # the shim never ran the job: nothing left
+                raise
+            return job
         finally:
-            os.close(go_read)
-            os.close(go_write)
-            if self.how == "bwrap":
-                os.close(arguments)
-        return Job(process, group, uid)
+            for fd in opened:
+                os.close(fd)
 
 
 class Job:
@@ -140,10 +140,11 @@ class Job:
         self.process, self.group, self.uid = process, group, uid
 
     def end(self):
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.process.returncode is None:         # (reaped: its group may be another's now)
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         out_of_memory = self.group is not None and self.group.out_of_memory()
         if self.group is not None:
             self.group.close()                  # everything in its cgroups, daemons too
@@ -179,6 +180,7 @@ def requirements(name):
     return list(found.values())
 
 
+@functools.lru_cache(maxsize=None)
 def package_entries(kind):
     """{name under /site: the folder or file it is} for the packages of `kind`: their import
     packages, shared libraries and metadata, each named in the distribution's RECORD."""
@@ -274,6 +276,24 @@ def end_user(uid):
                    timeout=30, check=False)
     for top in LEFTOVERS:
         remove_owned(Path(top), uid)
+    remove_ipc(uid)
+
+
+def remove_ipc(uid):
+    """Remove the System V shared memory, semaphores and message queues `uid` made (no IPC
+    namespace ends with its job)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, ident, remove in (("shm", "shmid", lambda i: libc.shmctl(i, 0, None)),
+                                ("sem", "semid", lambda i: libc.semctl(i, 0, 0)),
+                                ("msg", "msqid", lambda i: libc.msgctl(i, 0, None))):
+        try:
+            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        for row in rows:                                    # 0: IPC_RMID
+            fields = dict(zip(header.split(), row.split()))
+            if int(fields.get("uid", -1)) == uid:
+                remove(int(fields[ident]))
 
 
 def remove_owned(folder, uid):
@@ -484,10 +504,10 @@ def probe(course, grading=True, unsafe=False, scratch=None):
             found = Sandbox("plain", "the grader is root and can make no cgroup, so bubblewrap "
                             "would run students' code as root without a process cap: grade as "
                             "an ordinary user")
-        elif not user_refused(course):
+        elif not (refused := user_refused(course)):
             found = Sandbox("user", why, groups, numpy_copy(Path(scratch) / "site-numpy"))
         else:
-            found = Sandbox("plain", f"{why}; {user_refused(course)}")
+            found = Sandbox("plain", f"{why}; {refused}")
         _probed["sandbox"] = found
     found = _probed["sandbox"]
     if found.how == "plain" and not unsafe:

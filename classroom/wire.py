@@ -170,7 +170,14 @@ class Peer:
         data = data or json.dumps(message).encode()
         if len(data) > MAX_MESSAGE:
             raise ProtocolError(too_big(len(data)))
-        self.sock.sendall(struct.pack(">I", len(data)) + data)
+        if self.deadline is not None:
+            self.sock.settimeout(max(0.001, self.deadline - time.monotonic()))
+        try:
+            self.sock.sendall(struct.pack(">I", len(data)) + data)
+        except (socket.timeout, TimeoutError):
+            raise Timeout() from None
+        except OSError:
+            raise Gone() from None
 
     def _read(self, n):
         chunks = []
@@ -224,7 +231,8 @@ class Peer:
                 for generator, state in zip(rngs, message.get("rngs", [])):
                     generator.bit_generator.state = json.loads(state)
                 return self.decode(message.get("value"), [])
-            except (KeyError, TypeError, ValueError, RecursionError) as e:
+            except (KeyError, TypeError, ValueError, RecursionError, AttributeError,
+                    OverflowError, MemoryError) as e:
                 raise ProtocolError(f"a reply the grader cannot read ({type(e).__name__})") \
                     from None
 

@@ -364,7 +364,9 @@ def test_as_root_without_cgroups_the_grader_refuses_in_one_line(monkeypatch, cap
     monkeypatch.setattr(sandbox.Cgroups, "find", classmethod(lambda cls: None))
     with pytest.raises(sandbox.Refused, match="without a process cap") as refused:
         main(["grade", str(tmp_path), "--out", str(tmp_path / "r.json"), "--part", "2a"])
-    assert "\n" not in str(refused.value) and not (tmp_path / "r.json").exists()
+    assert "\n" not in str(refused.value)
+    said = json.loads((tmp_path / "r.json").read_text())           # a grade always ends with one
+    assert said["score"] == 0 and "without a process cap" in said["output"], said
     assert sandbox.probe(ROOT, unsafe=True).how == "plain"
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: the students' code runs without "

@@ -197,22 +197,24 @@ class Memo:
 
 
 def killed(part, source, memo, seeds):
-    """Whether a check of the part fails (or runs out of time) with the module `source`."""
+    """Whether a check of the part fails with the module `source`, or runs out of its time
+    (TIMEOUT seconds a check: the reference's take a few)."""
     module = types.ModuleType(part.file[:-3].replace("/", "."))
     module.__file__ = str(project.ROOT / part.file)
 
     def alarm(signum, frame):
         raise TimeoutError
     signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
     try:
         exec(compile(source, part.file, "exec"), module.__dict__)    # noqa: S102 (our own code)
         for seed in seeds:
             for c in sorted(runner.select(part=part.id, hidden=True), key=lambda c: c.points):
                 ctx = checks.LocalContext(seed, runner.fixtures(seed), memo,
                                           modules={module.__name__: module})
+                signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
                 if checks.run_check(c, ctx)["status"] not in ("pass", "skipped"):
                     return True
+                signal.setitimer(signal.ITIMER_REAL, 0)
         return False
     except (TimeoutError, Exception):  # noqa: BLE001 (a mutant that breaks the module is killed)
         return True
@@ -247,7 +249,10 @@ def main(args):
     for part_id in chosen + [None, None]:
         while len(running) == 2 or (part_id is None and running):
             done = running.pop(0)
-            results.append(json.loads(done.communicate()[0]))
+            out = done.communicate()[0]
+            if done.returncode:
+                raise SystemExit(f"the mutants of a part could not be scored: {out[-300:]}")
+            results.append(json.loads(out))
             row = results[-1]
             print(f"{row['part']:>3}  {row['killed']:>4}/{row['mutants'] - row['equivalent']:<4} "
                   f"killed ({row['equivalent']} equivalent)  score {row['score']:.2f}  "

@@ -14,6 +14,7 @@ A submission is read (its student files, as bytes) and compiled inside the sandb
 run with the blank student version of it in its place.
 """
 
+import ast
 import atexit
 import contextlib
 import functools
@@ -25,6 +26,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -147,22 +149,37 @@ _references = {}
 
 
 def references(part):
-    """{(module, function): the reference} for every other part's function, where this
-    repository holds the solutions (a teacher's), so that each part is graded on its own. 3a's
-    are left out: stand-ins already give exercise 3 the big model's logits."""
+    """{(module, function): the reference} of each other part's function that this part's
+    solution calls (1b's and 3b's greedy_verdict, 2c's expected_tokens_per_pass, 4b's
+    expected_speedup), where this repository holds the solutions (a teacher's): each part is
+    graded on its own. 3a's stand no more: stand-ins give exercise 3 the big model's logits."""
     if part not in _references:
         found = {}
         for other in parts.PARTS if not project.is_student_repository() else ():
             path = project.ROOT / other.file
-            if other.id in (part, "3a") or not set(other.functions) <= set(
+            called = set(other.functions) & calls(parts.BY_ID[part])
+            if other.id in (part, "3a") or not called or not set(other.functions) <= set(
                     regions.functions_with_solutions(path.read_text())):
                 continue
             module = importlib.import_module(other.file[:-3].replace("/", "."))
             if Path(module.__file__).resolve() == path.resolve():
-                for function in other.functions:
+                for function in called:
                     found[(module.__name__, function)] = bounded(getattr(module, function))
         _references[part] = found
     return _references[part]
+
+
+def calls(part):
+    """The names the solution regions of `part`'s functions call."""
+    text = (project.ROOT / part.file).read_text()
+    lines = text.splitlines()
+    named = set()
+    for first, last, _, function in regions.regions(text):
+        if function in part.functions:
+            region = textwrap.dedent("\n".join(lines[first + 1:last]))
+            named |= {node.func.id for node in ast.walk(ast.parse(region))
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    return named
 
 
 # ----------------------------------------------------------------------------------------------
@@ -382,10 +399,9 @@ class Tail:
                 ["no output"])[-1]
 
 
-def run_part(box, workspaces, part, runs, slot, source, end, stalled):
-    """runs: [(Result, seed)] of one part, in order, against one worker (a fresh one after a
-    check that crashed or ran out of time)."""
-    worker = None
+def run_part(box, workspaces, part, runs, slot, source, end, stalled, worker=None):
+    """runs: [(Result, seed)] of one part, in order, against one worker (`worker`, started
+    ahead, or a fresh one; a fresh one after a check that crashed or ran out of time)."""
     try:
         for result, seed in runs:
             left = TIMEOUT if end is None else min(TIMEOUT, end - time.monotonic())
@@ -410,46 +426,56 @@ def run_part(box, workspaces, part, runs, slot, source, end, stalled):
             worker.end()
 
 
-def together(box):
-    """Whether a part's seeds may run in one worker: where no job can leave another anything
-    (bubblewrap: a world of its own each); elsewhere every public run comes first."""
-    return box.how == "bwrap"
+def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, budget=None,
+               source=None, alone=None):
+    """Run every check in `selected` at every seed, a part's public checks and then its
+    hidden ones in one worker. workspaces: {torch_free: the project copy its jobs see}.
+    missing: student files absent from the submission; broken: {file: why it does not
+    compile}; their parts are not run.
 
-
-def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, jobs=None,
-               budget=None, source=None):
-    """Run every check in `selected` at every seed. workspaces: {torch_free: the project copy
-    its jobs see}. missing: student files absent from the submission; broken: {file: why it
-    does not compile}; their parts are not run. Every public run comes before every hidden one
-    where jobs could leave each other something (as users of their own: /tmp is shared); in
-    bubblewrap, where each job is a world of its own, a part runs its seeds in one worker."""
+    alone (the default when grading): one part at a time, so that no two workers of a
+    submission are ever alive together: two jobs running side by side can always signal each
+    other (through a lock on a file both see, or the time the processor gives each), and a
+    worker holds the grader's references of other parts, and after its public checks the
+    hidden seed's cases. The next part's worker starts meanwhile (Python and torch, nothing of
+    the student's). Else (a student's own check) two parts side by side."""
     broken, source = broken or {}, source or expected.source()
+    alone = (box.how != "plain" or len(seeds) > 1) if alone is None else alone
     results = [report.Result(c) for c in selected]
     end = None if budget is None else time.monotonic() + budget
-    jobs = jobs or min(2, os.cpu_count() or 1)
-    slots, stalled = Slots(jobs), set()
+    stalled, by_part = set(), {}
     for seed in seeds:
-        fixtures(seed)                          # made here once, not by two threads at once
-    phases = [seeds] if together(box) else [[seed] for seed in seeds]
-    for phase in phases:
-        by_part = {}
-        for seed in phase:
-            for result in results:
-                file = parts.BY_ID[result.check.part].file
-                if file in missing:
-                    result.outcomes[seed] = {"status": "missing", "message":
-                                             f"missing {file}"}
-                elif file in broken:
-                    result.outcomes[seed] = {"status": "error", "message":
-                                             f"{file} does not compile: {broken[file]}"}
-                else:
-                    by_part.setdefault(result.check.part, []).append((result, seed))
+        fixtures(seed)                          # made here once, before any thread
+        for result in results:
+            file = parts.BY_ID[result.check.part].file
+            if file in missing:
+                result.outcomes[seed] = {"status": "missing", "message": f"missing {file}"}
+            elif file in broken:
+                result.outcomes[seed] = {"status": "error", "message":
+                                         f"{file} does not compile: {broken[file]}"}
+            else:
+                by_part.setdefault(result.check.part, []).append((result, seed))
+    items = list(by_part.items())
+    if not alone:
+        slots = Slots(min(2, os.cpu_count() or 1))
 
         def one(item):
             with slots.one() as slot:
                 run_part(box, workspaces, *item, slot, source, end, stalled)
-        with ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(one, by_part.items()))
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(one, items))
+        return results
+    ahead = None
+    for i, (part, runs) in enumerate(items):
+        worker, ahead = ahead, None
+        if i + 1 < len(items) and (end is None or time.monotonic() < end):
+            try:                                # its own uid slot: this part's end kills not it
+                ahead = Worker(box, workspaces, items[i + 1][0], (i + 1) % 2)
+            except OSError:
+                ahead = None
+        run_part(box, workspaces, part, runs, i % 2, source, end, stalled, worker)
+    if ahead is not None:
+        ahead.end()
     return results
 
 

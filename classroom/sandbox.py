@@ -25,7 +25,6 @@ process, RLIMIT_FSIZE and no core files. Student code never runs as root without
 cap: bubblewrap as root without cgroups is refused in one line.
 """
 
-import ctypes
 import functools
 import glob
 import importlib.metadata
@@ -47,7 +46,7 @@ TMP_BYTES, SHM_BYTES = 256 * 1024 ** 2, 64 * 1024 ** 2   # a sandbox's /tmp and 
 MEMORY = 3 * 1024 ** 3     # bytes a job's processes may use together (each, under rlimits)
 PROCESSES = 32             # tasks (threads included) a job may run at once
 OUTPUT = 16 * 1024 ** 2    # bytes a job may write into one file
-USERS = 1 << 30            # the jobs' users where namespaces are refused: USERS + slot
+USERS = 1 << 30            # the jobs' users where namespaces are refused: + 4 grader's pid + slot
 TORCH_GID = USERS - 1      # the group a torch environment may be limited to (setup.sh)
 LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/crash")
 PYTHON, SITE, PROJECT = Path("/python"), "/site", "/project"   # where bubblewrap puts them
@@ -88,7 +87,7 @@ class Sandbox:
     def start(self, kind, project, module, args, pass_fds=(), slot=0, stdout=None):
         """A Job running `python -m classroom.MODULE ARGS` over the folder `project` (the
         student version with a submission's files), with the packages of `kind`."""
-        uid, opened = (USERS + slot if self.how == "user" else None), []
+        uid, opened = (USERS + 4 * os.getpid() + slot if self.how == "user" else None), []
         try:
             if self.how == "bwrap":
                 boot = BOOT.format(memory=MEMORY, output=OUTPUT, processes=8 * PROCESSES,
@@ -266,34 +265,37 @@ def bwrap_command(project, kind, command):
 # Users of their own, where namespaces are refused
 
 
+# Run as the job's user: kill every process of it (kill(-1): exactly that user's processes, in
+# one step a fork cannot race), then remove the System V memory, semaphores and queues it made
+# (no IPC namespace ends with the job; their owner may remove them, root without CAP_IPC_OWNER
+# may not).
+END_USER = """import ctypes, os, signal
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+libc = ctypes.CDLL(None)
+for kind, ident in (("shm", "shmid"), ("sem", "semid"), ("msg", "msqid")):
+    try:
+        header, *rows = open(f"/proc/sysvipc/{kind}").read().splitlines()
+    except (OSError, ValueError):
+        continue
+    for row in rows:
+        fields = dict(zip(header.split(), row.split()))
+        if int(fields.get("uid", -1)) == os.getuid():
+            number = int(fields[ident])
+            libc.semctl(number, 0, 0) if kind == "sem" else getattr(libc, kind + "ctl")(
+                number, 0, None)
+"""
+
+
 def end_user(uid):
-    """Kill every process of `uid` (kill(-1) from a process that became it: exactly that user's
-    processes, in one step a fork cannot race), and remove what it left where anyone writes."""
-    subprocess.run([sys._base_executable, "-I", "-S", "-c",
-                    "import os, signal\ntry: os.kill(-1, signal.SIGKILL)\nexcept OSError: pass"],
-                   user=uid, group=uid, extra_groups=[], env=environment(), cwd="/",
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=30, check=False)
+    """End every process of `uid` and what it made where anyone may write (files, IPC)."""
+    subprocess.run([sys._base_executable, "-I", "-S", "-c", END_USER], user=uid, group=uid,
+                   extra_groups=[], env=environment(), cwd="/", stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
     for top in LEFTOVERS:
         remove_owned(Path(top), uid)
-    remove_ipc(uid)
-
-
-def remove_ipc(uid):
-    """Remove the System V shared memory, semaphores and message queues `uid` made (no IPC
-    namespace ends with its job)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for kind, ident, remove in (("shm", "shmid", lambda i: libc.shmctl(i, 0, None)),
-                                ("sem", "semid", lambda i: libc.semctl(i, 0, 0)),
-                                ("msg", "msqid", lambda i: libc.msgctl(i, 0, None))):
-        try:
-            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
-        except (OSError, ValueError):
-            continue
-        for row in rows:                                    # 0: IPC_RMID
-            fields = dict(zip(header.split(), row.split()))
-            if int(fields.get("uid", -1)) == uid:
-                remove(int(fields[ident]))
 
 
 def remove_owned(folder, uid):

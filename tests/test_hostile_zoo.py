@@ -7,6 +7,7 @@ bubblewrap (the grader here), users of their own where user namespaces and cgrou
 the grader's other defences off too), which shows every attack working."""
 
 import csv
+import functools
 import json
 import os
 import signal
@@ -257,11 +258,11 @@ def clean(mark):
 
 
 def switch_defences_off(monkeypatch):
-    """The control's other defences off: a part's seeds in one plain worker, each check at the
+    """The control's other defences off: two parts' workers side by side, each check at the
     hidden seed before the next at the public one (what a hidden run leaves reaches a public
     one), generators seeded from the hidden seed, no
     acceptance-rate rule, and the callbacks' GPU and references never in the grader."""
-    monkeypatch.setattr(runner, "together", lambda box: True)
+    monkeypatch.setattr(runner, "run_checks", functools.partial(runner.run_checks, alone=False))
     run_part = runner.run_part
 
     def interleaved(box, workspaces, part, runs, *args):   # each check at both seeds in turn
@@ -342,6 +343,46 @@ def test_every_attack_earns_nothing_leaves_nothing_and_shows_nothing(mode, tmp_p
         in output["tree_mask_shows_each_node_its_ancestors_only"]     # their environments)
     assert len(text) < 100_000 and "BEGIN SOLUTION" not in text
     assert all(len(line) < 3000 for line in visible.splitlines())
+
+
+# ----------------------------------------------------------------------------------------------
+# Two jobs alive together can always signal each other (found by the hostile student of issue
+# 51: a lock on a file both sandboxes see, the interpreter itself, carried 21 points of lent
+# references and a hidden run's inputs). The grader runs one job of a submission at a time.
+
+HOLD = """import fcntl, os, sys, time
+    global _held
+    if "_held" not in globals():
+        _held = os.open("/python/bin/python3" if os.path.exists("/python") else
+                        os.path.realpath(sys.executable), os.O_RDONLY)
+        fcntl.lockf(_held, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 12345, 0)
+        time.sleep(8)
+    raise NotImplementedError("held")"""
+LOOK_FOR_IT = """import fcntl, os, struct, sys, time
+    fd = os.open("/python/bin/python3" if os.path.exists("/python") else
+                 os.path.realpath(sys.executable), os.O_RDONLY)
+    for _ in range(80):
+        found = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hh4xqqi4x", fcntl.F_WRLCK, 0,
+                                                           12345, 1, 0))
+        if struct.unpack("hh4xqqi4x", found)[0] != fcntl.F_UNLCK:
+            raise ValueError("ANOTHER JOB SIGNALLED")
+        time.sleep(0.1)
+    raise NotImplementedError("alone")"""
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["grader", "negative-control"])
+def test_no_two_jobs_of_a_grade_are_alive_together(alone, tmp_path, monkeypatch):
+    # 1a's job takes a lock on the interpreter's file and holds it; 1b's looks for it. The
+    # control: two parts side by side, where 1b sees the signal.
+    if not alone:
+        monkeypatch.setattr(runner, "run_checks", functools.partial(runner.run_checks,
+                                                                    alone=False))
+    submission = blank_submission(tmp_path / "submission")
+    edit(submission, "numpy_speculative.py", stub("greedy_verdict"), HOLD)
+    edit(submission, "numpy_speculative.py", stub("replay"), LOOK_FOR_IT)
+    results, _ = grade(submission, ["1a", "1b"])
+    replay = said([r for r in results if r.check.part == "1b"])
+    assert ("ANOTHER JOB SIGNALLED" in replay) != alone, replay
 
 
 # ----------------------------------------------------------------------------------------------

@@ -48,8 +48,14 @@ EQUIVALENT = {
     "3a: attention: y = np.concatenate(heads, axis=-1): `-1` -> `+1`": AXIS,
     "3b: speculative_greedy: choices = score(target, target_cache, seq, n).argmax(-1): `-1` -> "
     "`+1`": AXIS,
+    "3b: speculative_greedy: seq.append(int(score(draft, draft_cache, seq, len(seq))[-1]"
+    ".argmax())): `1` -> `0`": "score(..., len(seq)) returns one row: row 0 is row -1",
     "3c: speculative_sample: probs = warp(score(draft, draft_cache, seq, len(seq))[-1], "
     "temperature, top_k): `1` -> `0`": "score(..., len(seq)) returns one row: row 0 is row -1",
+    "3c: verify: if rng.random() < accept_probability(target_probs[i, token], draft_probs[i, "
+    "token]):: `rng.random() < accept_probability(target_probs[i, token], draft_probs[i, "
+    "token])` -> `rng.random() <= accept_probability(target_probs[i, token], draft_probs[i, "
+    "token])`": RANDOM,
     "4b: break_even_alpha: if expected_speedup(1.0, k, c, verify_cost) <= 1:: "
     "`expected_speedup(1.0, k, c, verify_cost) <= 1` -> `expected_speedup(1.0, k, c, "
     "verify_cost) < 1`": "the speed-up at alpha 1 is exactly 1 only where no alpha helps "
@@ -197,8 +203,8 @@ class Memo:
 
 
 def killed(part, source, memo, seeds):
-    """Whether a check of the part fails with the module `source`, or runs out of its time
-    (TIMEOUT seconds a check: the reference's take a few)."""
+    """What kills the module `source`: the first check of the part that fails on it (or runs
+    out of its TIMEOUT seconds: the reference's take a few) with its outcome; None if none."""
     module = types.ModuleType(part.file[:-3].replace("/", "."))
     module.__file__ = str(project.ROOT / part.file)
 
@@ -212,12 +218,13 @@ def killed(part, source, memo, seeds):
                 ctx = checks.LocalContext(seed, runner.fixtures(seed), memo,
                                           modules={module.__name__: module})
                 signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
-                if checks.run_check(c, ctx)["status"] not in ("pass", "skipped"):
-                    return True
+                outcome = checks.run_check(c, ctx)
                 signal.setitimer(signal.ITIMER_REAL, 0)
-        return False
-    except (TimeoutError, Exception):  # noqa: BLE001 (a mutant that breaks the module is killed)
-        return True
+                if outcome["status"] not in ("pass", "skipped"):
+                    return f"{c.name} at seed {seed}: {outcome}"
+        return None
+    except (TimeoutError, Exception) as e:  # noqa: BLE001 (a mutant that breaks the module)
+        return f"{type(e).__name__}: {e}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -227,12 +234,13 @@ def score(part_id):
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))        # a mutant that grows
     part, memo, started = parts.BY_ID[part_id], Memo(), time.monotonic()
     seeds = [runner.PUBLIC_SEED, runner.hidden_seed()]
-    if killed(part, (project.ROOT / part.file).read_text(), memo, seeds):
-        raise RuntimeError(f"the checks of {part_id} fail on the reference itself")
+    failed = killed(part, (project.ROOT / part.file).read_text(), memo, seeds)
+    if failed:
+        raise RuntimeError(f"the checks of {part_id} fail on the reference itself: {failed}")
     survivors, equivalent, found = [], [], mutants(part)
     for function, description, source in found:
         name = f"{part.id}: {function}: {description}"
-        if not killed(part, source, memo, seeds):
+        if killed(part, source, memo, seeds) is None:
             (equivalent if name in EQUIVALENT else survivors).append(name)
     counted = len(found) - len(equivalent)
     return {"part": part.id, "mutants": len(found), "killed": counted - len(survivors),

@@ -279,7 +279,8 @@ class EagleConfig:
                              f"one after), not {self.block}")
 
 
-KIND = frozen.Kind("eagle", "the EAGLE draft is", EagleConfig)
+KIND = frozen.Kind("eagle", "the EAGLE draft is", EagleConfig,
+                   lambda: (shifted, eagle_loss))  # as the module holds them when training starts
 
 
 def eagle_path(folder=None):

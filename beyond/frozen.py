@@ -4,14 +4,19 @@ beyond/heads.py, the feature draft of beyond/eagle.py): their training loop and 
 
 The loop: AdamW, its rate decaying from lr to a tenth of it along a cosine, one progress line
 with a forecast from the first steps timed, and the draft saved atomically every save_every
-steps (checkpoints/NAME.pt) with the settings it was trained with and the big model's
-fingerprint, so that an interrupted run of the same settings for the same big model resumes to
-the same weights. The cache: load() trains a draft on its first use, once; a file of another big
-model, or one that is not a draft's, is a one-line error that says how to retrain it.
+steps (checkpoints/NAME.pt) with the settings it was trained with, the big model's
+fingerprint and the training code's (the loss a student writes), so that an interrupted run of
+the same settings resumes to the same weights. The cache: load() trains a draft on its first
+use, once, and again when its loss changed; a file of another big model, or one that is not a
+draft's, is a one-line error that says how to retrain it.
 """
 
+import ast
 import contextlib
+import hashlib
+import inspect
 import math
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +37,10 @@ class Kind:
     name: str           # heads, eagle
     title: str          # how its lines name it: "the extra heads are", "the EAGLE draft is"
     config: type        # its flags' dataclass: lr, steps, save_every, seed, threads, fresh...
+    trained_by: object = tuple  # () -> the functions its training runs that a student writes
+
+    def loss_names(self):
+        return " or ".join(f.__name__ for f in self.trained_by())
 
     def path(self, folder=None):
         return Path(folder or presets.CHECKPOINTS) / f"{self.name}.pt"
@@ -61,10 +70,31 @@ def check_flags(config, counts):
         raise ValueError(f"--text is greedy or real, not {config.text!r}")
 
 
-def settings(config, big):
-    """What a trained draft depends on: its config but the FLAGS, and the big model."""
+def code_fingerprint(function):
+    """What a function computes, not where it sits: its source's syntax tree (comments, layout
+    and line numbers left out), or, with no source to read, its bytecode."""
+    try:
+        text = textwrap.dedent(inspect.getsource(function))
+        return hashlib.sha256(ast.dump(ast.parse(text)).encode()).digest()
+    except (OSError, TypeError, SyntaxError):
+        code = function.__code__
+        return hashlib.sha256(code.co_code + repr(code.co_names).encode()).digest()
+
+
+def answer(kind):
+    """The fingerprint of the code kind's training runs, as its module holds it now (a notebook's
+    your-turn cell replaces a function there)."""
+    digest = hashlib.sha256()
+    for function in kind.trained_by():
+        digest.update(code_fingerprint(function))
+    return digest.hexdigest()[:16]
+
+
+def settings(config, big, kind):
+    """What a trained draft depends on: its config but the FLAGS, the big model and the code
+    that trains it."""
     return {**{k: v for k, v in asdict(config).items() if k not in FLAGS},
-            "target": presets.fingerprint(big)}
+            "target": presets.fingerprint(big), "answer": answer(kind)}
 
 
 def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None, prepare=None,
@@ -73,7 +103,7 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
     step's loss (the generator draws its batches). keep: more entries for the file (what
     rebuilding the draft needs); clip: the gradient norm's limit, if any; prepare(): called once
     before the first step that runs here. Returns the draft in eval mode."""
-    wanted = settings(config, big)
+    wanted = settings(config, big, kind)
     optimizer = torch.optim.AdamW(draft.parameters(), lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     step, path = 0, Path(path)
@@ -86,7 +116,10 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
         log(f"{path}: already trained ({step} steps)" if step >= config.steps else
             f"{path}: resuming at step {step} of {config.steps}")
     elif path.exists():
-        why = "--fresh" if config.fresh else "other settings" if state else "not readable"
+        why = ("--fresh" if config.fresh else
+               f"trained with another {kind.loss_names()}" if state and
+               state["settings"].get("answer") != wanted["answer"] else
+               "other settings" if state else "not readable")
         log(f"{path}: {why}; training anew")
 
     def save():
@@ -151,10 +184,13 @@ def load(kind, big, folder, configs, train, build, log=print):
     if state is not None and state["settings"]["target"] != presets.fingerprint(big):
         raise ValueError(f"{path} was trained for another big model; retrain with: "
                          f"{kind.command(folder)}")
-    if state is not None and state["step"] >= state["settings"]["steps"]:
+    changed = state is not None and state["settings"].get("answer") != answer(kind)
+    if state is not None and not changed and state["step"] >= state["settings"]["steps"]:
         return build(state)
     config = first_use(big, configs) if state is None else kind.config(
-        **{k: v for k, v in state["settings"].items() if k != "target"})
-    log(f"{kind.title} not trained yet: training first, once, into {path} "
+        **{k: v for k, v in state["settings"].items() if k not in ("target", "answer")})
+    log(f"{kind.title} trained with another {kind.loss_names()}: training again, "
+        f"once, into {path}" if changed else
+        f"{kind.title} not trained yet: training first, once, into {path} "
         f"({kind.command(folder)} does the same)")
     return train(big, config, path, log=log, progress=True)

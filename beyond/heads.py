@@ -272,7 +272,8 @@ class HeadsConfig:
             raise ValueError(f"--targets is soft or hard, not {self.targets!r}")
 
 
-KIND = frozen.Kind("heads", "the extra heads are", HeadsConfig)
+KIND = frozen.Kind("heads", "the extra heads are", HeadsConfig,
+                   lambda: (heads_loss,))        # as the module holds it when training starts
 
 
 def heads_path(folder=None):

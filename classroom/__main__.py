@@ -72,7 +72,8 @@ def parser():
                         "each one's time, save HTML copies in results/notebooks; exit 1 if any "
                         "fails")
     n.add_argument("--walk", action="store_true",
-                   help="instead: build the student repository, write each your-turn cell "
+                   help="instead: build the student repository, run its notebooks blank (each "
+                        "must run to its end and score nothing), then write each your-turn cell "
                         "from the solved notebooks, run them in order on the trained "
                         "models, then make check there; exit 1 unless all pass with every point")
     n.add_argument("--checkpoints", help="with --check or --walk: the trained models in this "
@@ -259,7 +260,12 @@ def notebooks_command(args):
         with tempfile.TemporaryDirectory(prefix="student-walk-") as scratch:
             print("building the student repository (about 30 s)")
             student = walk.student_repository(scratch)
-            failures = walk.walk(student, checkpoints=args.checkpoints)
+            blank = shutil.copytree(student, Path(scratch) / "blank", symlinks=True)
+            print("the notebooks with nothing written: each runs to its end, scoring nothing")
+            failures = [(f"{name} (blank)", why) for name, why in
+                        walk.walk(blank, checkpoints=args.checkpoints, fill=False)]
+            print("the notebooks filled in order")
+            failures += walk.walk(student, checkpoints=args.checkpoints)
         print("the student's walk passed: every notebook clean, every point" if not failures
               else f"the student's walk failed: {'; '.join(f'{n}: {w}' for n, w in failures)}")
         return 1 if failures else 0

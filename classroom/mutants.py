@@ -202,9 +202,10 @@ class Memo:
         return expected.decode(self.table[key])
 
 
-def killed(part, source, memo, seeds):
+def killed(part, source, memo, seeds, limit=TIMEOUT):
     """What kills the module `source`: the first check of the part that fails on it (or runs
-    out of its TIMEOUT seconds: the reference's take a few) with its outcome; None if none."""
+    out of `limit` seconds; None: no limit, for the reference) with its outcome; None if
+    none."""
     module = types.ModuleType(part.file[:-3].replace("/", "."))
     module.__file__ = str(project.ROOT / part.file)
 
@@ -217,7 +218,7 @@ def killed(part, source, memo, seeds):
             for c in sorted(runner.select(part=part.id, hidden=True), key=lambda c: c.points):
                 ctx = checks.LocalContext(seed, runner.fixtures(seed), memo,
                                           modules={module.__name__: module})
-                signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
+                signal.setitimer(signal.ITIMER_REAL, limit or 0)
                 outcome = checks.run_check(c, ctx)
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 if outcome["status"] not in ("pass", "skipped"):
@@ -234,7 +235,9 @@ def score(part_id):
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))        # a mutant that grows
     part, memo, started = parts.BY_ID[part_id], Memo(), time.monotonic()
     seeds = [runner.PUBLIC_SEED, runner.hidden_seed()]
-    failed = killed(part, (project.ROOT / part.file).read_text(), memo, seeds)
+    # The reference first, with no limit: it also makes the fixtures and fills the memo, which
+    # on a busy machine can take longer than a mutant's checks may.
+    failed = killed(part, (project.ROOT / part.file).read_text(), memo, seeds, limit=None)
     if failed:
         raise RuntimeError(f"the checks of {part_id} fail on the reference itself: {failed}")
     survivors, equivalent, found = [], [], mutants(part)

@@ -68,6 +68,25 @@ def student_repository(dest, root=ROOT):
     return build.build(Path(dest) / "student", root, log=lambda line: None)
 
 
+def environment(student, checkpoints=None, quick=False, root=ROOT):
+    """What a notebook's kernel runs with: the student repository first on its path."""
+    folder = Path(checkpoints or (root / "checkpoints")).resolve()
+    return {"PYTHONPATH": str(student), "SPECDEC_QUICK": "1" if quick else "",
+            "SPECDEC_CHECKPOINTS": str(folder), "NO_COLOR": "1"}
+
+
+def run(notebook, student, env, filled_in=True, timeout=900):
+    """Run one notebook in the student repository's notebooks folder: why it did not pass, or
+    None (verdict)."""
+    from nbclient.exceptions import CellExecutionError
+    try:
+        notebooks.execute(notebook, cwd=Path(student) / "notebooks", env=env, timeout=timeout)
+        return verdict(notebook, filled_in)
+    except CellExecutionError as e:
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        return "an error: " + (lines[-1] if lines else "?")
+
+
 def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, only=None,
          grade=True, writes=as_a_student_writes, root=ROOT, log=print, timeout=900):
     """Run the student repository's notebooks in order, each your-turn cell written from the
@@ -77,11 +96,8 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
     notebook; writes turns a solved your-turn cell into what is written. only: stop after this
     notebook."""
     import nbformat
-    from nbclient.exceptions import CellExecutionError
     student = Path(student)
-    folder = Path(checkpoints or (root / "checkpoints")).resolve()
-    env = {"PYTHONPATH": str(student), "SPECDEC_QUICK": "1" if quick else "",
-           "SPECDEC_CHECKPOINTS": str(folder), "NO_COLOR": "1"}
+    env = environment(student, checkpoints, quick, root)
     failures = []
     for source in notebooks.sources(root / "notebooks"):
         notebook = nbformat.read(student / "notebooks" / f"{source.stem}.ipynb", as_version=4)
@@ -90,12 +106,7 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
         if source.stem in (extra_cells or {}):
             notebook.cells.append(nbformat.v4.new_code_cell(extra_cells[source.stem]))
         started = time.perf_counter()
-        try:
-            notebooks.execute(notebook, cwd=student / "notebooks", env=env, timeout=timeout)
-            why = verdict(notebook, fill)
-        except CellExecutionError as e:
-            lines = [line for line in str(e).splitlines() if line.strip()]
-            why = "an error: " + (lines[-1] if lines else "?")
+        why = run(notebook, student, env, fill, timeout)
         log(f"{source.stem:32} {time.perf_counter() - started:4.0f} s  {why or 'passed'}")
         if why:
             failures.append((source.stem, why))

@@ -270,17 +270,20 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
 
 
 class Stalled(NotImplementedError):
-    """What a part's functions raise in the notebook once its check ran out of time (an endless
-    loop, likely), so that later cells skip it in one line instead of waiting for ever."""
+    """What a part's functions raise in the notebook once its check failed or ran out of time
+    (an endless loop, likely), so that later cells (one that trains a draft with a wrong loss,
+    say) skip it in one line instead of running on it; running the part's cell again brings the
+    functions back."""
 
-    def __init__(self, part):
-        super().__init__(f"part {part.id} did not finish in its check")
-        self.part = part
+    def __init__(self, part, timed_out):
+        super().__init__(f"part {part.id} " + ("did not finish in its check" if timed_out
+                                               else "fails its check"))
+        self.part, self.timed_out = part, timed_out
 
 
-def stalled(part):
+def stalled(part, timed_out):
     def stand_in(*args, **kwargs):
-        raise Stalled(part)
+        raise Stalled(part, timed_out)
     return stand_in
 
 
@@ -306,7 +309,7 @@ def check(part_id, root=ROOT):
     table (nothing is returned, so that a notebook shows the table alone). In the project's own
     repository the checks run here, on the notebook's functions (its files hold the reference),
     each within KERNEL_TIMEOUT. A part whose check ran out of time stands aside in
-    this kernel until its cell runs again (Stalled)."""
+    this kernel until its cell runs again (Stalled), as does one whose check failed."""
     part = parts.BY_ID[part_id]
     if is_reference(root):
         from IPython import get_ipython
@@ -325,12 +328,13 @@ def check(part_id, root=ROOT):
         results = runner.run_checks(sandbox.probe(root, grading=False), {False: root, True: root},
                                     runner.select(part=part_id), [runner.PUBLIC_SEED])
     print(report.table(results).strip())
-    if any(r.status == "timeout" for r in results):
+    timed_out = any(r.status == "timeout" for r in results)
+    if timed_out or any(r.status not in ("pass", "not started") for r in results):
         module = importlib.import_module(module_of(part))
         for name in part.functions:
-            replace_everywhere(module, name, stalled(part), root)
-        print(f"part {part.id} did not finish: until you fix it and run its cell again, the cells "
-              "below that need it are skipped")
+            replace_everywhere(module, name, stalled(part, timed_out), root)
+        print(f"part {part.id} {'did not finish' if timed_out else 'fails its check'}: until "
+              "you fix it and run its cell again, the cells below that need it are skipped")
 
 
 # Cells that need a part not written yet ------------------------------------------------------
@@ -381,8 +385,9 @@ def skipped(error, names, namespace):
     be, so that a later cell that needs one is skipped too (one line), not misled."""
     part = waiting_for(error)
     if part is not None:
-        state = "whose check did not finish (an endless loop?): fix" if isinstance(
-            error, Stalled) else "not written yet: write"
+        state = ("not written yet: write" if not isinstance(error, Stalled) else
+                 "whose check did not finish (an endless loop?): fix" if error.timed_out else
+                 "whose check fails (its table above says why): fix")
         print(f"skipped: this cell needs part {part.id} ({', '.join(part.functions)}), {state} "
               f"it in {place(part)}")
     elif isinstance(error, NameError) and getattr(error, "name", None) in _state["skipped"]:
@@ -400,6 +405,14 @@ def skipped(error, names, namespace):
 def ran(names):
     for name in names:
         _state["skipped"].pop(name, None)
+
+
+class Claim(AssertionError):
+    """A notebook's own claim that does not hold: Jupyter shows its one line, no traceback (the
+    cell still fails, so that Run All stops there)."""
+
+    def _render_traceback_(self):
+        return [f"claim does not hold: {self}"]
 
 
 def measured(test, values):
@@ -441,7 +454,8 @@ class Guard(ast.NodeTransformer):
     """Wraps a cell so that a call of a part not written yet ends it with one line: the body
     runs in `try:`, its last expression's value is shown after it, as IPython would. And an
     `assert` without a message gets one: the claim and the values it read (evaluated only when
-    it fails), so that a claim that does not hold for these models says what was measured."""
+    it fails), so that a claim that does not hold for these models says what was measured, in
+    one line (Claim), with no traceback."""
 
     def visit_Assert(self, node):
         if node.msg is None:
@@ -451,7 +465,10 @@ class Guard(ast.NodeTransformer):
             node.msg = ast.Call(ast.Attribute(ast.Name("_yourturn", ast.Load()), "measured",
                                               ast.Load()),
                                 [ast.Constant(ast.unparse(node.test)), values], [])
-        return node
+        claim = ast.Call(ast.Attribute(ast.Name("_yourturn", ast.Load()), "Claim", ast.Load()),
+                         [node.msg], [])
+        return ast.copy_location(ast.If(test=ast.UnaryOp(ast.Not(), node.test),
+                                        body=[ast.Raise(exc=claim)], orelse=[]), node)
 
     def visit_Module(self, tree):
         if not tree.body:

@@ -1,9 +1,12 @@
 """Extra heads (beyond/heads.py): the drafter reads the state the big model's own pass computed,
 greedy output stays the big model's, sampling keeps its distribution, training resumes."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import tiny_config
 from test_speculative import (
     V,
@@ -189,6 +192,37 @@ def test_heads_by_name_load_for_their_own_big_model_only(tmp_path, monkeypatch, 
     gpt.save_checkpoint(tmp_path / "big.pt", other, step=0, val_loss=0.0)
     with pytest.raises(ValueError, match="trained for another big model"):
         by_name("heads", tmp_path)
+
+
+def test_heads_trained_with_another_loss_are_trained_again(tmp_path, monkeypatch, capsys):
+    """A cached draft follows the answer that made it: a wrong heads_loss fixed in a notebook
+    (the your-turn cell replaces the module's function) trains the heads again, once; the same
+    loss defined anew elsewhere (other line numbers) is the same answer."""
+    torch.manual_seed(0)
+    big = gpt.GPT(tiny_config()).eval()
+    monkeypatch.setitem(heads_module.FIRST_USE, "quick", HeadsConfig(
+        steps=2, batch_size=2, heads=2, text="real", threads=1))
+    monkeypatch.setitem(heads_module.FIRST_USE, "lesson", heads_module.FIRST_USE["quick"])
+    right = heads_module.heads_loss
+
+    def pooled(guesses, logits, targets):   # one mean over every head's positions at once
+        return F.cross_entropy(guesses[:, :-1, 0].flatten(0, 1),
+                               logits[:, 1:].argmax(-1).flatten())
+    monkeypatch.setattr(heads_module, "heads_loss", pooled)
+    heads_module.load(big, tmp_path)
+    assert "not trained yet" in capsys.readouterr().out
+    monkeypatch.setattr(heads_module, "heads_loss", right)
+    heads_module.load(big, tmp_path)
+    assert "trained with another heads_loss: training again" in capsys.readouterr().out
+    heads_module.load(big, tmp_path)
+    assert "training" not in capsys.readouterr().out          # the control: loaded as it is
+    moved, elsewhere = {}, tmp_path / "elsewhere.py"
+    elsewhere.write_text("\n" * 40 + inspect.getsource(right).replace("):", "):  # mine", 1))
+    exec(compile(elsewhere.read_text(), str(elsewhere), "exec"),  # noqa: S102
+         vars(heads_module), moved)
+    monkeypatch.setattr(heads_module, "heads_loss", moved["heads_loss"])
+    heads_module.load(big, tmp_path)
+    assert "training" not in capsys.readouterr().out
 
 
 def test_an_interrupted_first_training_is_finished_not_loaded(tmp_path, capsys):

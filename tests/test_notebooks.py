@@ -1,55 +1,18 @@
-"""The notebooks: each source runs top to bottom as it is (quick models, started from another
-working directory) and its check cells score every point with the reference it imports; the
-generated versions load the your-turn extension and mark each your-turn cell with its part.
-The student's own notebooks, filled in order in the student repository: tests/test_walk.py.
-(On the trained models: `make notebooks-check`, which is not part of this fast suite.)"""
+"""The notebooks as built: the generated versions load the your-turn extension and mark each
+your-turn cell with its part, the sources stay Python, the student's copies are never
+overwritten. Running them: the student's walk (tests/test_walk.py, each notebook once, its
+your-turn cells written from the solved versions, on quick models); on the trained models,
+`make notebooks-check`."""
 
 import ast
 import re
 import subprocess
 import sys
 
-import pytest
-
 from classroom import notebooks
 from classroom.project import ROOT
 
-pytestmark = pytest.mark.slow  # runs notebooks in kernels: not in make test-fast
-
 SOURCES = notebooks.sources()
-
-
-# The first notebook starts from an empty checkpoint folder and trains the models it uses, as on
-# a student's first run; the others take the quick models trained once for the whole run.
-TRAINS_ITS_MODELS = SOURCES[0]
-
-
-def run(source, version, checkpoints, cwd, keep=None):
-    notebook = notebooks.read(source, version)
-    if keep:                                        # only the cells keep(cell) chooses
-        notebook.cells = [cell for cell in notebook.cells if keep(cell)]
-    notebooks.execute(notebook, cwd=cwd, timeout=300,
-                      env={"SPECDEC_QUICK": "1", "SPECDEC_CHECKPOINTS": str(checkpoints),
-                           "NO_COLOR": "1"})
-    return notebook, "\n".join(o.get("text", "") for cell in notebook.cells
-                               for o in cell.get("outputs", []))
-
-
-def check_cells(notebook):
-    return sum(bool(re.search(r"^check\(", cell.source, re.M)) for cell in notebook.cells
-               if cell.cell_type == "code")
-
-
-def scores_every_point(notebook, text):
-    totals = re.findall(r"total (\d+)/(\d+) points", text)
-    assert len(totals) == check_cells(notebook) >= 1
-    assert all(got == full for got, full in totals), totals
-
-
-@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
-def test_the_source_runs_as_it_is_and_scores_every_point(source, quick_checkpoints, tmp_path):
-    checkpoints = tmp_path / "empty" if source == TRAINS_ITS_MODELS else quick_checkpoints
-    scores_every_point(*run(source, "source", checkpoints, tmp_path))  # cwd: not the project
 
 
 def test_the_notebooks_load_the_extension_and_each_your_turn_cell_names_its_part():

@@ -1,9 +1,9 @@
 """The student's walk (classroom/walk.py), on tiny models: in the repository that `python -m
 classroom build` makes, each notebook with its your-turn cells written from the solved copies
 (nothing else) runs top to bottom without an error or a skipped cell, every check cell scores
-every point, and `make check` afterwards gives every point. Its negative controls, and the
-walk with nothing written: tests/test_walk_blank.py (a file of its own, so that the two walks
-run side by side on two cores)."""
+every point, and `make check` afterwards gives every point. The walk covers the notebooks'
+sources too: each runs once per suite, here. Its guard and negative controls:
+tests/test_walk_blank.py (a file of its own, so that it runs beside the walk on two cores)."""
 
 import shutil
 

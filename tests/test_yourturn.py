@@ -310,6 +310,30 @@ def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell,
         capsys.readouterr().out
 
 
+def test_a_part_that_fails_its_check_stands_aside_until_its_cell_runs_again(shell, capsys,
+                                                                          restored):
+    """So that nothing trains on a wrong answer (a draft's loss, say): the cells that need the
+    part skip in one line. Control: a part that passes stays."""
+    import speculative
+    right = speculative.expected_tokens_per_pass
+    shell.run_cell("def expected_tokens_per_pass(alpha, k):\n    return k")      # wrong
+    assert shell.run_cell('_yourturn.check("2a")').success
+    assert "part 2a fails its check" in capsys.readouterr().out
+    assert shell.run_cell("import speculative\nspeculative.expected_speedup(0.8, 4, 0.1)").success
+    assert "needs part 2a (expected_tokens_per_pass), whose check fails" in \
+        capsys.readouterr().out
+    shell.user_ns["expected_tokens_per_pass"] = right                      # the right one
+    assert shell.run_cell('_yourturn.check("2a")').success
+    assert "fails its check" not in capsys.readouterr().out
+
+
+def test_a_claim_that_does_not_hold_is_one_line_and_stops_the_cell(shell):
+    result = shell.run_cell("x = 3\nassert x > 4\ny = 1")
+    assert not result.success and "y" not in shell.user_ns
+    assert result.error_in_exec._render_traceback_() == [
+        "claim does not hold: x > 4, measured: x = 3"]
+
+
 def test_a_file_without_the_function_or_that_does_not_compile_costs_one_line(student,
                                                                              kernel_modules):
     path = student / PART.file

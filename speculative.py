@@ -161,11 +161,9 @@ def decode_row(target, draft, seq, max_new_tokens, schedule, sampling, stats):
     scorer = drafter.scorer_for(target) or as_scorer(target)
     schedule.attach(drafter)
 
-    def check(seqs, first):                          # the target's passes of each check
-        passes = scorer.passes
-        logits = scorer.score(seqs, first)
-        stats.target_passes += max(1, scorer.passes - passes)
-        return logits
+    def check(seqs, first):        # one pass of the big model, as plain decoding counts a token's
+        stats.target_passes += 1   # (a window that slides costs a re-feed in both: not counted)
+        return scorer.score(seqs, first)
 
     def after_round(guesses, kept, token):
         stats.count_round(guesses, kept, token)

@@ -37,11 +37,13 @@ def greedy_table(target, drafts, ks, prompts, new_tokens=200, repeats=3, log=pri
                                      f"(k = {k}): a bug, please report it")
                 stats.add(run)
             with machine.Busy() as busy:
-                plain_s, _, speedup, ratios = machine.paired_times(plain, speculative, repeats)
+                plain_s, draft_s, speedup, ratios = machine.paired_times(plain, speculative,
+                                                                         repeats)
             table[name, k] = stats, speedup
             log(f"{name:18s} k = {k}: kept {stats.kept_of_checked:.1%}, "
                 f"{stats.tokens_per_pass:.2f} characters per pass "
                 f"({stats.tokens_per_pass - 1:.2f} accepted), {speedup:.2f}x plain decoding "
-                f"({len(prompts) * new_tokens / plain_s:,.0f} characters/s) "
+                f"({len(prompts) * new_tokens / draft_s:,.0f} characters/s against plain "
+                f"decoding's {len(prompts) * new_tokens / plain_s:,.0f}) "
                 f"{busy.note([machine.spread(ratios)])}")
     return table

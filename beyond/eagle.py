@@ -205,6 +205,39 @@ def frozen_weights(big):
     return big.transformer.wte.weight.detach(), big.lm_head.weight.detach()
 
 
+class Rolling:
+    """An Eagle that remembers its last call: called again with the same pairs and more after
+    them (as eagle_roll does at every step of a round), it computes the new positions only,
+    from the keys, values and outputs of the ones before (each position attends over the ones
+    before it only, so theirs do not change); any other call computes every position. The same
+    outputs as the Eagle, at every position: a cache, not a change of the draft."""
+
+    def __init__(self, eagle):
+        self.eagle, self.window = eagle, eagle.window
+        self.states = self.tokens = self.keys = self.values = self.out = None
+
+    def __call__(self, states, tokens, wte):
+        """states (1, T, C), tokens (1, T), wte (V, C) -> the guesses of f_{t+1} (1, T, C)."""
+        m = 0 if self.states is None else self.states.shape[1]
+        if not (0 < m < states.shape[1] and torch.equal(states[:, :m], self.states)
+                and torch.equal(tokens[:, :m], self.tokens)):
+            m, self.keys = 0, None                                  # not a continuation
+        eagle, attn = self.eagle, self.eagle.h.attn
+        x = eagle.fc(torch.cat([states[:, m:], F.embedding(tokens[:, m:], wte)], -1))  # (1, t, C)
+        _, t, C = x.shape
+        nh, hs = attn.n_head, C // attn.n_head
+        q, k, v = attn.c_attn(eagle.h.ln_1(x)).split(C, dim=2)             # 3 x (1, t, C)
+        q, k, v = (a.view(1, t, nh, hs).transpose(1, 2) for a in (q, k, v))  # (1, nh, t, hs)
+        if self.keys is not None:
+            k, v = torch.cat([self.keys, k], 2), torch.cat([self.values, v], 2)  # (1, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=eagle.band(m + t, x.device)[m:])
+        x = x + attn.c_proj(y.transpose(1, 2).reshape(1, t, C))             # (1, t, C)
+        x = x + eagle.h.mlp(eagle.h.ln_2(x))
+        out = x if m == 0 else torch.cat([self.out, x], 1)                 # (1, T, C)
+        self.states, self.tokens, self.keys, self.values, self.out = states, tokens, k, v, out
+        return out
+
+
 # ----------------------------------------------------------------------------------------------
 # The drafter, in torch
 
@@ -218,6 +251,7 @@ class EagleRoll(sd.Drafter):
 
     def __init__(self, eagle, big):
         self.eagle, self.window = eagle.eval(), eagle.window
+        self.rolling = Rolling(self.eagle)        # each step of a round: its new position only
         self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
         self.ln_f = tuple(p.detach().cpu().float().numpy() for p in
                           (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
@@ -245,7 +279,7 @@ class EagleRoll(sd.Drafter):
         first = max(start, pos - self.window + 1)
         features = torch.from_numpy(self.scorer.hidden[first - start:pos - start + 1])  # (n, C)
         with torch.no_grad():
-            guesses, _ = eagle_roll(self.eagle, features.to(self.wte), list(seq[first:]),
+            guesses, _ = eagle_roll(self.rolling, features.to(self.wte), list(seq[first:]),
                                     self.wte, self.lm_head, k)
         return guesses, None
 

@@ -283,17 +283,18 @@ def tree_scorer(target, brancher, nodes):
 
 
 def decode_row(target, brancher, shape, seq, max_new_tokens, sampling, stats):
-    """tree_decode for one sequence, its growing and checking timed from outside; every pass
-    of the big model counted (the extra heads may ask for one to read a state)."""
+    """tree_decode for one sequence, its growing and checking timed from outside; each round's
+    check counted as one pass of the big model (as plain decoding counts a token's: a re-feed
+    when the window slides, or one the extra heads ask for to read a state, is not counted)."""
     scorer = tree_scorer(target, brancher, len(shape))
     checking = machine.Timed(scorer.score_tree, machine.on_gpu(target))
     growing = machine.Timed(lambda s, depth, smp: grow(brancher, s, shape, depth, smp))
 
     def after_round(tree, path, token):
         stats.count_round(tree.tokens[1:], len(path), token)
+        stats.target_passes += 1
 
     tree_decode(growing, checking, scorer, seq, max_new_tokens, sampling, after_round)
-    stats.target_passes += scorer.passes
     stats.draft_time += growing.take()
     stats.target_time += checking.take()
     return seq

@@ -18,6 +18,7 @@ from beyond.eagle import (
     Eagle,
     EagleConfig,
     EagleRoll,
+    Rolling,
     agreement,
     eagle_loss,
     eagle_path,
@@ -98,6 +99,33 @@ def test_eagle_roll_feeds_the_drafts_own_features_and_guesses():
 
 # ----------------------------------------------------------------------------------------------
 # The one-position shift
+
+
+def test_the_rolling_draft_computes_what_the_draft_does_at_every_position(target, eagle):
+    """eagle_roll's calls through Rolling (each step: the pairs before and one more) give the
+    Eagle's own outputs, at every position, longer than the window too; a call that does not
+    continue the last (a feature changed) computes afresh. Control: a Rolling that kept the
+    outputs of a changed prefix would differ from the Eagle there."""
+    torch.manual_seed(1)
+    C, wte = target.c.n_embd, target.transformer.wte.weight.detach()
+    states = torch.randn(1, eagle.window + 6, C)
+    tokens = torch.randint(target.c.vocab_size, (1, eagle.window + 6))
+    rolling = Rolling(eagle)
+    with torch.no_grad():
+        for T in range(3, states.shape[1] + 1):
+            got, want = rolling(states[:, :T], tokens[:, :T], wte), eagle(states[:, :T],
+                                                                         tokens[:, :T], wte)
+            assert torch.allclose(got, want, atol=1e-5), T
+        assert rolling.out.shape[1] == states.shape[1]
+        changed = states.clone()
+        changed[0, 2] += 1.0
+        stale = torch.cat([rolling.out, rolling.out[:, -1:]], 1)     # what a stale cache holds
+        got = rolling(torch.cat([changed, changed[:, -1:]], 1), torch.cat([tokens, tokens[:, -1:]],
+                                                                        1), wte)
+        want = eagle(torch.cat([changed, changed[:, -1:]], 1), torch.cat([tokens, tokens[:, -1:]],
+                                                                        1), wte)
+        assert torch.allclose(got, want, atol=1e-5)
+        assert not torch.allclose(stale, want, atol=1e-3)             # the control
 
 
 def test_the_shift_pairs_each_feature_with_the_next_token_and_targets_the_next_feature():

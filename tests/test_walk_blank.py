@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from test_walk import student  # noqa: F401  (the fixture: a copy of the student repository)
 
-from classroom import walk
+from classroom import notebooks, walk
 
 pytestmark = pytest.mark.slow  # the student repository and its notebooks: not in make test-fast
 
@@ -18,7 +18,8 @@ def made_notebook(student):
     calls it, one that uses what that cell made, and a last one."""
     first = nbformat.read(student / "notebooks" / "01_the_idea.ipynb", as_version=4)
     answer = next(c.source for c in first.cells if c.source.startswith("%%answer 1a"))
-    code = ["%load_ext classroom.yourturn\nimport numpy as np", answer, 'check("1a")',
+    code = ["%load_ext classroom.yourturn\nfrom classroom.yourturn import check\n"
+            "import numpy as np", answer, 'check("1a")',
             "kept, added = greedy_verdict(np.array([1, 2]), np.array([1, 3, 4]))",
             "print(kept + 1)", 'print("the end")']
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in code])
@@ -32,12 +33,15 @@ def test_a_blank_notebook_runs_to_its_end_and_scores_nothing(student):
     assert "total 0/" in text and text.rstrip().endswith("the end"), text
     skipped = [line for line in text.splitlines() if line.startswith("skipped:")]
     assert len(skipped) == 2 and "part 1a" in skipped[0] and "kept" in skipped[1], skipped
-    # Control: the same notebook with its part written runs every cell, and the walk's verdict
-    # for a filled notebook holds it to every point.
+    # Control: the same notebook with its part written as the solved notebook has it runs
+    # every cell and scores every point.
     solved = made_notebook(student)
-    solved.cells[1].source = "%%answer 1a\ndef greedy_verdict(d, t):\n    return 1, 3"
-    assert walk.run(solved, student, env, filled_in=True) is not None   # 1a's check: not full
-    assert "skipped:" not in walk.outputs(solved) and "2\nthe end" in walk.outputs(solved)
+    answer = next(c.source for c in notebooks.read(notebooks.sources()[0], "solved").cells
+                  if c.source.startswith("%%answer 1a"))
+    solved.cells[1].source = walk.as_a_student_writes(answer)
+    assert walk.run(solved, student, env, filled_in=True) is None
+    text = walk.outputs(solved)
+    assert "skipped:" not in text and text.rstrip().endswith("2\n\nthe end"), text
 
 
 def test_a_notebook_that_calls_a_later_part_fails_the_walk(student, tmp_path):

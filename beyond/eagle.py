@@ -209,8 +209,8 @@ class Rolling:
     """An Eagle that remembers its last call: called again with the same pairs and more after
     them (as eagle_roll does at every step of a round), it computes the new positions only,
     from the keys, values and outputs of the ones before (each position attends over the ones
-    before it only, so theirs do not change); any other call computes every position. The same
-    outputs as the Eagle, at every position: a cache, not a change of the draft."""
+    before it only, so theirs do not change); any other call computes every position. The
+    Eagle's own outputs at every position, up to float rounding: a cache, not another draft."""
 
     def __init__(self, eagle):
         self.eagle, self.window = eagle, eagle.window
@@ -221,21 +221,24 @@ class Rolling:
         m = 0 if self.states is None else self.states.shape[1]
         if not (0 < m < states.shape[1] and torch.equal(states[:, :m], self.states)
                 and torch.equal(tokens[:, :m], self.tokens)):
-            m, self.keys = 0, None                                  # not a continuation
+            m = 0                                                   # not a continuation
         eagle, attn = self.eagle, self.eagle.h.attn
         x = eagle.fc(torch.cat([states[:, m:], F.embedding(tokens[:, m:], wte)], -1))  # (1, t, C)
         _, t, C = x.shape
         nh, hs = attn.n_head, C // attn.n_head
         q, k, v = attn.c_attn(eagle.h.ln_1(x)).split(C, dim=2)             # 3 x (1, t, C)
         q, k, v = (a.view(1, t, nh, hs).transpose(1, 2) for a in (q, k, v))  # (1, nh, t, hs)
-        if self.keys is not None:
+        if m:
             k, v = torch.cat([self.keys, k], 2), torch.cat([self.values, v], 2)  # (1, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=eagle.band(m + t, x.device)[m:])
+        if t == 1:                             # one new position: it sees the last `window`
+            y = F.scaled_dot_product_attention(q, k[:, :, -self.window:], v[:, :, -self.window:])
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=eagle.band(m + t, x.device)[m:])
         x = x + attn.c_proj(y.transpose(1, 2).reshape(1, t, C))             # (1, t, C)
         x = x + eagle.h.mlp(eagle.h.ln_2(x))
-        out = x if m == 0 else torch.cat([self.out, x], 1)                 # (1, T, C)
-        self.states, self.tokens, self.keys, self.values, self.out = states, tokens, k, v, out
-        return out
+        self.out = x if m == 0 else torch.cat([self.out, x], 1)            # (1, T, C)
+        self.states, self.tokens, self.keys, self.values = states, tokens, k, v
+        return self.out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,8 +249,9 @@ class EagleRoll(sd.Drafter):
     """The draft as a speculative.Drafter, greedy, in torch: eagle_roll at every round, from the
     big model's features of the last `window` tokens, the last of them the state whose
     prediction was seq[-1] (at len(seq) - 2), which the pass that checked the last round
-    computed (its scorer, beyond/heads.py's HiddenScorer, keeps them). Clear, not fast: the
-    reference's NumPy EagleDraft proposes the same guesses with a KV cache."""
+    computed (its scorer, beyond/heads.py's HiddenScorer, keeps them). eagle_roll calls the draft
+    through Rolling, so each of its steps computes one new position; the reference's NumPy
+    EagleDraft proposes the same guesses with less overhead a step."""
 
     def __init__(self, eagle, big):
         self.eagle, self.window = eagle.eval(), eagle.window
@@ -278,7 +282,7 @@ class EagleRoll(sd.Drafter):
         start = self.scorer.starts[0]
         first = max(start, pos - self.window + 1)
         features = torch.from_numpy(self.scorer.hidden[first - start:pos - start + 1])  # (n, C)
-        with torch.no_grad():
+        with torch.inference_mode():      # cheaper than no_grad for each small step
             guesses, _ = eagle_roll(self.rolling, features.to(self.wte), list(seq[first:]),
                                     self.wte, self.lm_head, k)
         return guesses, None

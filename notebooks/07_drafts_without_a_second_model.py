@@ -125,8 +125,11 @@ assert per_pass["copies its prompt", "prompt lookup"] > 4       # any model: the
 assert per_pass["does not", "prompt lookup"] < per_pass["does not", "distilled draft"] or QUICK
 
 # %% [markdown]
-# On the copy, lookup keeps nearly every guess: almost `k + 1 = 5` characters per pass (each
-# pass adds the big model's own token to the `k` guesses it kept: the "+1" of the formula).
+# A guess is **kept** when the big model, checking it, would have written the same character
+# there, and so was every guess before it in the round; the first one it would not have written
+# is replaced by its own choice, and the rest are dropped. On the copy, lookup keeps nearly every
+# guess: almost `k + 1 = 5` characters per pass (each pass adds the big model's own token to the
+# `k` guesses it kept: the "+1" of the formula).
 # The distilled draft knows Shakespeare, not this passage: it keeps what it would have guessed
 # anyway. On fresh text the roles swap: lookup finds few earlier matches worth following,
 # while the draft's knowledge of the language still pays.

@@ -170,9 +170,11 @@ assert at_most > 1.3 or QUICK
 # %% [markdown]
 # The draft that reads features and tokens keeps more of its guesses than heads that read one
 # state, because step `i` knows guesses `1..i-1`; and it is cheaper than the distilled draft,
-# one layer over features the big model has already computed. (In the student repository the
-# drafter is `EagleRoll`, your `eagle_roll` at every round: the same guesses, slower by the
-# clock; the reference's NumPy drafter keeps a cache.)
+# one layer over features the big model has already computed. In the student repository the
+# drafter is your `eagle_roll` at every round: it calls the draft on all its pairs at each step,
+# and `eagle.Rolling`, the draft with a cache, answers a call that only adds a pair by computing
+# that one position. Each step is still a handful of small torch operations, whose fixed cost on
+# a CPU is most of a step: the heads' guesses are nearly free (one product), this draft's not.
 #
 # ## On a GPU
 #

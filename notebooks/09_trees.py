@@ -238,6 +238,12 @@ assert not fails["the multi-candidate rule"] and fails["siblings tried independe
 # the same drafter (only the shape differs), checked against plain decoding. A tree keeps every
 # round at least what its own chain of first guesses keeps, and beats a chain of 8 when second
 # guesses are often right (docs/RESULTS.md: more drafters, clocks).
+#
+# By the clock, expect the `x plain` column below 1 on a CPU: the lesson's draft is a model of
+# its own, run once per node, and the check is one pass over every node, which a CPU pays for
+# nearly per character (notebook 1 measured a pass over five characters against one). These
+# trees measure how much a pass can write; where a pass over many guesses costs about one (a
+# GPU) and the guesses are nearly free (Medusa's heads, EAGLE-2's draft), that is what pays.
 
 # %%
 rows = {}

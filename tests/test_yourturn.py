@@ -106,6 +106,7 @@ def test_the_mark_not_the_content_tells_the_reference_repository(student, tmp_pa
         {"greedy_verdict": "reference"}
 
 
+@pytest.mark.slow  # the student repository, built and proven: shared with make test's walk
 def test_build_marks_the_student_repository_and_only_it(student_build):
     tracked = subprocess.run(["git", "ls-files", project.STUDENT_MARK], cwd=student_build,
                              capture_output=True, text=True, check=True).stdout

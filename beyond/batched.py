@@ -297,9 +297,9 @@ def generate(model, prompts, max_new_tokens, *, temperature=0.0, top_k=None, top
             for seq, token in zip(seqs, tokens):
                 seq.append(token)
         machine.sync(model)
-    stats.target_passes += sum(scorer.row_passes)            # per row, as for one sequence
-    if isinstance(stats, BatchStats):
-        stats.batch_passes += scorer.passes
+    stats.target_passes += max_new_tokens * len(seqs)        # per row, as for one sequence
+    if isinstance(stats, BatchStats):                        # (a window's re-encoding is a
+        stats.batch_passes += max_new_tokens                 # cost in time, not a pass)
         stats.encode_time += scorer.encode_seconds
     stats.target_positions += max_new_tokens * len(seqs)
     stats.new_tokens += max_new_tokens * len(seqs)
@@ -382,10 +382,10 @@ def speculative_generate(target, draft, prompts, max_new_tokens, *, k=4, tempera
             stats.batch_rounds += 1
             active = [b for b in active if len(seqs[b]) < goals[b]]
     for b, row in enumerate(stats.rows):
-        row.target_passes = checker.row_passes[b]
+        row.target_passes = row.rounds          # one check a round, as for one sequence
         row.draft_passes = guesser.row_passes[b] if guesser else row.proposed
         stats.add(row)                          # (a row has no times: those are the batch's)
-    stats.batch_passes = checker.passes
+    stats.batch_passes = stats.batch_rounds     # one shared check a round of the batch
     stats.batch_draft_passes = guesser.passes if guesser else stats.draft_passes
     stats.encode_time = checker.encode_seconds + (guesser.encode_seconds if guesser else 0.0)
     return _output(seqs, prompts), stats

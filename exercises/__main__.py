@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from beyond import common, report
 from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
-from exercises.stubs import to_do  # the line for a part not written yet
+from exercises.stubs import later_parts_to_do, to_do  # lines for parts not written yet
 from lessonkit import cli, corpus, machine
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
@@ -86,7 +86,9 @@ def lesson(args):
         sections[n] = run_exercise(n, module_args, log=print)
         path = report.record(args, n, sections[n], log=None)
     left = [n for n, section in sections.items() if "to_do" in section]
-    figures = {"exercises": args.only, "to_do": left, "quick": args.quick,
+    part_two = later_parts_to_do(max(EXERCISES))
+    figures = {"exercises": args.only, "to_do": left, "part_two_to_do": part_two,
+               "quick": args.quick,
                "corpora_s": corpora_s, **progress.results(common.TRAINED)}
     common.save_json(args, "lesson.json", figures, busy=busy.stop().note())
     print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
@@ -94,6 +96,9 @@ def lesson(args):
         print(f"still to do: exercise{'s' if len(left) > 1 else ''} "
               f"{', '.join(map(str, left))} (each line above says which part and where; "
               f"{path} lists them)")
+    if part_two:
+        print("Part two (notebooks 07 to 09), still to do:\n" +
+              "\n".join(f"  {line}" for line in part_two))
     print(f"Past the lesson: {report.studies_line(args)}")
     return sections
 

@@ -23,6 +23,14 @@ def to_do(n, error):
             f"{part.file}, then `make check N={part.exercise}` checks it")
 
 
+def later_parts_to_do(after):
+    """One line for each part of an exercise after `after` (part two: the notebooks' exercises
+    past the five of the lesson) not written yet: where to write it, how to check it."""
+    return [f"part {part.id} ({', '.join(part.functions)}): write it in {yourturn.place(part)}, "
+            f"then `make check N={part.exercise}`"
+            for part in yourturn.not_written() if part.exercise > after]
+
+
 def run(n, main):
     """cli.run(exercise n's main), but a part not written yet ends it with to_do's line (exit
     status 0): its own command line says what `make exercise N=n` says."""

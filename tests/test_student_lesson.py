@@ -67,6 +67,11 @@ def test_the_lesson_on_stubs_trains_every_model_then_says_what_is_to_do(stub_les
     assert 'the cell "Your turn: judge a round" of notebook 01_the_idea' in first
     assert "part 5a (timer)" in lines[4] and "exercises/ex5_gpu.py" in lines[4]
     assert "still to do: exercises 1, 2, 3, 4, 5" in done.stdout
+    # and part two's parts, each where it is written (the reference has none: none is a stub)
+    part_two = done.stdout.split("Part two (notebooks 07 to 09), still to do:\n")[1]
+    assert [line.split()[1] for line in part_two.splitlines()[:6]] == \
+        ["6a", "6b", "7a", "7b", "8a", "8b"]
+    assert "notebook 07_drafts_without_a_second_model" in part_two.splitlines()[0]
 
 
 def test_the_report_lists_what_is_still_to_do(stub_lesson):
@@ -77,7 +82,7 @@ def test_the_report_lists_what_is_still_to_do(stub_lesson):
     assert "## Exercise 3: build" in report and "Not run: exercise 3" in report
     assert "(no exercise has run yet)" in report     # the summary table takes no to-do section
     run = json.loads((repo / "results" / "lesson.json").read_text())
-    assert run["to_do"] == [1, 2, 3, 4, 5]
+    assert run["to_do"] == [1, 2, 3, 4, 5] and len(run["part_two_to_do"]) == 6
 
 
 def test_a_written_part_runs_and_leaves_the_to_do_list(tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ EagleRoll is that drafter in torch, eagle_roll at every round (clear, not fast);
 repository's beyond/eagle_numpy.py (the teachers' only) proposes the same guesses in NumPy with a
 small KV cache for the k steps, far less than a pass of the big model: --draft eagle uses it.
 
-Exercise 7 (part two): 7a is eagle_roll, 7b shifted and eagle_loss.
+Exercise 7 (part two): 7a is shifted and eagle_loss, 7b eagle_roll.
 
 Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
 stays frozen, continues the first quarter of 512 training windows greedily, once (greedy decoding

@@ -235,7 +235,7 @@ def random_roll_case(rng, n, C=8, V=7, n_head=2, window=3):
     return draft, features, seq, wte, lm_head
 
 
-@check("7a", 3)
+@check("7b", 3)
 def eagle_roll_feeds_its_own_features(ctx):
     rng = ctx.worker_rng(71)
     for n, k, window in ((5, 4, 3), (3, 5, 4), (7, 3, 2), (4, 6, 8)):
@@ -243,7 +243,7 @@ def eagle_roll_feeds_its_own_features(ctx):
         judge_roll(ctx, draft, features, seq, wte, lm_head, k)
 
 
-@check("7a", 1)
+@check("7b", 1)
 def eagle_roll_at_the_edges(ctx):
     rng = ctx.worker_rng(72)
     for n, k, window in ((1, 4, 3), (2, 1, 3), (11, 2, 1), (9, 3, 16)):   # one feature; k = 1;
@@ -277,7 +277,7 @@ def shift_summary(arrays):
     return "; ".join(shown)
 
 
-@check("7b", 1)
+@check("7a", 1)
 def shifted_pairs_each_feature_with_the_next_token(ctx):
     hand = (np.arange(5.0, dtype=np.float32).reshape(1, 5, 1), 100 + np.arange(5).reshape(1, 5))
     for features, idx in (hand, shift_case(ctx.worker_rng(73), 2, 6, 3, 9)):
@@ -346,14 +346,14 @@ def random_loss_case(rng, B, T, C=8, V=7, n_head=2, window=3):
     return (draft, *shift_case(rng, B, T, C, V), wte, lm_head)
 
 
-@check("7b", 2)
+@check("7a", 2)
 def eagle_loss_learns_the_next_feature(ctx):
     rng = ctx.worker_rng(74)
     for (B, T, window), ce_weight in (((2, 6, 3), 0.1), ((1, 8, 2), 1.0), ((3, 4, 5), 0.5)):
         judge_eagle_loss(ctx, *random_loss_case(rng, B, T, window=window), ce_weight)
 
 
-@check("7b", 1)
+@check("7a", 1)
 def eagle_loss_noise_and_gradient(ctx):
     rng = ctx.worker_rng(75)
     judge_eagle_loss(ctx, *random_loss_case(rng, 2, 5), 0.1, noise=0.5,

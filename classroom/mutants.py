@@ -90,9 +90,9 @@ EQUIVALENT = {
     "teacher.argmax(-1): `-1` -> `+1`": "teacher is flattened to (positions, V): " + AXIS,
     "6b: heads_loss: want = torch.softmax(teacher, -1) if targets == \"soft\" else "
     "teacher.argmax(-1): `-1` -> `+1` (#2)": "the same",
-    "7a: eagle_roll: logits.append(F.linear(feature[0, 0], lm_head)): `0` -> `-1`": "feature "
+    "7b: eagle_roll: logits.append(F.linear(feature[0, 0], lm_head)): `0` -> `-1`": "feature "
     "is (1, 1, C): index 0 is index -1",
-    "7a: eagle_roll: logits.append(F.linear(feature[0, 0], lm_head)): `0` -> `-1` (#2)": "the "
+    "7b: eagle_roll: logits.append(F.linear(feature[0, 0], lm_head)): `0` -> `-1` (#2)": "the "
     "same, its second axis",
     "8a: tree_mask: if parent >= 0:: `0` -> `-1`": "the root's row is made first, when "
     "seen[-1], the last node's row, is still all False: or-ing it changes nothing",

@@ -555,7 +555,7 @@ def heads_loss_at_other_shapes(ctx):
         checks_part_two.judge_heads_loss(ctx, guesses, logits, targets)
 
 
-@check("7a", 1, hidden=True)
+@check("7b", 1, hidden=True)
 def eagle_roll_on_longer_texts(ctx):
     rng = ctx.worker_rng(76)
     for n, k, window in ((14, 6, 5), (20, 4, 4)):
@@ -565,7 +565,7 @@ def eagle_roll_on_longer_texts(ctx):
                        k)
 
 
-@check("7b", 1, hidden=True)
+@check("7a", 1, hidden=True)
 def eagle_loss_at_other_shapes(ctx):
     rng = ctx.worker_rng(77)
     checks_part_two.judge_eagle_loss(ctx, *checks_part_two.random_loss_case(rng, 3, 9, C=12, V=9, n_head=3, window=4),

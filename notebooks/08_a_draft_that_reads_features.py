@@ -8,7 +8,7 @@
 # last feature and the token that followed it, and predicts the **next feature**; the big
 # model's own head turns that into the next token's logits. Rolled forward, it reads its own
 # predicted features and its own guesses. You write the shift that pairs features with tokens
-# and the training loss (7b), then the roll forward (7a). Measured: how often its guesses are
+# and the training loss (7a), then the roll forward (7b). Measured: how often its guesses are
 # kept, characters per pass (the bonus token counted, and said so) and the speed-up against the
 # heads, the distilled draft and the lesson's draft.
 #
@@ -57,7 +57,7 @@ print(f"big model: {target.num_params():,} parameters, features of {target.c.n_e
 # feature (weight 0.1), so that what matters for the next token matters most. Uniform noise on
 # the input features teaches the draft to read imperfect ones, as it will when it reads its own.
 #
-# ## Your turn: the shift and the loss (7b)
+# ## Your turn: the shift and the loss (7a)
 #
 # Write `shifted(features, idx)` and `eagle_loss(eagle, features, idx, wte, lm_head, noise,
 # ce_weight, generator)`; the docstrings spell out each step.
@@ -69,7 +69,7 @@ import torch
 from torch.nn import functional as F
 
 # %%
-check("7b")
+check("7a")
 
 # %% [markdown]
 # The shift on numbers you can read: features `0..4` (one channel each) of tokens `100..104`:
@@ -104,7 +104,7 @@ assert eagle_agrees > 0.5 or QUICK
 # pair `[f'_n ; wte(guess 1)]`: the draft's *own* feature, since the big model has not read the
 # guess yet, with the guess itself; its output gives guess 2. And so on, `k` steps.
 #
-# ## Your turn: the roll forward (7a)
+# ## Your turn: the roll forward (7b)
 #
 # Write `eagle_roll(eagle, features, seq, wte, lm_head, k)`: the `k` greedy guesses and their
 # logits. (Recompute every position at every step: wasteful and clear; the reference's fast
@@ -117,7 +117,7 @@ import torch
 from torch.nn import functional as F
 
 # %%
-check("7a")
+check("7b")
 
 # %% [markdown]
 # One round by hand, from the prompt "ROMEO:\n": the big model's features of every character

@@ -64,7 +64,7 @@ def write(args):
         f"{about['decode_threads']} torch thread for decoding and timing, GPU: "
         f"{about['gpu'] or 'none'}; Python {about['python']}, torch {about['torch']}.", "",
         f"Past the lesson: {studies_line(args)}", "",
-        *still_to_do(sections),
+        *still_to_do(sections, part_two_to_do(args)),
         "## Models", "", trained_models(args), "",
         "## The lesson's numbers and ours", "", summary(sections), "",
     ]
@@ -79,10 +79,21 @@ def write(args):
     return path
 
 
-def still_to_do(sections):
+def part_two_to_do(args):
+    """Part two's parts not written yet, as the lesson's last run (results/lesson.json) found."""
+    path = common.results_dir(args) / "lesson.json"
+    try:
+        return json.loads(path.read_text()).get("part_two_to_do", [])
+    except (OSError, ValueError):
+        return []
+
+
+def still_to_do(sections, part_two=()):
     """The report's lines on the exercises whose latest run stopped at a part not written yet
-    (exercises/__main__.py's run_exercise): a heading and one line each, if any."""
+    (exercises/__main__.py's run_exercise), then part two's parts not written: a heading and
+    one line each, if any."""
     left = [f"- {section['to_do']}" for section in sections.values() if "to_do" in section]
+    left += [f"- part two: {line}" for line in part_two]
     return ["## Still to do", "", *left, ""] if left else []
 
 

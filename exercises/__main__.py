@@ -91,6 +91,7 @@ def lesson(args):
                "quick": args.quick,
                "corpora_s": corpora_s, **progress.results(common.TRAINED)}
     common.save_json(args, "lesson.json", figures, busy=busy.stop().note())
+    path = report.write(args)                 # again: with part two's parts still to do
     print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
     if left:
         print(f"still to do: exercise{'s' if len(left) > 1 else ''} "

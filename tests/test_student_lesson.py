@@ -78,7 +78,8 @@ def test_the_report_lists_what_is_still_to_do(stub_lesson):
     done, repo = stub_lesson
     report = (repo / "results" / "report.md").read_text()
     to_do = report.split("## Still to do\n\n")[1].split("\n\n")[0].splitlines()
-    assert len(to_do) == 5 and all(line.startswith("- exercise ") for line in to_do)
+    assert len(to_do) == 11 and all(line.startswith("- exercise ") for line in to_do[:5])
+    assert all(line.startswith("- part two: part ") for line in to_do[5:])
     assert "## Exercise 3: build" in report and "Not run: exercise 3" in report
     assert "(no exercise has run yet)" in report     # the summary table takes no to-do section
     run = json.loads((repo / "results" / "lesson.json").read_text())

@@ -132,7 +132,10 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
     big.eval()
     draft.train()
     if prepare and step < config.steps:
+        began = time.time()
+        log(f"{kind.name}: first the big model writes the text to learn from")
         prepare()
+        log(f"{kind.name}: text written in {machine.duration(time.time() - began)}; training")
     started, pace, announced = time.time(), machine.Pace(config.steps, step), False
     line = machine.ProgressLine(config.steps, step, kind.name) if progress else None
     say = (lambda text: line.write(text, log)) if line else log

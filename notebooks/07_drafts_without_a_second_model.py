@@ -12,7 +12,8 @@
 #
 # Reading time: about 35 minutes. You write three small functions (the "your turn" cells); the
 # cell after each checks your answer the way the course's grader does. The heads train on
-# first use with your loss: about a minute, once.
+# first use with your loss, once: the big model first writes the greedy text they learn, then
+# they train (a few minutes on a 2-core CPU; each stage says when it starts and how long it took).
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

@@ -13,7 +13,8 @@
 # heads, the distilled draft and the lesson's draft.
 #
 # Reading time: about 35 minutes. You write three small functions; the draft trains on first
-# use with your loss (under a minute, once).
+# use with your loss, once: the big model's greedy text and its features first, then the
+# training (a few minutes on a 2-core CPU; each stage says when it starts and how long it took).
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

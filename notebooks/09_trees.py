@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, registry, tree
+from beyond import common, heads, registry, tree
 from beyond.tree_grow import Tree
 from beyond.tree_sampling import draw_distinct
 from classroom.checks import chi_square_fails
@@ -257,6 +257,40 @@ for kind, shape in [("chain", tree.chain_shape(8)), ("tree", best), ("its chain"
     r = rows[kind] = trees.measure(target, small_draft, prompts, N_NEW, kind, shape, plain_out, 3)
     print(f"{kind} of {len(shape)}: {r['tokens_per_pass']:.2f} per pass, {r['speedup']:.2f}x plain")
 assert rows["tree"]["tokens_per_pass"] >= rows["its chain"]["tokens_per_pass"]
+
+# %% [markdown]
+# ## Trees from the drafts that serve them
+#
+# Medusa grows its trees from its heads' guesses, and EAGLE-2 from its draft's: guesses that
+# cost next to nothing, so a wider tree costs the check alone. Here the heads of notebook 7
+# (trained there, or here on first use): `accept` per depth this time (head `d` guesses depth
+# `d`, so a tree is at most as deep as there are heads), the chain of all the heads, then the
+# best trees of 8 and 12 nodes grown from their top guesses, each checked against plain
+# decoding and timed against it. The tree of 8 holds the chain (its first guesses) and three
+# second guesses where they pay most.
+
+# %%
+heads_draft = heads.load(target, common.checkpoint_folder(common.notebook_args()))
+by_depth, _ = trees.heads_acceptance(target, heads_draft, corpus.held_out_prompts(6, 32)[1::2],
+                                     N_NEW, 3)
+print("head d's guess 1, 2, 3 is the big model's choice:",
+      [[f"{a:.0%}" for a in depth] for depth in by_depth])
+heads_rows = {}
+for kind, shape in [("chain", tree.chain_shape(heads_draft.n_heads)),
+                    ("tree", tree.best_shape(by_depth, 8, max_depth=heads_draft.n_heads)),
+                    ("wide tree", tree.best_shape(by_depth, 12, max_depth=heads_draft.n_heads))]:
+    r = heads_rows[kind] = trees.measure(target, heads_draft, prompts, N_NEW, kind, shape,
+                                         plain_out, 3)
+    print(f"heads' {kind} of {len(shape)}: {r['tokens_per_pass']:.2f} characters per pass, "
+          f"{r['speedup']:.2f}x plain decoding by the clock")
+assert heads_rows["tree"]["tokens_per_pass"] >= heads_rows["chain"]["tokens_per_pass"]
+
+# %% [markdown]
+# Each tree writes more per pass than the chain (it holds it); by the clock the tree of 8 is
+# about even with the chain or a little ahead here, and the wider one pays for its longer check:
+# on a CPU a pass over more nodes costs more, so the best tree by the clock is smaller than the
+# best by characters per pass. On a GPU, where the check costs about one pass whatever its
+# width, the wider tree would win.
 
 # %% [markdown]
 # ## What to remember

@@ -18,6 +18,7 @@
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
 # Jupyter there). Missing models train on first use; it says how long at this machine's speed.
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -191,6 +192,11 @@ heads_draft = heads.load(target, folder)
 per_head = heads.agreement(target, heads_draft.module, corpus.val_data)
 for i, share in enumerate(per_head, 1):
     print(f"head {i} (token t + {i + 1}): agrees {share:.1%}")
+fig, ax = plt.subplots(figsize=(6, 2.6))
+ax.bar([f"head {i}\n(t + {i + 1})" for i in range(1, len(per_head) + 1)], per_head)
+ax.set_ylabel("agrees with the big model")
+ax.set_ylim(0, 1)
+plt.show()
 assert all(a >= b - 0.02 for a, b in zip(per_head, per_head[1:])) or QUICK
 
 # %% [markdown]

@@ -19,6 +19,7 @@
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
 # Jupyter there). Missing models train on first use; it says how long at this machine's speed.
+import matplotlib.pyplot as plt
 import torch
 
 import gpt
@@ -147,6 +148,10 @@ table = compare.greedy_table(target, {"EAGLE-style draft": eagle.drafter(draft_m
                                       "distilled draft": models["distilled"],
                                       "lesson's draft": models["draft"]}, [K], PROMPTS, N_NEW)
 per_pass = {name: stats.tokens_per_pass for (name, _), (stats, _) in table.items()}
+fig, ax = plt.subplots(figsize=(8, 2.6))
+ax.bar(list(per_pass), list(per_pass.values()))
+ax.set_ylabel(f"characters per pass, k = {K}")
+plt.show()
 ratio = per_pass["EAGLE-style draft"] / per_pass["Medusa heads"]
 print(f"characters per pass, EAGLE-style draft / Medusa heads: {ratio:.2f} "
       f"(EAGLE's paper: 3.57 / 2.32 = {3.57 / 2.32:.2f} on Spec-Bench)")

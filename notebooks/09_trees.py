@@ -19,6 +19,7 @@
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens
 # Jupyter there). The models train on first use: a few minutes, with a progress bar.
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -283,6 +284,14 @@ for kind, shape in [("chain", tree.chain_shape(heads_draft.n_heads)),
                                          plain_out, 3)
     print(f"heads' {kind} of {len(shape)}: {r['tokens_per_pass']:.2f} characters per pass, "
           f"{r['speedup']:.2f}x plain decoding by the clock")
+fig, (per_pass, clock) = plt.subplots(1, 2, figsize=(9, 2.8))
+names = [f"{kind}\nof {len(r['shape'])}" for kind, r in heads_rows.items()]
+per_pass.bar(names, [r["tokens_per_pass"] for r in heads_rows.values()])
+per_pass.set_title("characters per pass of the big model")
+clock.bar(names, [r["speedup"] for r in heads_rows.values()])
+clock.axhline(1, color="grey", lw=0.8)
+clock.set_title("x plain decoding, by the clock")
+plt.show()
 assert heads_rows["tree"]["tokens_per_pass"] >= heads_rows["chain"]["tokens_per_pass"]
 
 # %% [markdown]

@@ -7,12 +7,14 @@ N      ?=
 
 # `make exercise N=9`, `make check N=x`: one line saying what N may be, before any set-up. The
 # scripts are part one's five exercises; the checks grade part two's too.
+# make check also takes a notebook's two digits: N=07 checks the parts notebook 07 asks for.
 SCRIPTS   := 1 2 3 4 5
 EXERCISES := $(SCRIPTS) 6 7 8
+NOTEBOOK_NUMBERS := 01 02 03 04 05 06 07 08 09
 ifneq ($(filter exercise check,$(MAKECMDGOALS)),)
 ALLOWED := $(if $(filter check,$(MAKECMDGOALS)),$(EXERCISES) all,$(SCRIPTS))
-ifneq ($(filter-out $(ALLOWED),$(N))$(word 2,$(N)),)
-$(error no exercise N=$(N): N is one of $(firstword $(ALLOWED)) to $(lastword $(filter-out all,$(ALLOWED))), e.g. make $(firstword $(filter exercise check,$(MAKECMDGOALS))) N=3)
+ifneq ($(filter-out $(ALLOWED) $(if $(filter check,$(MAKECMDGOALS)),$(NOTEBOOK_NUMBERS)),$(N))$(word 2,$(N)),)
+$(error no exercise N=$(N): N is one of $(firstword $(ALLOWED)) to $(lastword $(filter-out all,$(ALLOWED))), e.g. make $(firstword $(filter exercise check,$(MAKECMDGOALS))) N=3$(if $(filter check,$(MAKECMDGOALS)),; or a notebook's two digits: N=07))
 endif
 endif
 
@@ -50,7 +52,7 @@ train: setup         ## only the models (python train.py -h for the flags)
 exercise: setup      ## one exercise: make exercise N=3
 	$(PY) -m exercises --only $(or $(N),1)
 
-check: setup         ## the assignments' checks: make check N=3 (all exercises without N)
+check: setup         ## the assignments' checks: make check N=3 (an exercise), N=07 (a notebook's parts; all without N)
 	$(PY) -m classroom check $(or $(N),all)
 
 notebooks: setup $(VENV)/.installed-notebooks  ## your own notebooks, blank your-turn cells, in my-notebooks/ (never overwritten); opens Jupyter Lab

@@ -3,6 +3,7 @@ python -m classroom: the five exercises as assignments.
 
 Student, in the repository a teacher generated:
     python -m classroom check 3          # the checks of exercise 3 (or: make check N=3)
+    python -m classroom check 07         # the checks of notebook 07's parts (exercise 6)
     python -m classroom check            # every exercise
     python -m classroom check --part 3b  # one part
 
@@ -41,7 +42,8 @@ def parser():
     p = cli.Parser(prog="python -m classroom", description=__doc__.split("\n\n")[0].strip())
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
     c = sub.add_parser("check", help="run the public checks on this repository")
-    c.add_argument("exercise", nargs="?", default="all", help=f"{parts.NUMBERS}, or all (default)")
+    c.add_argument("exercise", nargs="?", default="all",
+                   help=f"{parts.NUMBERS}, a notebook's two digits (07), or all (default)")
     c.add_argument("--part", help="one part, e.g. 3b")
     c.add_argument("--strict", action="store_true",
                    help="exit 1 unless every selected check passes (one graded step)")
@@ -90,8 +92,21 @@ def exercise_number(text):
     if text == "all":
         return None
     if not text.isdigit() or int(text) not in parts.EXERCISES:
-        raise ValueError(f"no exercise {text!r}; choose {parts.NUMBERS} or all")
+        raise ValueError(f"no exercise {text!r}; choose {parts.NUMBERS}, a notebook's two "
+                         f"digits (07: the parts of notebook 07) or all")
     return int(text)
+
+
+def chosen(exercise, part=None):
+    """The checks `make check N=` names: an exercise's (3), a notebook's (two digits, as its
+    file name starts: 07 holds exercise 6's parts), or every one (all); then one part of them."""
+    if len(exercise) == 2 and exercise.startswith("0") and exercise.isdigit():
+        ids = {p for p, (_, notebook) in notebooks.your_turn_places().items()
+               if notebook.startswith(exercise + "_")}
+        if not ids:
+            raise ValueError(f"no notebook {exercise} has a part to check")
+        return [c for c in runner.select(None, part) if c.part in ids]
+    return runner.select(exercise_number(exercise), part)
 
 
 def not_started(part, part_results):
@@ -115,9 +130,9 @@ def not_started(part, part_results):
 
 
 def check(args):
-    selected = runner.select(exercise_number(args.exercise), args.part)
+    selected = chosen(args.exercise, args.part)
     if not selected:
-        raise ValueError(f"part {args.part} is not in exercise {args.exercise}; "
+        raise ValueError(f"part {args.part} is not in {args.exercise}; "
                          f"choose one of its parts or leave the exercise out")
     results = runner.run_checks(sandbox.probe(ROOT, grading=False),
                                 {False: ROOT, True: ROOT}, selected, [runner.PUBLIC_SEED])

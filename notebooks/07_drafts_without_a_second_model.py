@@ -158,9 +158,10 @@ assert per_pass["does not", "prompt lookup"] < per_pass["does not", "distilled d
 #
 # **Training targets.** Head `i` at position `t` guesses token `t + 1 + i`. Its target is what
 # the big model would write there: its own prediction for that token, made at position
-# `t + i` (the big model at `t + i` predicts `t + i + 1`). So pair `guesses[:, t, i - 1]` with
-# the big model's `logits[:, t + i]`; the last `i` positions of a window have no such target
-# and drop out. The heads learn from the big model's greedy continuations of training text
+# `t + i` (the big model at `t + i` predicts `t + i + 1`): which position of the big model's
+# logits each head's guess at `t` is trained against is the whole of this part, so work it out
+# on a window of four before you write it. Near the end of a window some heads have no target
+# there, and those positions drop out. The heads learn from the big model's greedy continuations of training text
 # (the text greedy decoding writes), with its top token as the target ("hard") or its whole
 # distribution ("soft").
 #

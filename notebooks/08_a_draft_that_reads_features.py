@@ -52,8 +52,9 @@ print(f"big model: {target.num_params():,} parameters, features of {target.c.n_e
 #     big model       f_t  --head-->    x_{t+1}
 #     draft reads     [f_t ; wte(x_{t+1})]  --fc, Block-->  f'_{t+1}  --head-->  x_{t+2}
 #
-# So training pairs `f_t` with `x_{t+1}` (not `x_t`, the token *at* `t`: the classic bug) and
-# learns `f_{t+1}`; the last position has no next feature and drops out. The loss has two
+# So training pairs each feature with the token the big model wrote *from* it, not the token
+# it was computed at, and learns the feature after; the last position has no next feature and
+# drops out. The loss has two
 # terms: a regression of the guessed feature on the true one (SmoothL1, weight 1), and the
 # cross-entropy of the head's logits at the guess against the head's distribution at the true
 # feature (weight 0.1), so that what matters for the next token matters most. Uniform noise on

@@ -176,6 +176,7 @@ make setup                      # a virtual environment in .venv with everything
 
 ```
 make check N=3                  # or: .venv/bin/python -m classroom check 3
+make check N=07                 # the parts notebook 07 asks for (its two digits)
 make check                      # every exercise
 .venv/bin/python -m classroom check --part 3b
 ```

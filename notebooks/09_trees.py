@@ -14,7 +14,7 @@
 #
 # Reading time: about 25 minutes. You write four functions, exercise 8 of part two: the mask
 # and the positions (8a), the greedy and the sampled walk (8b); the cell after each your-turn
-# cell checks them the way the course's grader does (`make check N=8`).
+# cell checks them the way the course's grader does (`make check N=09` from a terminal).
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

@@ -132,8 +132,8 @@ def not_started(part, part_results):
 def check(args):
     selected = chosen(args.exercise, args.part)
     if not selected:
-        raise ValueError(f"part {args.part} is not in "
-                         f"{'notebook' if len(args.exercise) == 2 else 'exercise'} {args.exercise}; "
+        where = "notebook" if len(args.exercise) == 2 else "exercise"
+        raise ValueError(f"part {args.part} is not in {where} {args.exercise}; "
                          f"choose one of its parts or leave the exercise out")
     results = runner.run_checks(sandbox.probe(ROOT, grading=False),
                                 {False: ROOT, True: ROOT}, selected, [runner.PUBLIC_SEED])

@@ -106,15 +106,28 @@ class Eagle(nn.Module):
     def forward(self, states, tokens, wte):
         """states (B, T, C): features f_t; tokens (B, T): x_{t+1}, the token after each; wte
         (V, C): the big model's embedding -> the guesses of f_{t+1} (B, T, C)."""
-        x = self.fc(torch.cat([states, F.embedding(tokens, wte)], -1))   # (B, T, C)
+        return self.extend(states, tokens, wte)[0]
+
+    def extend(self, states, tokens, wte, past=None):
+        """forward() for t new pairs after m earlier ones, from their keys and values past
+        ((B, nh, m, hs) each; None: no earlier pair) -> (the guesses (B, t, C), the keys and
+        values of all m + t pairs). A pair's key and value depend on the pair alone, and each
+        position attends over those before it only: the earlier guesses do not change."""
+        x = self.fc(torch.cat([states, F.embedding(tokens, wte)], -1))   # (B, t, C)
         attn = self.h.attn
-        B, T, C = x.shape
+        B, t, C = x.shape
         nh, hs = attn.n_head, C // attn.n_head
-        q, k, v = attn.c_attn(self.h.ln_1(x)).split(C, dim=2)             # 3 x (B, T, C)
-        q, k, v = (a.view(B, T, nh, hs).transpose(1, 2) for a in (q, k, v))  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.band(T, x.device))
-        x = x + attn.c_proj(y.transpose(1, 2).reshape(B, T, C))           # (B, T, C)
-        return x + self.h.mlp(self.h.ln_2(x))                             # (B, T, C)
+        q, k, v = attn.c_attn(self.h.ln_1(x)).split(C, dim=2)             # 3 x (B, t, C)
+        q, k, v = (a.view(B, t, nh, hs).transpose(1, 2) for a in (q, k, v))  # (B, nh, t, hs)
+        if past is not None:
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (B, nh, m + t, hs)
+        m = k.shape[2] - t
+        if t == 1:                             # one new position: it sees the last `window`
+            y = F.scaled_dot_product_attention(q, k[:, :, -self.window:], v[:, :, -self.window:])
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.band(m + t, x.device)[m:])
+        x = x + attn.c_proj(y.transpose(1, 2).reshape(B, t, C))           # (B, t, C)
+        return x + self.h.mlp(self.h.ln_2(x)), k, v                       # (B, t, C)
 
 
 def shifted(features, idx):
@@ -213,7 +226,7 @@ class Rolling:
     Eagle's own outputs at every position, up to float rounding: a cache, not another draft."""
 
     def __init__(self, eagle):
-        self.eagle, self.window = eagle, eagle.window
+        self.eagle = eagle
         self.states = self.tokens = self.keys = self.values = self.out = None
 
     def __call__(self, states, tokens, wte):
@@ -222,20 +235,8 @@ class Rolling:
         if not (0 < m < states.shape[1] and torch.equal(states[:, :m], self.states)
                 and torch.equal(tokens[:, :m], self.tokens)):
             m = 0                                                   # not a continuation
-        eagle, attn = self.eagle, self.eagle.h.attn
-        x = eagle.fc(torch.cat([states[:, m:], F.embedding(tokens[:, m:], wte)], -1))  # (1, t, C)
-        _, t, C = x.shape
-        nh, hs = attn.n_head, C // attn.n_head
-        q, k, v = attn.c_attn(eagle.h.ln_1(x)).split(C, dim=2)             # 3 x (1, t, C)
-        q, k, v = (a.view(1, t, nh, hs).transpose(1, 2) for a in (q, k, v))  # (1, nh, t, hs)
-        if m:
-            k, v = torch.cat([self.keys, k], 2), torch.cat([self.values, v], 2)  # (1, nh, T, hs)
-        if t == 1:                             # one new position: it sees the last `window`
-            y = F.scaled_dot_product_attention(q, k[:, :, -self.window:], v[:, :, -self.window:])
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=eagle.band(m + t, x.device)[m:])
-        x = x + attn.c_proj(y.transpose(1, 2).reshape(1, t, C))             # (1, t, C)
-        x = x + eagle.h.mlp(eagle.h.ln_2(x))
+        past = (self.keys, self.values) if m else None
+        x, k, v = self.eagle.extend(states[:, m:], tokens[:, m:], wte, past)  # (1, t, C)
         self.out = x if m == 0 else torch.cat([self.out, x], 1)            # (1, T, C)
         self.states, self.tokens, self.keys, self.values = states, tokens, k, v
         return self.out

@@ -118,13 +118,7 @@ def not_started(part, part_results):
     if not outcomes or any(o["status"] != "not started" or yourturn.waiting_for(
             NotImplementedError(o.get("message", ""))) is not part for o in outcomes):
         return None
-    try:                                                 # its functions still stubs
-        defined = yourturn.definitions(Path(ROOT, part.file).read_text())
-        functions = [f for f in part.functions if f in defined and
-                     yourturn.is_stub(defined[f][0])]
-    except (OSError, SyntaxError, ValueError):
-        functions = []
-    functions = functions or list(part.functions)
+    functions = yourturn.stubbed(part) or list(part.functions)     # its functions still stubs
     return (f"not started: write {', '.join(functions)} (part {part.id}) in "
             f"{yourturn.place(part)} or in {part.file}")
 

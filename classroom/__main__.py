@@ -25,9 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from classroom import build, notebooks, parts, report, runner, sandbox, walk, yourturn
+from classroom import build, notebooks, report, runner, sandbox, walk
 from classroom.project import ROOT
-from lessonkit import cli
+from lessonkit import cli, parts
 
 try:
     from classroom import mutants      # the teacher's repository only
@@ -101,7 +101,7 @@ def chosen(exercise, part=None):
     """The checks `make check N=` names: an exercise's (3), a notebook's (two digits, as its
     file name starts: 07 holds exercise 6's parts), or every one (all); then one part of them."""
     if len(exercise) == 2 and exercise.startswith("0") and exercise.isdigit():
-        ids = {p for p, (_, notebook) in notebooks.your_turn_places().items()
+        ids = {p for p, (_, notebook) in parts.your_turn_places().items()
                if notebook.startswith(exercise + "_")}
         if not ids:
             raise ValueError(f"no notebook {exercise} has a part to check")
@@ -115,12 +115,12 @@ def not_started(part, part_results):
     where, the notebook cell and the file; runner.table shows it instead of the part's checks.
     None for any other part (or one with no results here)."""
     outcomes = [o for r in part_results for o in r.outcomes.values() if o["status"] != "skipped"]
-    if not outcomes or any(o["status"] != "not started" or yourturn.waiting_for(
+    if not outcomes or any(o["status"] != "not started" or parts.waiting_for(
             NotImplementedError(o.get("message", ""))) is not part for o in outcomes):
         return None
-    functions = yourturn.stubbed(part) or list(part.functions)     # its functions still stubs
+    functions = parts.stubbed(part) or list(part.functions)     # its functions still stubs
     return (f"not started: write {', '.join(functions)} (part {part.id}) in "
-            f"{yourturn.place(part)} or in {part.file}")
+            f"{parts.place(part)} or in {part.file}")
 
 
 def check(args):

@@ -18,8 +18,9 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from classroom import checks, expected, notebooks, parts, project, runner, sandbox
+from classroom import checks, expected, notebooks, project, runner, sandbox
 from classroom.project import ROOT, STUDENT_MARK
+from lessonkit import parts
 
 
 # What makes a repository the student's, decided once: this file, which build writes into the

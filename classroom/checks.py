@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from classroom import helpers, making, parts, wire
+from classroom import helpers, making, wire
 from classroom.helpers import FakeGPU  # noqa: F401 (notebook 6 shows it from here)
+from lessonkit import parts
 
 LETTERS = making.VOCAB
 PUBLIC_SEED = 0   # the public checks' seed, which a student's own `make check` runs

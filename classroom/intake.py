@@ -25,7 +25,7 @@ import sys
 import zipfile
 from pathlib import PurePosixPath
 
-from classroom.parts import STUDENT_FILES
+from lessonkit.parts import STUDENT_FILES
 
 MAX_FILE = 2 * 1024 ** 2      # bytes of one student file (the reference's are under 40 KB)
 MAX_ENTRIES = 50_000          # entries looked at in a submission

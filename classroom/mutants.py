@@ -20,7 +20,8 @@ import time
 import types
 from pathlib import Path
 
-from classroom import checks, expected, parts, project, regions, runner
+from classroom import checks, expected, project, regions, runner
+from lessonkit import parts
 
 TIMEOUT = 20    # seconds for a mutant's checks (a mutant that loops is killed by its time)
 SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,

@@ -27,27 +27,20 @@ does, and a cell that needs a part not written yet says so in one line (yourturn
 """
 
 import ast
-import re
 from pathlib import Path
 
-from classroom import parts, regions
+from classroom import regions
 from classroom.project import ROOT
+from lessonkit import parts
 
-NOTEBOOKS = ROOT / "notebooks"
 STUDENT_FOLDER = ROOT / "my-notebooks"       # never overwritten: it holds the student's work
 SOLVED_FOLDER = ROOT / "solved-notebooks"    # regenerated each time
-YOUR_TURN = re.compile(r"^# %% your turn: (.+)$")
-HEADING = re.compile(r"^## (.+)$", re.M)
 EXTENSION = ("# your-turn cells save your answers into the files the grader reads\n"
              "%load_ext classroom.yourturn")
 SOURCE_ONLY = "# source only: the reference answer (the notebooks put its code here instead)"
 SOLVED_BANNER = ("**Solved version**: every your-turn cell below holds the reference answer. "
                  "Your own blank copy: `make notebooks` (in `my-notebooks/`).")
 VERSIONS = ("student", "solved", "source")
-
-
-def sources(folder=NOTEBOOKS):
-    return sorted(Path(folder).glob("[0-9][0-9]_*.py"))
 
 
 def function_source(module, name, root=ROOT):
@@ -62,50 +55,6 @@ def function_source(module, name, root=ROOT):
                 end += 1
             return "\n".join(lines[node.lineno - 1:end]).rstrip()
     raise ValueError(f"{path.name} has no function {name}")
-
-
-def your_turn_message(function):
-    return (f"not started: write {function} (see its docstring), then run the check cell "
-            "below")
-
-
-def cells(text):
-    """[(kind, header, body)] of a percent-format source."""
-    found, kind, header, lines = [], None, "", []
-    for line in text.splitlines():
-        if line.startswith("# %%"):
-            if kind is not None:
-                found.append((kind, header, "\n".join(lines).strip("\n")))
-            kind = "markdown" if "[markdown]" in line else "code"
-            header, lines = line, []
-        elif kind is not None:
-            lines.append(line)
-    if kind is not None:
-        found.append((kind, header, "\n".join(lines).strip("\n")))
-    return found
-
-
-def part_of_cell(header):
-    """The part whose functions a your-turn cell's header names (one part a cell)."""
-    names = [n.split(".")[-1] for n in YOUR_TURN.match(header).group(1).split()]
-    found = {parts.part_of(n) for n in names}
-    if len(found) != 1 or None in found:
-        raise ValueError(f"{header!r}: a your-turn cell names the functions of one part")
-    return found.pop()
-
-
-def your_turn_places(folder=NOTEBOOKS):
-    """{part id: (the heading above its your-turn cell, the notebook's name)}."""
-    places = {}
-    for source in sources(folder):
-        heading = None
-        for kind, header, body in cells(source.read_text()):
-            if kind == "markdown":
-                found = HEADING.findall("\n".join(line[2:] for line in body.splitlines()))
-                heading = found[-1] if found else heading
-            elif YOUR_TURN.match(header):
-                places[part_of_cell(header).id] = (heading, source.stem)
-    return places
 
 
 def reference_import(body):
@@ -130,7 +79,7 @@ def read(path, version="student", root=ROOT):
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}
-    for kind, header, body in cells(Path(path).read_text()):
+    for kind, header, body in parts.cells(Path(path).read_text()):
         if kind == "markdown":
             text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
                              for line in body.splitlines())
@@ -138,7 +87,7 @@ def read(path, version="student", root=ROOT):
             if version == "solved" and len(notebook.cells) == 1:
                 notebook.cells.append(nbformat.v4.new_markdown_cell(SOLVED_BANNER))
             continue
-        turn = YOUR_TURN.match(header)
+        turn = parts.YOUR_TURN.match(header)
         if version != "source" and not any(c.cell_type == "code" for c in notebook.cells):
             body = EXTENSION + "\n" + body
         if turn and version != "source":
@@ -148,8 +97,8 @@ def read(path, version="student", root=ROOT):
             body = reference_import(body)
             body = (body + "\n\n" if body else "") + "\n\n\n".join(pieces)
             if version == "student":
-                body = regions.student_version(body, your_turn_message)
-            body = f"%%answer {part_of_cell(header).id}\n" + body
+                body = regions.student_version(body, parts.your_turn_message)
+            body = f"%%answer {parts.part_of_cell(header).id}\n" + body
         notebook.cells.append(nbformat.v4.new_code_cell(body))
     return notebook
 
@@ -163,7 +112,7 @@ def write(folder=None, version="student", root=ROOT, overwrite=False):
     folder = Path(folder or (SOLVED_FOLDER if version == "solved" else STUDENT_FOLDER))
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for source in sources(root / "notebooks"):
+    for source in parts.sources(root / "notebooks"):
         path = folder / source.with_suffix(".ipynb").name
         if path.exists() and not overwrite and \
                 (version != "solved" or SOLVED_BANNER not in path.read_text()):
@@ -173,7 +122,7 @@ def write(folder=None, version="student", root=ROOT, overwrite=False):
     return written
 
 
-def execute(notebook, cwd=NOTEBOOKS, timeout=600, env=None):
+def execute(notebook, cwd=parts.NOTEBOOKS, timeout=600, env=None):
     """Run a notebook top to bottom in a fresh kernel; raise on the first error."""
     import os
 
@@ -206,7 +155,7 @@ def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     failed = []
-    for source in sources(root / "notebooks"):
+    for source in parts.sources(root / "notebooks"):
         notebook, started = read(source, "solved", root), time.perf_counter()
         try:
             execute(notebook, env={"SPECDEC_QUICK": "", "SPECDEC_CHECKPOINTS":
@@ -222,6 +171,7 @@ def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=
         page, _ = HTMLExporter().from_notebook_node(notebook)
         (folder / source.with_suffix(".html").name).write_text(page)
         log(f"{source.stem:32} {seconds:4.0f} s  {verdict}{over}")
-    log(f"{len(failed)} of {len(sources(root / 'notebooks'))} notebooks failed; HTML copies in "
-        f"{folder}" if failed else f"every notebook passed on the trained models; HTML in {folder}")
+    total = len(parts.sources(root / "notebooks"))
+    log(f"{len(failed)} of {total} notebooks failed; HTML copies in {folder}" if failed
+        else f"every notebook passed on the trained models; HTML in {folder}")
     return failed

@@ -12,7 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from classroom import parts, regions
+from classroom import regions
+from lessonkit import parts
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT_MARK = ".classroom-student"    # what `classroom build` writes into a student repository
@@ -28,10 +29,11 @@ TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", "classroom/references.py",
 # What exercise 3's jobs see of the project: the worker's files and the student's file with
 # the window rule it imports.
 WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/helpers.py",
-                "classroom/parts.py", "classroom/wire.py", "classroom/intake.py")
+                "classroom/wire.py", "classroom/intake.py")
 TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "lessonkit/__init__.py",
-                                   "lessonkit/scorer.py")
-READER_FILES = ("classroom/__init__.py", "classroom/intake.py", "classroom/parts.py")
+                                   "lessonkit/parts.py", "lessonkit/scorer.py")
+READER_FILES = ("classroom/__init__.py", "classroom/intake.py", "lessonkit/__init__.py",
+                "lessonkit/parts.py")
 
 
 def is_student_repository(root=ROOT):

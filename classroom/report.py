@@ -6,7 +6,8 @@ shown (shown()), and what a hidden seed's run said stays out of visible feedback
 
 from dataclasses import dataclass, field
 
-from classroom import checks, parts
+from classroom import checks
+from lessonkit import parts
 
 PUBLIC_SEED = checks.PUBLIC_SEED
 

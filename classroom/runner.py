@@ -32,10 +32,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom import checks, expected, helpers, intake, making, parts, project, regions, report
+from classroom import checks, expected, helpers, intake, making, project, regions, report
 from classroom import sandbox, wire
 from classroom import checks_exercise_3, checks_part_one  # noqa: F401 (they register the checks)
 from classroom import checks_part_two, checks_trees  # noqa: F401
+from lessonkit import parts
 
 PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)

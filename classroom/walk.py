@@ -24,6 +24,7 @@ from pathlib import Path
 
 from classroom import build, notebooks, regions
 from classroom.project import ROOT
+from lessonkit import parts
 
 TOTAL = re.compile(r"total (\d+)/(\d+) points")
 
@@ -99,7 +100,7 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
     student = Path(student)
     env = environment(student, checkpoints, quick, root)
     failures = []
-    for source in notebooks.sources(root / "notebooks"):
+    for source in parts.sources(root / "notebooks"):
         notebook = nbformat.read(student / "notebooks" / f"{source.stem}.ipynb", as_version=4)
         if fill:
             notebook = filled(notebook, notebooks.read(source, "solved", root=root), writes)

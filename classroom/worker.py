@@ -18,7 +18,8 @@ import socket
 import sys
 from pathlib import Path
 
-from classroom import helpers, parts, wire
+from classroom import helpers, wire
+from lessonkit import parts
 
 BLOCKED = {"torch": "exercise 3 runs with NumPy alone: do not import torch",
            "speculative": "exercise 3 is yours to build: do not use the project's decoding",

@@ -41,12 +41,11 @@ import signal
 import sys
 from pathlib import Path
 
-from classroom import checks, expected, notebooks, parts, regions, report, runner, sandbox, wire
+from classroom import checks, expected, regions, report, runner, sandbox, wire
 from classroom.project import ROOT, is_student_repository
+from lessonkit import parts
 
 MARKER = re.compile(r"^# part (\w+), saved from a notebook \(([0-9a-f]{8})\)")
-STUB_MESSAGES = (re.compile(r"^Exercise \d, part (\w+): write (\w+)"),
-                 re.compile(r"^not started: write (\w+)"))
 _state = {"skipped": {}}                 # name -> the part a skipped cell waited for
 # A check run in the kernel (the project's own repository) runs in this one process, beside
 # Jupyter and whatever else the machine runs, not in a worker of its own: more time than a
@@ -59,46 +58,6 @@ def marker(part_id, text):
     return f"# part {part_id}, saved from a notebook ({digest}): edit it here or in the notebook"
 
 
-def is_stub(node):
-    """A function still holding the stub that stands for its solution: a `raise
-    NotImplementedError("Exercise N, part ...")` (the graded file's) or `("not started: ...")`
-    (the notebook's), wherever the solution region was in its body."""
-    for inner in ast.walk(node):
-        if isinstance(inner, ast.Raise) and isinstance(inner.exc, ast.Call) and \
-                isinstance(inner.exc.func, ast.Name) and \
-                inner.exc.func.id == "NotImplementedError" and inner.exc.args and \
-                isinstance(inner.exc.args[0], ast.Constant) and \
-                any(p.match(str(inner.exc.args[0].value)) for p in STUB_MESSAGES):
-            return True
-    return False
-
-
-def definitions(text):
-    """{name: (node, first line, last line)} of the top-level functions in text (1-based lines,
-    decorators included)."""
-    found = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            found[node.name] = (node, first, node.end_lineno)
-    return found
-
-
-def stubbed(part, root=ROOT):
-    """The functions of `part` that still hold their stub in the file the grader reads ([] where
-    the file cannot be read or parsed: nothing can be told of it)."""
-    try:
-        defined = definitions((Path(root) / part.file).read_text())
-    except (OSError, SyntaxError, ValueError):
-        return []
-    return [name for name in part.functions if name in defined and is_stub(defined[name][0])]
-
-
-def not_written(root=ROOT):
-    """The parts with a function that still holds its stub."""
-    return [part for part in parts.PARTS if stubbed(part, root)]
-
-
 def module_of(part):
     return part.file[:-len(".py")].replace("/", ".")
 
@@ -109,12 +68,12 @@ class FileFunction:
 
     def __init__(self, lines, name):
         text = "".join(lines)
-        node, first, last = definitions(text)[name]
+        node, first, last = parts.definitions(text)[name]
         above = lines[first - 2] if first >= 2 else ""
         self.first = first - 1 if MARKER.match(above) else first   # 1-based, marker included
         self.last = last
         self.text = "".join(lines[first - 1:last])
-        self.stub = is_stub(node)
+        self.stub = parts.is_stub(node)
         mark = MARKER.match(above)
         self.saved_here = bool(mark) and marker(mark.group(1), self.text) == above.rstrip("\n")
 
@@ -220,14 +179,14 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     # line number is the cell's own).
     bare = regions.without_markers(cell)
     dropped, cell = bare != cell, bare
-    defined = definitions(cell)
+    defined = parts.definitions(cell)
     absent = [name for name in part.functions if name not in defined]
     if absent:
         return f"{where}: the cell must define {', '.join(absent)}. Nothing was saved"
     cell_lines = cell.splitlines(keepends=True)
     written = {name: "".join(cell_lines[first - 1:last]).rstrip("\n") + "\n"
                for name, (node, first, last) in defined.items()
-               if name in part.functions and not is_stub(node)}
+               if name in part.functions and not parts.is_stub(node)}
     if is_reference(root):
         # The project's own files hold the reference answers: the cell's functions stand in
         # for them in this kernel only, and check() grades them here.
@@ -273,7 +232,7 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
                      "a notebook saved it: kept the file's, which the notebook now uses; to "
                      f"save this cell's over it, start the cell with %%answer {part.id} --replace")
     blank = [name for name in part.functions if name not in written]
-    from_file = [name for name in blank if not is_stub(definitions(
+    from_file = [name for name in blank if not parts.is_stub(parts.definitions(
         Path(root, part.file).read_text())[name][0])]
     if from_file:
         lines.append(f"{where}: blank here; using your {', '.join(from_file)} from {part.file}")
@@ -284,21 +243,9 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     return "\n".join(lines)
 
 
-class Stalled(NotImplementedError):
-    """What a part's functions raise in the notebook once its check failed or ran out of time
-    (an endless loop, likely), so that later cells (one that trains a draft with a wrong loss,
-    say) skip it in one line instead of running on it; running the part's cell again brings the
-    functions back."""
-
-    def __init__(self, part, timed_out):
-        super().__init__(f"part {part.id} " + ("did not finish in its check" if timed_out
-                                               else "fails its check"))
-        self.part, self.timed_out = part, timed_out
-
-
 def stalled(part, timed_out):
     def stand_in(*args, **kwargs):
-        raise Stalled(part, timed_out)
+        raise parts.Stalled(part, timed_out)
     return stand_in
 
 
@@ -354,26 +301,6 @@ def check(part_id, root=ROOT):
 
 # Cells that need a part not written yet ------------------------------------------------------
 
-def waiting_for(error):
-    """The part whose stub raised `error`, or None."""
-    if isinstance(error, Stalled):
-        return error.part
-    if not isinstance(error, NotImplementedError) or not error.args:
-        return None
-    for pattern in STUB_MESSAGES:
-        match = pattern.match(str(error.args[0]))
-        if match:
-            return parts.BY_ID.get(match.group(1)) or parts.part_of(match.group(1))
-    return None
-
-
-def place(part):
-    """Where a part is written: "the cell 'Your turn: ...' of notebook 01_the_idea"."""
-    title, notebook = notebooks.your_turn_places().get(part.id, (None, None))
-    if title is None:
-        return f"{part.file} (make check N={part.exercise})"
-    return f"the cell \"{title}\" of notebook {notebook}"
-
 
 def bound_names(tree):
     """The names a cell binds at its top level (not those inside its functions and classes)."""
@@ -398,13 +325,13 @@ def skipped(error, names, namespace):
     """Called when a guarded cell raised: True (after one line) when it waited for a part. The
     names the cell binds are then taken out of the notebook's namespace, half made as they may
     be, so that a later cell that needs one is skipped too (one line), not misled."""
-    part = waiting_for(error)
+    part = parts.waiting_for(error)
     if part is not None:
-        state = ("not written yet: write" if not isinstance(error, Stalled) else
+        state = ("not written yet: write" if not isinstance(error, parts.Stalled) else
                  "whose check did not finish (an endless loop?): fix" if error.timed_out else
                  "whose check fails (its table above says why): fix")
         print(f"skipped: this cell needs part {part.id} ({', '.join(part.functions)}), {state} "
-              f"it in {place(part)}")
+              f"it in {parts.place(part)}")
     elif isinstance(error, NameError) and getattr(error, "name", None) in _state["skipped"]:
         part = _state["skipped"][error.name]
         print(f"skipped: this cell needs {error.name}, which a cell above could not make "

@@ -8,27 +8,26 @@ checks import the graded exercises/ex2_derive.py and exercises/ex5_gpu.py) loads
 """
 
 from beyond import report
-from classroom import yourturn
-from lessonkit import cli
+from lessonkit import cli, parts
 
 
 def to_do(n, error):
     """One line for exercise n stopped by `error`, when that is a stub of a part not written
     yet: the part, the notebook cell and the file where it is written. None for any other."""
-    part = yourturn.waiting_for(error) if isinstance(error, NotImplementedError) else None
+    part = parts.waiting_for(error) if isinstance(error, NotImplementedError) else None
     if part is None:
         return None
     return (f"exercise {n} ({report.TITLES[n]}) is still to do: it needs part {part.id} "
-            f"({', '.join(part.functions)}); write it in {yourturn.place(part)} or in "
+            f"({', '.join(part.functions)}); write it in {parts.place(part)} or in "
             f"{part.file}, then `make check N={part.exercise}` checks it")
 
 
 def later_parts_to_do(after):
     """One line for each part of an exercise after `after` (part two: the notebooks' exercises
     past the five of the lesson) not written yet: where to write it, how to check it."""
-    return [f"part {part.id} ({', '.join(part.functions)}): write it in {yourturn.place(part)}, "
+    return [f"part {part.id} ({', '.join(part.functions)}): write it in {parts.place(part)}, "
             f"then `make check N={part.exercise}`"
-            for part in yourturn.not_written() if part.exercise > after]
+            for part in parts.not_written() if part.exercise > after]
 
 
 def run(n, main):

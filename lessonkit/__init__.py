@@ -6,6 +6,7 @@ checkpoint  checkpoint files, written atomically and read back safely
 cli         command-line flags from dataclasses, and the decoding arguments' checks
 scorer      a model's next-token distributions over a moving window (NumPy, no torch)
 stats       what a speculative run counts, round by round
+parts       the course's graded parts: their files, points, notebook cells and stubs
 
 Nothing here imports the lesson's files (gpt.py, speculative.py, numpy_speculative.py, train.py).
 """

@@ -11,7 +11,8 @@ import sys
 import types
 from pathlib import Path
 
-from classroom import checks, expected, parts, project, regions, report, runner, sandbox
+from classroom import checks, expected, project, regions, report, runner, sandbox
+from lessonkit import parts
 
 ROOT = project.ROOT
 HIDDEN = 4321            # a hidden seed for the tests (small: a control's search finds it)

@@ -115,7 +115,8 @@ def drafters(target):
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
-@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow),
+                               pytest.param(6, marks=pytest.mark.slow)])
 def test_speculative_batched_is_plain_decoding(target, k, name):
     prompts = ragged(6, seed=10 + k)
     model, accepted = backend(target, name), 0

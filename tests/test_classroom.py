@@ -16,8 +16,9 @@ import pytest
 
 from graders import reference_submission
 
-from classroom import build, parts, regions, report, runner
+from classroom import build, regions, report, runner
 from classroom.project import ROOT
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # builds and grades student repositories: not in make test-fast
 

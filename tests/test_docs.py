@@ -91,7 +91,7 @@ def learning_path_rows():
 
 
 def test_the_learning_path_is_the_notebooks_in_order_with_their_own_reading_times_and_parts():
-    from classroom.parts import PARTS
+    from lessonkit.parts import PARTS
     part_of = {f"{p.file[:-3].replace('/', '.')}.{f}": p.id for p in PARTS for f in p.functions}
     rows = learning_path_rows()
     sources = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -146,13 +146,13 @@ def test_code_the_readme_quotes_is_the_code_of_the_file_it_names():
 
 
 def test_the_teachers_points_are_the_graders():
-    from classroom.parts import PARTS
+    from lessonkit.parts import PARTS
     text = TEACHERS.read_text()
     for p in PARTS:
         row = re.search(rf"^\| {p.id} \|.*\| `{re.escape(p.file)}` \| (\d+) \| (\d+) min \|$",
                         text, re.M)
         assert row and (int(row[1]), int(row[2])) == (p.points, p.minutes), \
-            f"TEACHERS.md, part {p.id}: {p.points} points, {p.minutes} min in classroom/parts.py"
+            f"TEACHERS.md, part {p.id}: {p.points} points, {p.minutes} min in lessonkit/parts.py"
     total = sum(p.points for p in PARTS)
     assert f"{total} in a student's own `make check`" in flat(text)
     assert f"`make check` here scores {total}/{total}" in flat(text)

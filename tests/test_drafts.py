@@ -72,6 +72,7 @@ def test_greedy_with_the_table_is_the_big_models_output(target, lookup):  # noqa
         assert torch.equal(got, want) and stats.new_tokens == 40
 
 
+@pytest.mark.slow  # seconds: make test
 def test_the_table_of_a_models_own_text_drafts_best_for_that_model(tmp_path):
     """NGramDraft.of_target: built from the model's own greedy text, it keeps more guesses of
     that model than the training text's table, and more than the table of another model's text

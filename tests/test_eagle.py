@@ -74,6 +74,7 @@ def rollout(big, eagle, seq, k):
     return guesses
 
 
+@pytest.mark.slow  # seconds: make test
 def test_eagle_roll_feeds_the_drafts_own_features_and_guesses():
     # By hand, one step at a time: the first guess from the pairs (f_t, x_{t+1}); the second
     # from those and (f'_n, g_1). Random weights; wte and lm_head differ, so that a swap shows.

@@ -32,7 +32,7 @@ def backend(model, name):
     return NumpyGPT(model) if name == "numpy" else model
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch"])
+@pytest.mark.parametrize("name", ["numpy", pytest.param("torch", marks=pytest.mark.slow)])
 def test_greedy_is_plain_decoding_for_every_exit_and_k(deep, name):
     target = backend(deep, name)
     for L in (1, 2, 3):

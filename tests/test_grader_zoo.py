@@ -8,7 +8,8 @@ control that shows its values are right."""
 import pytest
 from graders import ROOT, full, in_process, recorded, said, scores
 
-from classroom import build, parts
+from classroom import build
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # the zoo, graded: not in make test-fast
 

@@ -154,7 +154,7 @@ def test_plain_decoding_equals_their_generate(models, name):
     assert torch.equal(sd.generate(hf.HFModel(model), batch, 20), their_greedy(model, batch, 20))
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
 def test_speculative_decoding_equals_their_generate(models, name):
     target = models[name]
     drafts = {"noisy copy": noisy_copy(target, 0.05, 1),

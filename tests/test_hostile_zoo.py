@@ -35,7 +35,8 @@ from graders import (
     user_mode_refused,
 )
 
-from classroom import checks, checks_part_one, parts, runner, sandbox
+from classroom import checks, checks_part_one, runner, sandbox
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # graded end to end in sandboxes: not in make test-fast
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     # 0: leaf helpers of lessonkit/; they import nothing from the project.
     "lessonkit": 0, "lessonkit.machine": 0, "lessonkit.cli": 0, "lessonkit.corpus": 0,
+    "lessonkit.parts": 0,
     # 1: the rest of lessonkit/ (NumPy or plain Python, and the checkpoint file): the window rule
     # and the scorer, a run's statistics, the checkpoint file.
     "lessonkit.scorer": 1, "lessonkit.stats": 1, "lessonkit.checkpoint": 1,
@@ -32,8 +33,9 @@ LAYERS = {
     "beyond.*": 4,
     # 5: the command that trains the presets.
     "train": 5,
-    # 6: on top: the exercises, the studies, the classroom; 7: the notebook sources.
-    "exercises.*": 6, "studies.*": 6, "classroom.*": 6, "notebooks.*": 7,
+    # 6: the exercises and the studies; 7: the classroom, which grades the lesson's files and
+    # nothing of the lesson imports; 8: the notebook sources, whose check cells call it.
+    "exercises.*": 6, "studies.*": 6, "classroom.*": 7, "notebooks.*": 8,
 }
 
 PACKAGES = ("lessonkit", "beyond", "exercises", "studies", "classroom")  # walked all the way down
@@ -237,6 +239,14 @@ PLANTED = {
                                      ["  lessonkit/cli.py:1: lessonkit.cli -> lessonkit.machine"
                                       "  (rank 0 -> 0)"]),
     "an unplaced module": ({"gpt.py": "", "newcomer.py": ""}, "unplaced_modules", ["newcomer"]),
+    "a lesson folder importing the grader": ({"exercises/__init__.py": "",
+                                              "exercises/stubs.py": "from classroom import parts\n",
+                                              "classroom/__init__.py": "",
+                                              "classroom/parts.py": ""}, "upward_imports",
+                                             ["  exercises/stubs.py:1: exercises.stubs -> "
+                                              "classroom.parts  (rank 6 -> 7)",
+                                              "  exercises/stubs.py:1: exercises.stubs -> "
+                                              "classroom  (rank 6 -> 7)"]),
     "a lesson file's main-guard import": ({"gpt.py": "if __name__ == '__main__':\n"
                                                      "    import speculative\n",
                                            "speculative.py": ""},

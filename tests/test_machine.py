@@ -63,6 +63,7 @@ def test_threads_restores_after_an_exception():
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.slow  # seconds: make test
 def test_a_spinning_program_makes_the_machine_busy():
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

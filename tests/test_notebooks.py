@@ -9,29 +9,32 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from classroom import notebooks
 from classroom.project import ROOT
+from lessonkit import parts
 
-SOURCES = notebooks.sources()
+SOURCES = parts.sources()
 
 
 def test_the_notebooks_load_the_extension_and_each_your_turn_cell_names_its_part():
     for source in SOURCES:
-        turns = [header for kind, header, _ in notebooks.cells(source.read_text())
-                 if notebooks.YOUR_TURN.match(header)]
+        turns = [header for kind, header, _ in parts.cells(source.read_text())
+                 if parts.YOUR_TURN.match(header)]
         for version in ("student", "solved"):
             code = [c.source for c in notebooks.read(source, version).cells
                     if c.cell_type == "code"]
             assert "%load_ext classroom.yourturn" in code[0].splitlines()
             answers = [c.splitlines()[0] for c in code if c.startswith("%%answer")]
-            assert answers == [f"%%answer {notebooks.part_of_cell(h).id}" for h in turns]
+            assert answers == [f"%%answer {parts.part_of_cell(h).id}" for h in turns]
 
 
 def test_every_your_turn_cell_is_followed_by_its_check_cell():
     for source in SOURCES:
-        cells = notebooks.cells(source.read_text())
+        cells = parts.cells(source.read_text())
         for i, (kind, header, _) in enumerate(cells):
-            if notebooks.YOUR_TURN.match(header):
+            if parts.YOUR_TURN.match(header):
                 following = [body for k, _, body in cells[i + 1:] if k == "code"][:1]
                 assert following and re.search(r"^check\(", following[0], re.M), \
                     f"{source.name}: {header} has no check cell after it"
@@ -48,8 +51,8 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
 
 def test_every_your_turn_cell_imports_the_reference_in_the_source_only():
     for source in SOURCES:
-        for kind, header, body in notebooks.cells(source.read_text()):
-            turn = notebooks.YOUR_TURN.match(header)
+        for kind, header, body in parts.cells(source.read_text()):
+            turn = parts.YOUR_TURN.match(header)
             if not turn:
                 continue
             lines = body.splitlines()
@@ -94,6 +97,7 @@ def test_the_solved_notebooks_say_so_and_are_rewritten(tmp_path):
     assert "Old setup" not in written[0].read_text()
 
 
+@pytest.mark.slow  # seconds: make test
 def test_a_kernel_loading_the_extension_does_not_import_nbformat():
     # nbformat's schema checker is slow to import, and every kernel loads classroom.yourturn
     # (as does `make check`, through classroom.notebooks): only building a notebook needs it.
@@ -103,5 +107,5 @@ def test_a_kernel_loading_the_extension_does_not_import_nbformat():
         return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                               cwd=ROOT, check=True).stdout.strip() == "True"
     assert not imports_nbformat("import classroom.yourturn, classroom.__main__")
-    assert imports_nbformat("from classroom import notebooks\n"
-                            "notebooks.read(notebooks.sources()[0])")
+    assert imports_nbformat("from classroom import notebooks\nfrom lessonkit import parts\n"
+                            "notebooks.read(parts.sources()[0])")

@@ -59,6 +59,7 @@ def quick(tmp_path_factory):
 
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
+@pytest.mark.slow  # a study quick run: make test
 def test_quick_run_writes_figures_numbers_and_its_report_section(quick):
     results, section = quick
     for name in ("sampling_temperature.png", "sampling_lenience.png", "sampling_costs.png"):
@@ -70,6 +71,7 @@ def test_quick_run_writes_figures_numbers_and_its_report_section(quick):
     assert section["numbers"]["seconds"] > 0  # timed (a time limit here would flake when busy)
 
 
+@pytest.mark.slow  # a study quick run: make test
 def test_quick_run_numbers_hang_together(quick):
     n = quick[1]["numbers"]
     for r in n["temperature"]:

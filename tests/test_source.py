@@ -13,6 +13,8 @@ import re
 import tokenize
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = {"tests", ".venv", "__pycache__", ".git"}
 
@@ -124,6 +126,7 @@ def stale_references(root):
     return stale
 
 
+@pytest.mark.slow  # seconds: make test
 def test_no_comment_or_docstring_names_what_is_not_there():
     stale = "\n".join(stale_references(ROOT))
     assert not stale, f"Comments and docstrings name files, commands or names that are gone:\n" \

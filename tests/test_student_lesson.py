@@ -17,8 +17,9 @@ import sys
 import pytest
 
 from beyond import common
-from classroom import build, notebooks, parts, yourturn
+from classroom import build
 from exercises import __main__ as lesson
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # trains the quick models and runs exercises
 
@@ -186,7 +187,7 @@ def part_lines(said, part):
 
 
 def says_where(line, part):
-    return yourturn.place(part) in line and part.file in line
+    return parts.place(part) in line and part.file in line
 
 
 FIRST_PART = {1: "1a", 2: "2a", 3: "1a", 4: "4a", 5: "5a"}   # the part each exercise calls first
@@ -226,7 +227,7 @@ def test_make_check_on_stubs_is_one_line_per_part(make, n):
     done = make("check", *([f"N={n}"] if n else []))
     assert done.returncode == 0, done.stderr[-2000:]
     said = clean(done)
-    in_notebook = {p: nb for p, (_, nb) in notebooks.your_turn_places().items()}
+    in_notebook = {p: nb for p, (_, nb) in parts.your_turn_places().items()}
     chosen = [p for p in parts.PARTS if n in (None, p.exercise) or
               isinstance(n, str) and in_notebook[p.id].startswith(f"{n}_")]
     assert n != "07" or [p.id for p in chosen] == ["6a", "6b"]      # notebook 07: exercise 6
@@ -251,7 +252,7 @@ def test_make_notebooks_first_step_on_stubs_is_one_line(make, stub_lesson):
                               text=True, capture_output=True, timeout=120)
         assert done.returncode == 0 and clean(done).strip().count("\n") == 0, done.stderr
         assert word in done.stdout
-    assert len(list((repo / "my-notebooks").glob("*.ipynb"))) == len(notebooks.sources())
+    assert len(list((repo / "my-notebooks").glob("*.ipynb"))) == len(parts.sources())
 
 
 @pytest.mark.parametrize("target", ["exercise", "check"])

@@ -13,8 +13,9 @@ import pytest
 from graders import ROOT, box
 from graders import reference_submission as copy_project
 
-from classroom import intake, parts, report, runner
+from classroom import intake, report, runner
 from classroom.__main__ import row_names
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # read in the sandbox: not in make test-fast
 

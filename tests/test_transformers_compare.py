@@ -42,6 +42,7 @@ def rows(quick):
 
 
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
+@pytest.mark.slow  # a study quick run: make test
 def test_every_mode_has_a_row_with_a_checked_output(quick):
     table = rows(quick)
     assert list(table) == QUICK_MODES
@@ -52,6 +53,7 @@ def test_every_mode_has_a_row_with_a_checked_output(quick):
     assert table["generate(do_sample=False)"]["vs_generate"] == 1
 
 
+@pytest.mark.slow  # a study quick run: make test
 def test_the_time_split_adds_up_and_counts_passes(quick):
     table = rows(quick)
     for name, r in table.items():
@@ -91,6 +93,7 @@ def test_ceiling_on_known_costs():
     assert flat["gain"] == pytest.approx(1) and flat["alpha"] != flat["alpha"]   # nan
 
 
+@pytest.mark.slow  # a study quick run: make test
 def test_goals_pairs_and_notes(quick):
     numbers = quick[1]["numbers"]
     assert set(numbers["goals"]) == {"fastest", "adapter plain", "adapter speculative"}
@@ -103,6 +106,7 @@ def test_goals_pairs_and_notes(quick):
     assert not any(n.startswith("heads skipped") for n in numbers["notes"])  # trained first
 
 
+@pytest.mark.slow  # a study quick run: make test
 def test_figure_and_section(quick):
     import matplotlib.image
     results = quick[2]
@@ -126,6 +130,7 @@ def test_every_flag_has_help():
     assert all(comments.get(f.name) for f in fields(against.Args))
 
 
+@pytest.mark.slow  # a study quick run: make test
 def test_bad_settings_are_one_line_errors(quick):
     args = against.Args(quick=True, checkpoints=quick[0].checkpoints,
                         results=quick[0].results, prompt_chars=60)    # 60 + 16 + 1 > 64

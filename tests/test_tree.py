@@ -101,8 +101,9 @@ def test_every_node_gets_its_own_chains_logits(target, backend, monkeypatch):
 SHAPES = {"chain": chain_shape(3), "wide": WIDE, "best": best_shape([0.6, 0.25, 0.1], 12)}
 
 
-@pytest.mark.parametrize("backend", ["torch", "numpy"])
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=pytest.mark.slow), "numpy"])
+@pytest.mark.parametrize("shape", [name if name == "chain" else pytest.param(
+    name, marks=pytest.mark.slow) for name in SHAPES])   # make test-fast: a chain in NumPy
 def test_greedy_equals_plain_decoding_at_every_length(target, backend, shape):
     model = backends(target)[backend]
     drafts = [noisy_copy(target, 0.05, 1), make_model(2, block_size=8, n_layer=1),

@@ -4,11 +4,11 @@ blank part and the cell that uses what it made are each skipped in one line. A n
 a part of a later notebook, and answers that stay in the notebook (the cells without %%answer),
 each fail the walk. (The course's own notebooks run blank in `make notebooks-check`.)"""
 
-import nbformat
 import pytest
 from test_walk import student  # noqa: F401  (the fixture: a copy of the student repository)
 
 from classroom import notebooks, walk
+from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # the student repository and its notebooks: not in make test-fast
 
@@ -16,6 +16,8 @@ pytestmark = pytest.mark.slow  # the student repository and its notebooks: not i
 def made_notebook(student):
     """Setup, the first your-turn cell as the student gets it (blank), its check, a cell that
     calls it, one that uses what that cell made, and a last one."""
+    import nbformat  # here, not at the top: its import takes seconds, and make test-fast
+    #                  collects this file without running it
     first = nbformat.read(student / "notebooks" / "01_the_idea.ipynb", as_version=4)
     answer = next(c.source for c in first.cells if c.source.startswith("%%answer 1a"))
     code = ["%load_ext classroom.yourturn\nfrom classroom.yourturn import check\n"
@@ -36,7 +38,7 @@ def test_a_blank_notebook_runs_to_its_end_and_scores_nothing(student):
     # Control: the same notebook with its part written as the solved notebook has it runs
     # every cell and scores every point.
     solved = made_notebook(student)
-    answer = next(c.source for c in notebooks.read(notebooks.sources()[0], "solved").cells
+    answer = next(c.source for c in notebooks.read(parts.sources()[0], "solved").cells
                   if c.source.startswith("%%answer 1a"))
     solved.cells[1].source = walk.as_a_student_writes(answer)
     assert walk.run(solved, student, env, filled_in=True) is None

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from classroom import parts, project, regions, yourturn
+from classroom import project, regions, yourturn
+from lessonkit import parts
 
 PART = parts.BY_ID["1a"]
 STUB = f'''import math
@@ -116,14 +117,14 @@ def test_build_marks_the_student_repository_and_only_it(student_build):
 
 
 def test_stubs_are_told_from_answers_wherever_the_region_was():
-    solved = yourturn.definitions(ANSWER)["greedy_verdict"][0]
-    graded = yourturn.definitions(STUB)["greedy_verdict"][0]
-    midway = yourturn.definitions(
+    solved = parts.definitions(ANSWER)["greedy_verdict"][0]
+    graded = parts.definitions(STUB)["greedy_verdict"][0]
+    midway = parts.definitions(
         "def f(x):\n    y = x + 1\n    raise NotImplementedError('not started: write f (see its "
         "docstring)')\n    return y\n")["f"][0]
-    own = yourturn.definitions("def f(x):\n    raise NotImplementedError('no negative x')\n")["f"][0]
-    assert yourturn.is_stub(graded) and yourturn.is_stub(midway)
-    assert not yourturn.is_stub(solved) and not yourturn.is_stub(own)
+    own = parts.definitions("def f(x):\n    raise NotImplementedError('no negative x')\n")["f"][0]
+    assert parts.is_stub(graded) and parts.is_stub(midway)
+    assert not parts.is_stub(solved) and not parts.is_stub(own)
 
 
 @pytest.fixture
@@ -155,7 +156,7 @@ def test_a_blank_cell_uses_what_the_file_has(student, kernel_modules):
     graded, _ = kernel_modules
     yourturn.save(PART, {"greedy_verdict": ANSWER}, root=student)
     ns = {}
-    blank = yourturn.definitions(STUB)
+    blank = parts.definitions(STUB)
     first, last = blank["greedy_verdict"][1:]
     cell = "".join(STUB.splitlines(keepends=True)[first - 1:last])
     said = yourturn.answer("1a", cell, ns, root=student)
@@ -299,6 +300,7 @@ def restored():
         setattr(module, key, original)
 
 
+@pytest.mark.slow  # seconds: make test
 def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell, capsys,
                                                                         monkeypatch, restored):
     monkeypatch.setattr(yourturn, "KERNEL_TIMEOUT", 1)

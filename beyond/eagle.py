@@ -51,6 +51,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
@@ -61,6 +62,7 @@ from beyond import common, compare, frozen, presets
 from beyond.backends import with_backend
 from beyond.heads import batch_of, feature_scorer, final_states, greedy_pool
 from beyond.heads import load as load_heads
+from beyond.tree_grow import Tree, likeliest_or_drawn
 from lessonkit import cli
 
 try:  # the fast NumPy drafter: the reference's only (its NumPy block would answer exercise 3a)
@@ -290,6 +292,73 @@ class EagleRoll(sd.Drafter):
 
 
 # ----------------------------------------------------------------------------------------------
+# Trees of guesses from the draft
+
+
+class EagleBranches:
+    """The draft as a tree's brancher (EAGLE-2's way, beyond/tree_grow.py's protocol): a node's
+    children are the draft's likeliest guesses (or draws) after the path to it, from the feature
+    it rolled forward along that path. The root's step reads the big model's features of the
+    window (the target's TreeScorer keeps its states: attach); every other node's step is one
+    position after its parent's keys and values (Eagle.extend), computed once a round: a tree
+    of N guesses costs the draft as many steps as it has nodes with children."""
+
+    def __init__(self, eagle, big):
+        self.eagle, self.window = eagle.eval(), eagle.window
+        self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
+        self.ln_f = [p.detach().cpu().float().numpy() for p in
+                     (big.transformer.ln_f.weight, big.transformer.ln_f.bias)]
+        self.vocab_size = self.wte.shape[0]
+        self.scorer, self.written, self.steps = None, None, {}
+
+    def attach(self, scorer, score_tree):
+        """The target's TreeScorer (keeping states) and its own score_tree, for missing ones."""
+        if scorer.model.c.n_embd != self.wte.shape[1]:
+            raise ValueError(f"this draft reads {self.wte.shape[1]}-channel features, the "
+                             f"target's are {scorer.model.c.n_embd}: it was trained for another "
+                             f"model")
+        self.scorer, self.score_tree = scorer, score_tree
+
+    def branch(self, seq, depth, width, sampling):
+        root = len(seq) - depth                  # the last token written; then the path
+        if root < 1:
+            return [], None
+        feature, _ = self.step(seq, root)                                    # (1, 1, C)
+        logits = F.linear(feature[0, 0], self.lm_head).float().cpu().numpy()  # (V,)
+        return likeliest_or_drawn(logits, width, sampling)
+
+    @torch.inference_mode()
+    def step(self, seq, root):
+        """The draft's guess of the feature after seq (1, 1, C) and the keys and values of its
+        pairs so far; seq is the text up to the root (seq[root]), then a path of the tree."""
+        if seq[:root + 1] != self.written:       # a new round: the last one's nodes are gone
+            self.written, self.steps = seq[:root + 1], {}
+        path = tuple(seq[root + 1:])
+        if path not in self.steps:
+            if path:                             # [its parent's feature ; its own token]
+                feature, past = self.step(seq[:-1], root)
+                x, k, v = self.eagle.extend(feature, torch.tensor([[seq[-1]]]), self.wte, past)
+            else:                                # [f_t ; x_{t+1}] over the window, t < root
+                features, first = self.features(seq, root)                  # (n, C)
+                x, k, v = self.eagle.extend(features[None],
+                                            torch.tensor([seq[first + 1:root + 1]]), self.wte)
+            self.steps[path] = x[:, -1:], (k, v)
+        return self.steps[path]
+
+    def features(self, seq, root):
+        """The big model's features f_first .. f_{root-1} (n, C) of the written text, the last
+        `window` of its window, and `first`."""
+        first = max(self.scorer.starts[0], root - self.window)
+        states = [self.scorer.state(seq, t) for t in range(first, root)]
+        if any(s is None for s in states):                   # a round the last pass did not read
+            self.score_tree(seq[:root], Tree([seq[root - 1]]))  # one pass, just the text
+            first = max(self.scorer.starts[0], root - self.window)
+            states = [self.scorer.state(seq, t) for t in range(first, root)]
+        weight, bias = self.ln_f
+        return torch.from_numpy(np.stack(states) * weight + bias).to(self.wte), first
+
+
+# ----------------------------------------------------------------------------------------------
 # Training against the frozen big model, and loading
 
 
@@ -396,18 +465,24 @@ def load(big, folder=None, log=print):
 
 
 @torch.no_grad()
+def rank_agreement(big, eagle, texts, width):
+    """[r]: the fraction of positions of `texts` (W, T) tokens where the big model's own top
+    token is the draft's (r + 1)-th guess, from the big model's features and the text (the
+    acceptance per rank that sizes a tree, beyond/tree_grow.py)."""
+    _, features = final_states(big, texts)                              # (W, T, C)
+    wte, lm_head = frozen_weights(big)
+    states, tokens, targets = shifted(features, texts)
+    guess = F.linear(eagle(states, tokens, wte), lm_head)               # (W, T-1, V)
+    want = F.linear(targets, lm_head).argmax(-1, keepdim=True)          # (W, T-1, 1)
+    return (guess.topk(width, -1).indices == want).float().mean((0, 1)).tolist()  # (width,)
+
+
 def agreement(big, eagle, data, windows=64):
     """The fraction of positions of held-out `data` (1-D tokens) where the draft's first guess
     (from the big model's features and the real text) is the big model's own top token."""
     T = big.c.block_size
     starts = torch.linspace(0, len(data) - T - 1, windows).long()
-    x = torch.stack([data[s:s + T] for s in starts])                    # (W, T)
-    _, features = final_states(big, x)                                  # (W, T, C)
-    wte, lm_head = frozen_weights(big)
-    states, tokens, targets = shifted(features, x)
-    guess = F.linear(eagle(states, tokens, wte), lm_head)               # (W, T-1, V)
-    want = F.linear(targets, lm_head)                                   # (W, T-1, V)
-    return (guess.argmax(-1) == want.argmax(-1)).float().mean().item()
+    return rank_agreement(big, eagle, torch.stack([data[s:s + T] for s in starts]), 1)[0]
 
 
 # ----------------------------------------------------------------------------------------------

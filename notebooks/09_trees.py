@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, heads, registry, tree
+from beyond import common, eagle, heads, registry, tree
 from beyond.tree_grow import Tree
 from beyond.tree_sampling import draw_distinct
 from classroom.checks import chi_square_fails
@@ -296,6 +296,38 @@ clock.axhline(1, color="grey", lw=0.8)
 clock.set_title("x plain decoding, by the clock")
 plt.show()
 assert heads_rows["tree"]["tokens_per_pass"] >= heads_rows["its chain"]["tokens_per_pass"]
+
+# %% [markdown]
+# EAGLE-2 grows its trees from its draft instead: along each path of the tree the draft rolls
+# forward as `eagle_roll` does, one step per node that gets children, each from its parent's
+# feature and its own token (`eagle.EagleBranches`, the draft of notebook 8, trained there or
+# here on first use). `accept` counts how often the big model's choice is the draft's first,
+# second and third guess on the big model's own greedy text (what decoding sees), and sizes the
+# trees as before. Then the chain of 8 (notebook 8's longest), the chain of first guesses
+# inside the tree of 16, and the best trees of 16 and 24, each checked against plain decoding.
+
+# %%
+eagle_draft = eagle.trained(target, common.checkpoint_folder(common.notebook_args()))
+texts = torch.stack([sd.generate(target, p, N_NEW)[0, -target.c.block_size:]
+                     for p in corpus.held_out_prompts(6, 32)[1::2]])
+accept = eagle.rank_agreement(target, eagle_draft, texts, 3)
+print("the draft's guess 1, 2, 3 is the big model's choice:", [f"{a:.0%}" for a in accept])
+eagle_rows = {}
+sixteen = tree.best_shape(accept, 16)
+for kind, shape in [("chain", tree.chain_shape(8)),
+                    ("its chain", tree.chain_shape(sum(not any(ranks) for ranks in sixteen))),
+                    ("tree", sixteen), ("wide tree", tree.best_shape(accept, 24))]:
+    r = eagle_rows[kind] = trees.measure(target, eagle.EagleBranches(eagle_draft, target),
+                                         prompts, N_NEW, kind, shape, plain_out, 3)
+    label = {"chain": "the draft's chain", "its chain": "the tree's own chain"}.get(kind, kind)
+    print(f"{label} of {len(shape)}: {r['tokens_per_pass']:.2f} characters per pass, "
+          f"{r['speedup']:.2f}x plain decoding by the clock")
+best_chain = max((eagle_rows["chain"], eagle_rows["its chain"]), key=lambda r: r["speedup"])
+best_tree = max((eagle_rows["tree"], eagle_rows["wide tree"]), key=lambda r: r["speedup"])
+print(f"the fastest tree against the fastest chain: "
+      f"{best_tree['tokens_per_pass'] / best_chain['tokens_per_pass']:.2f}x the characters per "
+      f"pass, {best_tree['speedup'] / best_chain['speedup']:.2f}x the speed")
+assert eagle_rows["tree"]["tokens_per_pass"] >= eagle_rows["its chain"]["tokens_per_pass"]
 
 # %% [markdown]
 # Each tree writes at least what its own chain writes per pass. By the clock a tree pays only

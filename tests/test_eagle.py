@@ -16,6 +16,7 @@ from beyond import eagle as eagle_module
 from beyond import presets, registry
 from beyond.eagle import (
     Eagle,
+    EagleBranches,
     EagleConfig,
     EagleRoll,
     Rolling,
@@ -25,12 +26,15 @@ from beyond.eagle import (
     eagle_roll,
     final_states,
     frozen_weights,
+    rank_agreement,
     shifted,
     train,
 )
 from beyond.eagle_numpy import EagleDraft
 from beyond.fast_numpy import NumpyGPT
 from beyond.registry import by_name
+from beyond.tree import best_shape, chain_shape, tree_generate, tree_scorer
+from beyond.tree_grow import grow
 
 QUICK = dict(steps=60, batch_size=8, block=16, lr=1e-2, window=6, pool=16, save_every=60,
              threads=1)
@@ -222,6 +226,45 @@ def test_the_torch_drafter_proposes_what_the_numpy_one_does(target, eagle, backe
     with pytest.raises(ValueError, match="greedily"):
         sd.speculative_generate(target, EagleRoll(eagle, target), torch.tensor([[1, 2]]), 3,
                                 temperature=1.0)
+
+
+class ParentsToken(EagleBranches):
+    """Control: each node's step reads its parent's token again instead of its own."""
+
+    def step(self, seq, root):
+        return super().step(seq if len(seq) <= root + 1 else seq[:-1] + seq[-2:-1], root)
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_a_tree_from_the_draft_rolls_it_along_each_path(target, eagle, backend):
+    # The chain of first guesses of a tree grown by EagleBranches is eagle_roll's from the same
+    # text (each node's step: its parent's feature with its own token); the second guesses are
+    # the draft's second likeliest after the root; tree decoding stays the big model's output.
+    big = registry.with_backend(target, backend)
+    for prompt in [torch.tensor([[3, 1]])] + prompts(2, seed=5):
+        seq = prompt[0].tolist()
+        brancher, control = EagleBranches(eagle, target), ParentsToken(eagle, target)
+        for b in (brancher, control):
+            tree_scorer(big, b, 6)
+        chain = grow(brancher, seq, chain_shape(4) + [(1,)], 8, sd.Sampling())
+        assert chain.tokens[1:5] == rollout(target, eagle, seq, 4)
+        assert chain.tokens[5] != chain.tokens[1] and chain.parents[5] == 0
+        assert grow(control, seq, chain_shape(4), 8, sd.Sampling()).tokens[1:] != \
+            chain.tokens[1:5]
+        for shape in (chain_shape(3), best_shape([0.8, 0.15], 8)):
+            want = sd.generate(big, prompt, 2 * target.c.block_size)
+            got, stats = tree_generate(big, EagleBranches(eagle, target), prompt,
+                                       2 * target.c.block_size, shape=shape)
+            assert torch.equal(got, want) and stats.accepted > 0, (backend, shape)
+
+
+def test_rank_agreement_counts_each_rank_once(target, eagle):
+    texts = torch.stack([gpt.train_data[s:s + 16] for s in range(0, 320, 40)])   # (8, 16)
+    ranks = rank_agreement(target, eagle, texts, 3)
+    assert len(ranks) == 3 and 0 < sum(ranks) <= 1 and ranks[0] > ranks[1]
+    assert agreement(target, eagle, gpt.train_data, 8) == pytest.approx(
+        rank_agreement(target, eagle, torch.stack([gpt.train_data[s:s + 16] for s in
+                       torch.linspace(0, len(gpt.train_data) - 17, 8).long()]), 1)[0])
 
 
 def test_sampling_with_eagle_returns_valid_tokens_and_distributions(target, eagle):

@@ -40,9 +40,13 @@ its own imperfect ones).
 distilled draft: characters per big-model pass and the speed-up over plain greedy decoding
 (the figures are the run's: they depend on the machine).
 
-Changes from EAGLE: a chain of top guesses instead of a tree; the draft attends over a band of
-its last inputs instead of the whole context; no position encoding (the features carry it); a
-character model trained on its own greedy text for under a minute of CPU.
+Trees (EAGLE-2's way): EagleBranches grows a tree of guesses from the draft for beyond/tree.py,
+rolling it along each path; notebook 09 measures them against the draft's chains.
+
+Changes from EAGLE: a chain of top guesses by default (a tree with EagleBranches, of a fixed
+shape where EAGLE-2 chooses each round's by the draft's confidence); the draft attends over a
+band of its last inputs instead of the whole context; no position encoding (the features carry
+it); a character model trained on its own greedy text for under a minute of CPU.
 
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """

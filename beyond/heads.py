@@ -35,8 +35,8 @@ compared: the fastest way to write this text exactly"). Hence HEADS = 5.
 The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
 (beyond/fast_numpy.py), and the scorer unfolds it from there.
 
-Changes from Medusa: one chain of top guesses instead of a tree of candidates checked with tree
-attention; the heads learn from the big model's greedy text (Medusa from a chat data set, or in
+Changes from Medusa: one chain of top guesses by default (a tree of candidates, checked with
+tree attention, through beyond/tree_grow.py's HeadsBranches: notebook 09); the heads learn from the big model's greedy text (Medusa from a chat data set, or in
 its self-distillation recipe from the model's own replies); they are evaluated in NumPy, whatever
 the target's backend.
 """

@@ -302,9 +302,12 @@ assert heads_rows["tree"]["tokens_per_pass"] >= heads_rows["its chain"]["tokens_
 # forward as `eagle_roll` does, one step per node that gets children, each from its parent's
 # feature and its own token (`eagle.EagleBranches`, the draft of notebook 8, trained there or
 # here on first use). `accept` counts how often the big model's choice is the draft's first,
-# second and third guess on the big model's own greedy text (what decoding sees), and sizes the
-# trees as before. Then the chain of 8 (notebook 8's longest), the chain of first guesses
-# inside the tree of 16, and the best trees of 16 and 24, each checked against plain decoding.
+# second and third guess on the big model's own greedy text (what decoding sees). The draft's
+# first guesses hold so often that the best shape for a budget is nearly a chain, so the trees
+# here keep the chain's depth: the chain of 8 (notebook 8's), then the best trees of 12 and 16
+# nodes no deeper than 8 (the chain plus second guesses where they pay most), each checked
+# against plain decoding and timed through the same tree code (which costs more a round than
+# notebook 8's chain loop: compare the trees with this chain, not with notebook 8's speed-up).
 
 # %%
 eagle_draft = eagle.trained(target, common.checkpoint_folder(common.notebook_args()))
@@ -313,21 +316,21 @@ texts = torch.stack([sd.generate(target, p, N_NEW)[0, -target.c.block_size:]
 accept = eagle.rank_agreement(target, eagle_draft, texts, 3)
 print("the draft's guess 1, 2, 3 is the big model's choice:", [f"{a:.0%}" for a in accept])
 eagle_rows = {}
-sixteen = tree.best_shape(accept, 16)
 for kind, shape in [("chain", tree.chain_shape(8)),
-                    ("its chain", tree.chain_shape(sum(not any(ranks) for ranks in sixteen))),
-                    ("tree", sixteen), ("wide tree", tree.best_shape(accept, 24))]:
+                    ("tree", tree.best_shape(accept, 12, max_depth=8)),
+                    ("wide tree", tree.best_shape(accept, 16, max_depth=8))]:
     r = eagle_rows[kind] = trees.measure(target, eagle.EagleBranches(eagle_draft, target),
                                          prompts, N_NEW, kind, shape, plain_out, 3)
-    label = {"chain": "the draft's chain", "its chain": "the tree's own chain"}.get(kind, kind)
-    print(f"{label} of {len(shape)}: {r['tokens_per_pass']:.2f} characters per pass, "
-          f"{r['speedup']:.2f}x plain decoding by the clock")
-best_chain = max((eagle_rows["chain"], eagle_rows["its chain"]), key=lambda r: r["speedup"])
+    label = {"chain": "the draft's chain"}.get(kind, f"the best {kind}")
+    print(f"{label} of {len(shape)}: "
+          f"{r['tokens_per_pass']:.2f} characters per pass, {r['speedup']:.2f}x plain decoding "
+          f"by the clock")
 best_tree = max((eagle_rows["tree"], eagle_rows["wide tree"]), key=lambda r: r["speedup"])
-print(f"the fastest tree against the fastest chain: "
-      f"{best_tree['tokens_per_pass'] / best_chain['tokens_per_pass']:.2f}x the characters per "
-      f"pass, {best_tree['speedup'] / best_chain['speedup']:.2f}x the speed")
-assert eagle_rows["tree"]["tokens_per_pass"] >= eagle_rows["its chain"]["tokens_per_pass"]
+chain = eagle_rows["chain"]
+print(f"the faster tree against the chain: "
+      f"{best_tree['tokens_per_pass'] / chain['tokens_per_pass']:.2f}x the characters per pass, "
+      f"{best_tree['speedup'] / chain['speedup']:.2f}x the speed")
+assert eagle_rows["tree"]["tokens_per_pass"] >= eagle_rows["chain"]["tokens_per_pass"]
 
 # %% [markdown]
 # Each tree writes at least what its own chain writes per pass. By the clock a tree pays only

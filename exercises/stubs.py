@@ -24,9 +24,11 @@ def to_do(n, error):
 
 def later_parts_to_do(after):
     """One line for each part of an exercise after `after` (part two: the notebooks' exercises
-    past the five of the lesson) not written yet: where to write it, how to check it."""
+    past the five of the lesson) not written yet: where to write it, and how to check it by its
+    notebook's number (the number its student sees)."""
+    places = parts.your_turn_places()
     return [f"part {part.id} ({', '.join(part.functions)}): write it in {parts.place(part)}, "
-            f"then `make check N={part.exercise}`"
+            f"then `make check N={places[part.id][1][:2] if part.id in places else part.exercise}`"
             for part in parts.not_written() if part.exercise > after]
 
 

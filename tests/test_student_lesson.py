@@ -85,6 +85,9 @@ def test_the_report_lists_what_is_still_to_do(stub_lesson):
     assert "(no exercise has run yet)" in report     # the summary table takes no to-do section
     run = json.loads((repo / "results" / "lesson.json").read_text())
     assert run["to_do"] == [1, 2, 3, 4, 5] and len(run["part_two_to_do"]) == 6
+    # each part two line names the check by its notebook's number, the number its student sees
+    assert [line.split("make check N=")[1][:2] for line in run["part_two_to_do"]] == \
+        ["07", "07", "08", "08", "09", "09"]
 
 
 def test_a_written_part_runs_and_leaves_the_to_do_list(tmp_path, monkeypatch, capsys):

@@ -64,7 +64,7 @@ import gpt
 import speculative as sd
 from beyond import common, compare, frozen, presets
 from beyond.backends import with_backend
-from beyond.heads import batch_of, feature_scorer, final_states, greedy_pool
+from beyond.heads import batch_of, check_features, feature_scorer, final_states, greedy_pool
 from beyond.heads import load as load_heads
 from beyond.tree_grow import Tree, likeliest_or_drawn
 from lessonkit import cli
@@ -224,6 +224,13 @@ def frozen_weights(big):
     return big.transformer.wte.weight.detach(), big.lm_head.weight.detach()
 
 
+def final_norm(big):
+    """The big model's final LayerNorm, (weight, bias) as NumPy float32 arrays (C,) each: a
+    feature is its normalised state scaled and shifted by them."""
+    return tuple(p.detach().cpu().float().numpy() for p in
+                 (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
+
+
 class Rolling:
     """An Eagle that remembers its last call: called again with the same pairs and more after
     them (as eagle_roll does at every step of a round), it computes the new positions only,
@@ -264,8 +271,7 @@ class EagleRoll(sd.Drafter):
         self.eagle, self.window = eagle.eval(), eagle.window
         self.rolling = Rolling(self.eagle)        # each step of a round: its new position only
         self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
-        self.ln_f = tuple(p.detach().cpu().float().numpy() for p in
-                          (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
+        self.ln_f = final_norm(big)
         self.scorer = None
 
     def reset(self):
@@ -310,17 +316,13 @@ class EagleBranches:
     def __init__(self, eagle, big):
         self.eagle, self.window = eagle.eval(), eagle.window
         self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
-        self.ln_f = [p.detach().cpu().float().numpy() for p in
-                     (big.transformer.ln_f.weight, big.transformer.ln_f.bias)]
+        self.ln_f = final_norm(big)
         self.vocab_size = self.wte.shape[0]
         self.scorer, self.written, self.steps = None, None, {}
 
     def attach(self, scorer, score_tree):
         """The target's TreeScorer (keeping states) and its own score_tree, for missing ones."""
-        if scorer.model.c.n_embd != self.wte.shape[1]:
-            raise ValueError(f"this draft reads {self.wte.shape[1]}-channel features, the "
-                             f"target's are {scorer.model.c.n_embd}: it was trained for another "
-                             f"model")
+        check_features(scorer.model, self.wte.shape[1])
         self.scorer, self.score_tree = scorer, score_tree
 
     def branch(self, seq, depth, width, sampling):

@@ -36,9 +36,9 @@ The heads keep a copy of the big model's final LayerNorm: a NumPy target folds i
 (beyond/fast_numpy.py), and the scorer unfolds it from there.
 
 Changes from Medusa: one chain of top guesses by default (a tree of candidates, checked with
-tree attention, through beyond/tree_grow.py's HeadsBranches: notebook 09); the heads learn from the big model's greedy text (Medusa from a chat data set, or in
-its self-distillation recipe from the model's own replies); they are evaluated in NumPy, whatever
-the target's backend.
+tree attention, through beyond/tree_grow.py's HeadsBranches: notebook 09); the heads learn from
+the big model's greedy text (Medusa from a chat data set, or in its self-distillation recipe from
+the model's own replies); they are evaluated in NumPy, whatever the target's backend.
 """
 
 import copy
@@ -153,15 +153,20 @@ class HiddenScorer(WindowScorer):
         return cached_state(self, self.hidden, seq, pos)
 
 
+def check_features(target, width):
+    """A one-line error where `target`'s features are not the `width` channels a draft reads."""
+    if target.c.n_embd != width:
+        raise ValueError(f"this draft reads {width}-channel features, the target's are "
+                         f"{target.c.n_embd}: it was trained for another model")
+
+
 def feature_scorer(target, width, ln_f, who="EAGLE drafts"):
     """A HiddenScorer of `target` for a drafter that reads its `width`-channel features (ln_f:
     the big model's final LayerNorm, (weight, bias) as NumPy arrays), or a one-line error."""
     if not isinstance(target, Model):
         raise ValueError(f"{who} from the big model's own features: the target must be a "
                          "gpt.GPT or a beyond.fast_numpy.NumpyGPT")
-    if target.c.n_embd != width:
-        raise ValueError(f"this draft reads {width}-channel features, the target's are "
-                         f"{target.c.n_embd}: it was trained for another model")
+    check_features(target, width)
     return HiddenScorer(target, *ln_f)
 
 

@@ -26,10 +26,14 @@ def later_parts_to_do(after):
     """One line for each part of an exercise after `after` (part two: the notebooks' exercises
     past the five of the lesson) not written yet: where to write it, and how to check it by its
     notebook's number (the number its student sees)."""
-    places = parts.your_turn_places()
-    return [f"part {part.id} ({', '.join(part.functions)}): write it in {parts.place(part)}, "
-            f"then `make check N={places[part.id][1][:2] if part.id in places else part.exercise}`"
-            for part in parts.not_written() if part.exercise > after]
+    places = parts.your_turn_places()                 # {part id: (cell title, notebook)}
+    lines = []
+    for part in parts.not_written():
+        if part.exercise > after:
+            number = places[part.id][1][:2] if part.id in places else part.exercise
+            lines.append(f"part {part.id} ({', '.join(part.functions)}): write it in "
+                         f"{parts.place(part, places)}, then `make check N={number}`")
+    return lines
 
 
 def run(n, main):

@@ -222,9 +222,10 @@ def your_turn_places(folder=NOTEBOOKS):
     return places
 
 
-def place(part):
-    """Where a part is written: "the cell 'Your turn: ...' of notebook 01_the_idea"."""
-    title, notebook = your_turn_places().get(part.id, (None, None))
+def place(part, places=None):
+    """Where a part is written: "the cell 'Your turn: ...' of notebook 01_the_idea" (places:
+    your_turn_places(), read once by a caller that asks for several parts)."""
+    title, notebook = (places or your_turn_places()).get(part.id, (None, None))
     if title is None:
         return f"{part.file} (make check N={part.exercise})"
     return f"the cell \"{title}\" of notebook {notebook}"

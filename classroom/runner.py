@@ -42,6 +42,7 @@ PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)
 GRACE = 2           # seconds past a check's limit before the grader kills its worker outright
 READ_TIME = 60      # seconds to read a submission
+COMPILE_TIME = TIMEOUT  # seconds to compile one student file
 LARGEST = 1000      # the largest whole number a call back to a reference takes (bounded)
 LONGEST = 100_000   # the longest list or array it takes
 LOG_BYTES = 64 * 1024
@@ -241,13 +242,14 @@ def read_submission(box, submission, scratch):
 
 def compile_files(box, workspace, names, scratch):
     """{file: why it does not compile} of `names` in the workspace, compiled by intake.py in
-    the sandbox, TIMEOUT seconds a file: a file the parser never finishes costs itself alone."""
+    the sandbox, COMPILE_TIME seconds a file: a file the parser never finishes costs itself
+    alone."""
     broken, left = {}, list(names)
     while left:
         with tempfile.TemporaryFile(dir=scratch) as out:
             job = box.start("numpy", workspace, "intake", ["compile", *left], stdout=out)
             seen, since = 0, time.monotonic()
-            while job.process.poll() is None and time.monotonic() - since < TIMEOUT:
+            while job.process.poll() is None and time.monotonic() - since < COMPILE_TIME:
                 time.sleep(0.05)
                 count = os.fstat(out.fileno()).st_size
                 if count != seen:
@@ -269,7 +271,7 @@ def compile_files(box, workspace, names, scratch):
                 broken[name] = str(done[name])[:300]
         if stuck is not None:
             broken[stuck] = ("out of memory while compiling" if memory else
-                             f"did not compile within {TIMEOUT} s")
+                             f"did not compile within {COMPILE_TIME} s")
         left = left[left.index(stuck) + 1:] if stuck is not None else []
     return broken
 

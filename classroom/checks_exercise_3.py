@@ -245,6 +245,9 @@ def greedy_with_a_draft_that_never_agrees(ctx):
     check_greedy(ctx, "hopeless")
 
 
+GRID = 50   # uniforms per axis: 2,500 (u1, u2) pairs at the cells' midpoints, off by 1/100 at most
+
+
 def verify_pairs(rng):
     """Target/draft distribution pairs (k = 1 and 2) where the usual mistakes show."""
     V = 4
@@ -262,7 +265,7 @@ def verify_pairs(rng):
 def verify_keeps_the_target_distribution_exactly(ctx):
     """Every (draft token, u1, u2) on a grid: the first token's distribution must be the
     target's, and after a kept guess the bonus token's must be the target's next one."""
-    grid = (np.arange(100) + 0.5) / 100
+    grid = (np.arange(GRID) + 0.5) / GRID
     for target_probs, draft_probs in verify_pairs(ctx.rng):
         V = target_probs.shape[1]
         first, bonus, kept_mass = np.zeros(V), np.zeros(V), 0.0

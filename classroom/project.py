@@ -26,12 +26,13 @@ NEVER_COPIED = {".git", ".venv", "checkpoints", "__pycache__", ".pytest_cache", 
 TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", "classroom/references.py",
                  "classroom/mutants.py", ".github/", "docs/TESTING.md", "README.md",
                  "beyond/fast_numpy.py", "beyond/eagle_numpy.py", "studies/forwards.py")
-# What exercise 3's jobs see of the project: the worker's files and the student's file with
-# the window rule it imports.
+# What the jobs of exercise 3 and 8b see of the project: the worker's files and the student's
+# files with the window rule they import.
 WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/helpers.py",
                 "classroom/wire.py", "classroom/intake.py")
-TORCH_FREE_FILES = WORKER_FILES + ("numpy_speculative.py", "lessonkit/__init__.py",
-                                   "lessonkit/parts.py", "lessonkit/scorer.py")
+NUMPY_ONLY = ("numpy_speculative.py", "beyond/tree_sampling.py")   # parts' files: NumPy alone
+TORCH_FREE_FILES = WORKER_FILES + NUMPY_ONLY + ("beyond/__init__.py", "lessonkit/__init__.py",
+                                                "lessonkit/parts.py", "lessonkit/scorer.py")
 READER_FILES = ("classroom/__init__.py", "classroom/intake.py", "lessonkit/__init__.py",
                 "lessonkit/parts.py")
 

@@ -7,7 +7,8 @@ through wire.py: the fixtures, the references, the seed and the results never re
 student's code. A check scores its points when it passes at every seed it runs with: the
 public seed 0 and, grading, the teacher's hidden seed. Every public run comes before every
 hidden one. Each check has TIMEOUT seconds; after one runs out, its part's other checks are not
-run (they would loop again); two parts run side by side.
+run (they would loop again). A grade runs one part at a time (run_checks says why), a
+student's own check two side by side.
 
 A submission is read (its student files, as bytes) and compiled inside the sandbox
 (classroom/intake.py); a file that does not compile costs its own parts, and the other parts
@@ -36,7 +37,7 @@ from classroom import checks, expected, helpers, intake, making, project, region
 from classroom import sandbox, wire
 from classroom import checks_exercise_3, checks_part_one  # noqa: F401 (they register the checks)
 from classroom import checks_part_two, checks_trees  # noqa: F401
-from lessonkit import parts
+from lessonkit import machine, parts
 
 PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)
@@ -313,7 +314,7 @@ class Worker:
     other parts lent to it (references())."""
 
     def __init__(self, box, workspaces, part, slot):
-        self.part, self.torch_free = part, parts.BY_ID[part].file == "numpy_speculative.py"
+        self.part, self.torch_free = part, parts.BY_ID[part].file in project.NUMPY_ONLY
         self.root = workspaces[self.torch_free]
         ours, theirs = socket.socketpair()
         self.log = Tail()
@@ -459,27 +460,36 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, bud
             else:
                 by_part.setdefault(result.check.part, []).append((result, seed))
     items = list(by_part.items())
-    if not alone:
-        slots = Slots(min(2, os.cpu_count() or 1))
+    with machine.threads(1):        # the grader's tiny models beside the workers: one thread
+        if alone:
+            run_in_turn(box, workspaces, items, source, end, stalled)
+        else:
+            slots = Slots(min(2, os.cpu_count() or 1))
 
-        def one(item):
-            with slots.one() as slot:
-                run_part(box, workspaces, *item, slot, source, end, stalled)
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(one, items))
-        return results
-    ahead = None
-    for i, (part, runs) in enumerate(items):
-        worker, ahead = ahead, None
-        if i + 1 < len(items) and (end is None or time.monotonic() < end):
-            try:                                # its own uid slot: this part's end kills not it
-                ahead = Worker(box, workspaces, items[i + 1][0], (i + 1) % 2)
-            except OSError:
-                ahead = None
-        run_part(box, workspaces, part, runs, i % 2, source, end, stalled, worker)
-    if ahead is not None:
-        ahead.end()
+            def one(item):
+                with slots.one() as slot:
+                    run_part(box, workspaces, *item, slot, source, end, stalled)
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(one, items))
     return results
+
+
+def run_in_turn(box, workspaces, items, source, end, stalled):
+    """items: [(part, runs)], one part after the other, the next part's worker started meanwhile
+    (in a uid slot of its own: this part's end kills not it)."""
+    ahead = None
+    try:
+        for i, (part, runs) in enumerate(items):
+            worker, ahead = ahead, None
+            if i + 1 < len(items) and (end is None or time.monotonic() < end):
+                try:
+                    ahead = Worker(box, workspaces, items[i + 1][0], (i + 1) % 2)
+                except OSError:
+                    ahead = None
+            run_part(box, workspaces, part, runs, i % 2, source, end, stalled, worker)
+    finally:
+        if ahead is not None:
+            ahead.end()
 
 
 def read(box, submission, notes):

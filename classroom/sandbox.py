@@ -50,7 +50,7 @@ USERS = 1 << 30            # the jobs' users where namespaces are refused: + 4 g
 TORCH_GID = USERS - 1      # the group a torch environment may be limited to (setup.sh)
 LEFTOVERS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/crash")
 PYTHON, SITE, PROJECT = Path("/python"), "/site", "/project"   # where bubblewrap puts them
-# What a job may import, by kind: exercise 3's checks NumPy alone, the others the project's
+# What a job may import, by kind: exercise 3's and 8b's checks NumPy alone, the others the project's
 # packages, the reader dulwich (git's objects, read without running git).
 PACKAGES = {"numpy": ("numpy",), "torch": ("numpy", "torch", "tqdm", "threadpoolctl"),
             "reader": ("dulwich",)}

@@ -1,39 +1,12 @@
 """
 beyond/batched.py: plain and speculative decoding of a whole batch at once, every row accepting
-its own number of guesses per round ("ragged" acceptance).
-
-speculative.py decodes the rows of a batch one after another; here every round makes one draft
-pass per guessed position for the whole batch, and ONE target pass over each row's last
-accepted token and its guesses; each row keeps what the target agrees with, so the rows drift
-apart in length. Prompts may differ in length too: pass a list of token lists.
+its own number of guesses per round ("ragged" acceptance); prompts may differ in length.
 
     outs = batched.generate(model, [ids_a, ids_b, ...], 100)                    # lists out
     outs, stats = batched.speculative_generate(target, draft, [ids_a, ...], 100, k=4)
 
-What makes rows of different lengths share a pass:
-- ragged_cache: the keys and values of B rows, each row with its own length and window, so
-  that each rolls back (a rejected guess) or starts afresh (a window jump) on its own.
-- The per-row forward (NumpyGPT.forward_rows in beyond/fast_numpy.py; for gpt.GPT, here, from
-  the model's own submodules): row b's new token i sits at slot length_b + i (its position in
-  its window) and sees slots 0..length_b + i only, so neither the future nor stale entries of
-  rejected guesses beyond the row's length; rows are right-padded, and padding writes to a
-  spare slot. (On one row this costs more than the models' own paths, which one-row decoding
-  keeps: python -m studies.forwards.)
-- BatchScorer: scorer.WindowScorer, the one window rule and rollback, over the ragged cache:
-  rows whose window goes on share one pass; rows whose window jumps (re-encoded from the kept
-  half, on their own slots) share another, so a round whose check crosses a jump is split there.
-Greedy output of every row is exactly plain decoding of that row alone; with sampling every row
-has exactly the target's distribution (the acceptance rule is numpy_speculative.verify).
-
-Stats: a BatchStats, one Stats per row in `rows`, their sums (each figure means what it means
-for one sequence), and what the batch shares (docs/API.md, "Stats").
-
-Drafters without a batched path propose row by row (the n-gram table: a look-up, cheap); a
-drafter that shares the target's pass (scorer_for: early exit, heads) or an adaptive k decodes
-the rows one after another. beyond/batch_curve.py measures what batching buys.
-
-Shapes: B batch, R rows in a pass, T new tokens (padded), S slots (window + spare), E slots
-attended, V vocabulary, nh heads, hs head size.
+How rows of different lengths share a pass: docs/DESIGN.md, "beyond/, module by module".
+Shapes: B batch, R rows in a pass, T new tokens, S slots, E slots attended, V, nh, hs.
 """
 
 import math

@@ -4,24 +4,9 @@ one run.
 
     python -m beyond.benchmark            # greedy, 8 prompts x 200 new tokens, a few minutes
     python -m beyond.benchmark --ks 1,2,3 --drafts draft --setups torch/numpy
-    python -m beyond.benchmark -h
 
-A setup is target backend / draft backend: torch is gpt.GPT, numpy is beyond.fast_numpy.NumpyGPT
-(the same weights, less overhead per call). Plain decoding always runs the setup's target backend.
-For each setup, draft and k it prints tokens/s of plain and speculative decoding and the
-speed-up (after checking that greedy speculative output equals plain output token for token),
-tokens per target pass and acceptance; then what the lesson's formula predicts from quantities
-measured separately, each a median over many calls:
-
-    alpha        greedy agreement of draft and target on held-out text (both argmaxes equal)
-    c            seconds per guess inside the loop (greedy runs at k = 4) / one target step
-    verify cost  one target pass over k+1 new tokens / one over 1 token
-    predicted    (1 - alpha^(k+1)) / (1 - alpha) / (k c + verify cost)
-
-It also times the lesson's loop, which recomputes the whole context for every token, against
-KV-cached plain decoding. Wall times are medians over --repeats runs of all prompts; each
-speed-up is the median of --repeats ratios, plain and speculative timed alternately, so that a
-drift in the machine's speed (shared machines drift) hits both alike.
+A setup is target backend / draft backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT).
+What it prints and how it times: docs/DESIGN.md, "beyond/, module by module".
 """
 
 import statistics

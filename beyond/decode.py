@@ -1,15 +1,12 @@
 """
 beyond/decode.py: the command line for speculative decoding with the lesson's trained models.
 
-    python -m beyond.decode --prompt "ROMEO:\n" --draft ngram --k 6
+    python -m beyond.decode --draft ngram --k 6
     python -m beyond.decode --draft distilled --temperature 0.8
-    python -m beyond.decode -h                   # every flag, the drafters among them
 
-It writes the text coloured by where each character came from (a kept guess, the big model's
-correction, the bonus after a round where every guess was kept), prints what the rounds did,
-and, unless --no-compare, times plain and speculative decoding alternately on the same prompt.
-The algorithm itself is speculative.py; this file only reads flags, loads and prints (nanoGPT
-keeps sample.py apart from model.py the same way).
+It colours each character by where it came from (a kept guess, the correction, the bonus),
+prints what the rounds did and, unless --no-compare, times plain against speculative decoding.
+The algorithm is speculative.py; this file reads flags, loads and prints (as nanoGPT's sample.py).
 """
 
 import os

@@ -1,22 +1,9 @@
 """
 beyond/eagle_numpy.py: the EAGLE draft of beyond/eagle.py as a fast drafter, in NumPy (the
-teachers' only: its NumPy block, attention and MLP, would answer exercise 3a, so the student
-repository leaves this file out, as it does beyond/fast_numpy.py; --draft eagle says so there).
-
-EagleDraft rolls the draft forward exactly as beyond.eagle.eagle_roll does (its greedy guesses
-are eagle_roll's: tests/test_eagle.py), but from the big model's features that the pass which
-checked the last round has already computed (beyond/heads.py's HiddenScorer keeps them), with a
-small KV cache for the k steps instead of the draft's whole window again at every step.
-
-A step works on one vector of C = 128 numbers: NumPy's cost is the number of calls, not the
-arithmetic, so the weights are folded once, when the drafter is built, to save calls at every
-step (the products are the module's, in another order; tests/test_eagle.py checks the guesses):
-- fc of [feature ; wte(token)] is feature @ W_f + (wte @ W_t + b)[token]: the token's half is a
-  table of V rows, looked up instead of multiplied;
-- the big model's head reads the draft's feature, and so does fc at the next step: one product
-  with both matrices side by side gives the logits and fc's feature half together;
-- a LayerNorm's gain and bias are folded into the product after it (norm(x) * g + b) @ W + c =
-  norm(x) @ (g W) + (b W + c), and attention's 1 / sqrt(hs) into the queries' columns.
+teachers' only: its NumPy block would answer exercise 3a, so the student repository leaves it
+out). EagleDraft proposes eagle_roll's greedy guesses (tests/test_eagle.py) from the features
+the last check computed, with a small KV cache for the k steps and weights folded once to save
+NumPy calls a step (docs/DESIGN.md, "beyond/, module by module").
 
 Shapes: C channels (n_embd), V vocabulary, W window, nh heads, hs head size, L keys so far.
 """

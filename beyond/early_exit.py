@@ -1,33 +1,12 @@
 """
 beyond/early_exit.py: self-speculation by early exit. The big model's own first L layers, its
-final LayerNorm and its head draft; the whole model checks. No second model to train or load
-(LayerSkip, Elhoushi et al. 2024; transformers' assistant_early_exit).
-
-How well its first layers draft depends on how the big model was trained (with Muon, as the
-big preset is, far less than with AdamW): docs/RESULTS.md, "Every drafter compared".
-
-EarlyExit(model, L) (what `--draft exitL` gives) shares ONE KV cache with the check, as
-LayerSkip does. A guess runs the lower layers (0..L-1) on one token and reads the head off their
-output, which it keeps; the check then runs the lower layers only on the last guess, the one
-token they have not seen, and the upper layers (L..n-1) on the last accepted token and every
-guess, from the kept outputs. Every token goes through every layer once, as in plain decoding:
-    window row:     ... n-1 (last accepted)  n (guess 1) ... n+k-2  n+k-1 (guess k)
-    lower layers:   drafting                 drafting        drafting  the check
-    upper layers:   the check, all k+1 rows in one pass
-The lower group may be ahead of the upper one (drafted rows not checked yet), so each keeps its
-own length. Rows are positions in the current window (speculative.py's window rule, the same as
-plain decoding's); a rejected guess, or a window jump, which moves every token to another row,
-is rolled back in both groups by comparing the cached tokens with the sequence.
-
-first_layers(model, L) is the variant without sharing: a GPT of the first L layers, an ordinary
-draft with a KV cache of its own, so those layers' keys and values are computed twice.
-
-Changes from LayerSkip: no exit head is trained. One tried (a LayerNorm and a linear layer,
-distilled from the whole model in about a minute) lifted agreement at every L and took torch
-just past plain decoding at k = 1, but not NumPy, whose plain decoding is the faster one.
+final LayerNorm and its head draft; the whole model checks (LayerSkip, Elhoushi et al. 2024).
+EarlyExit(model, L) (`--draft exitL`) shares ONE KV cache with the check; first_layers(model, L)
+is an ordinary draft of the first L layers with a cache of its own. How the shared cache works,
+and what differs from LayerSkip: docs/DESIGN.md, "beyond/, module by module".
 
 Shapes: T tokens, C channels, V vocabulary, nh heads, hs head size; "rows" count positions from
-the start of the current window (the positions the model sees).
+the start of the current window.
 """
 
 import contextlib

@@ -1,30 +1,9 @@
 """
 beyond/fast_numpy.py: the forward pass of gpt.GPT in plain NumPy, folded for speed, with the same
-KV cache interface.
-
-Why a second implementation? Most of a tiny model's one-token step on a CPU is the fixed cost
-of each framework call (dispatch, autograd bookkeeping, small allocations), several times
-smaller in NumPy than in torch. So the same weights decode much faster here (docs/RESULTS.md,
-"With Hugging Face transformers"), and a draft gets cheap enough to pay for itself. It also
-shows in a few dozen lines all that a GPT forward pass does (as picoGPT, by Jay Mody, does).
-
-NumpyGPT(model) copies a trained gpt.GPT and behaves like it where decoding looks: `c`,
-`new_cache(batch_size)` and `model(idx, cache=cache) -> (logits, None)`, torch in and out, so
-speculative.generate and speculative_generate take it as a target or a draft. Its logits equal
-the torch model's to float32 rounding (tests/test_speculative.py checks 1e-5). Every NumPy
-forward pass of the library is here: beyond/batched.py's rows of different lengths
-(forward_rows), beyond/early_exit.py's layer ranges and beyond/tree.py's tree pass call these
-methods (the student repository leaves this file out: classroom/project.py says why).
-
-Changes from gpt.GPT, all exact rewrites that save NumPy calls per step:
-- each LayerNorm's gain and bias are folded into the linear layer after it:
-  (n * g + b) @ W + c  ==  n @ (g[:, None] * W) + (b @ W + c);
-- the attention scale 1/sqrt(hs) is folded into the query weights, GELU's 0.5 into the MLP's
-  output weights;
-- one token of one sequence (every draft step, every plain decoding step) takes a path on 1-D
-  vectors whose LayerNorm statistics are Python floats: fewer NumPy calls. It keeps its place,
-  and the class its own, while it stays studies.forwards.KEEP times as fast as the readable
-  numpy_speculative.forward (python -m studies.forwards times all three).
+KV cache interface. NumpyGPT(model) copies a trained gpt.GPT and decodes like it (torch in and
+out, logits equal to float32 rounding): every NumPy forward pass of the library lives here (the
+student repository leaves this file out). Why a second implementation, and the exact rewrites it
+makes: docs/DESIGN.md, "beyond/, module by module".
 
 Shapes: B batch, T time, C channels, V vocabulary, nh heads, hs head size, L cached length.
 """

@@ -1,31 +1,12 @@
 """
-beyond/hf.py: the lesson's models in Hugging Face transformers, and transformers' models in the
-lesson's decoders. Needs the optional extra: pip install -e '.[hf]'.
+beyond/hf.py: the lesson's models in Hugging Face transformers (export and import of a
+checkpoint as a GPT2LMHeadModel folder), and transformers' models in the lesson's decoders
+(HFModel: any causal LM as a target or a draft). Needs: pip install -e '.[hf]'.
 
-1. Export and import. Our GPT is GPT-2 in miniature with GPT-2's parameter names, so a trained
-   checkpoint becomes a transformers GPT2LMHeadModel folder (config.json, model.safetensors,
-   and specdec.json with the characters: character i is token i) and comes back unchanged:
+    python -m beyond.hf export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
+    out, stats = speculative_generate(HFModel(big), HFModel(small), idx, 100, k=4)
 
-       python -m beyond.hf export --preset big     # checkpoints/big.pt -> checkpoints/big-hf/
-       python -m beyond.hf import checkpoints/big-hf --preset big --force     # and back
-
-2. HFModel: any transformers causal LM as a target or a draft. It is a scorer.WindowScorer
-   (vocab_size, score(seqs, first)) whose KV cache is transformers' DynamicCache, cropped when
-   guesses are rejected, under the same window rule (the window: max_position_embeddings), so
-   decoding gives exactly the model's own greedy output:
-
-       from speculative import generate, speculative_generate
-       out, stats = speculative_generate(HFModel(big), HFModel(small), idx, 100, k=4)
-
-   Target and draft must share a tokenizer (padded vocabularies: pass vocab_size=len(tokenizer)
-   to both). On gpt2 with distilgpt2 drafting: docs/RESULTS.md, "With Hugging Face
-   transformers".
-
-Changes from transformers' GPT-2: none in the arithmetic (GELU "gelu_new" is our tanh GELU,
-LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), head tied to wte). Changes from
-transformers' assisted generation: the same tokens at temperature 0, from the lesson's loop.
-
-Shapes: B batch, T time, C channels (n_embd), V vocabulary.
+How it stays exact: docs/DESIGN.md, "beyond/, module by module". Shapes: B, T, C, V.
 """
 
 import inspect

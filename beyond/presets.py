@@ -1,15 +1,12 @@
 """
-beyond/presets.py: the lesson's named models, each one Preset built in one place (its shape, corpus,
-teacher and training), in three sizes; where each lives once trained; and the checkpoint cache
-that trains one only when it is missing.
+beyond/presets.py: the lesson's named models, each one Preset (its shape, corpus, teacher and
+training) in three sizes; where each lives once trained; the cache that trains one when missing.
 
     big = presets.load_trained("big")                      # checkpoints/big.pt, in eval mode
     presets.ensure_trained(presets.preset("draft", "quick"), folder="/tmp/models")
 
-train.py is the command line around ensure_trained; the exercises and the notebooks call it
-when a model they use is missing; decoding (speculative.py's command line, the drafters in
-beyond/) only loads. A missing checkpoint is a one-line error that gives the command that
-trains it.
+train.py, the exercises and the notebooks train what is missing; decoding only loads (a missing
+checkpoint is a one-line error that gives the command that trains it).
 """
 
 import hashlib

@@ -4,12 +4,8 @@ beyond/registry.py: every drafter and both backends by name, for the command lin
     draft = registry.by_name("ngram-big")            # what --draft ngram-big decodes with
     big = registry.with_backend(presets.load_trained("big"), "numpy")
 
-The drafters themselves subclass speculative.Drafter, one file each:
-a trained GPT preset (speculative.ModelDraft wraps it), beyond/ngram.py (a character n-gram
-table, of the training text or of the big model's own greedy text, and prompt lookup), beyond/early_exit.py (the
-big model's own first layers), beyond/heads.py (extra heads on the big model's last hidden
-state, Medusa-style) and beyond/eagle.py (one layer that predicts the big model's next feature,
-EAGLE-style, its fast drafter in beyond/eagle_numpy.py); beyond/adaptive.py adapts k for any of them.
+The drafters subclass speculative.Drafter, one file each (a trained GPT preset, ngram.py,
+early_exit.py, heads.py, eagle.py); adaptive.py adapts k for any of them.
 """
 
 from beyond import presets

@@ -1,19 +1,12 @@
 """
-beyond/training.py: the presets' training loop, the lesson's (gpt.train: AdamW in float32,
-cosine decay) with what a long run needs (checkpoints written atomically, Ctrl-C and resuming to
-the same model, distillation from a teacher) and the speedrun's levers: Muon for the blocks'
-weight matrices, a warm-up/stable/decay schedule, other initialisations (zero residual
-projections; a distilled student starting from its teacher), matrix products in bfloat16 where
-the processor has them, and torch.compile. With every lever off (Recipe's defaults, float32) it
-trains exactly gpt.train's model.
+beyond/training.py: the presets' training loop: the lesson's (gpt.train: AdamW in float32, cosine
+decay) with what a long run needs (atomic checkpoints, Ctrl-C and resuming to the same model,
+distillation) and the speedrun's levers (Muon, a warm-up/stable/decay schedule, zero-initialised
+projections, bfloat16 products, torch.compile). With every lever off it trains exactly gpt.train's
+model; studies/training.py measures each lever (docs/RESULTS.md, "The models").
 
-    from beyond.training import Recipe, train
     recipe = Recipe(optimizer="muon", schedule="wsd", init="zero", steps=550)
     train(recipe.initialise(gpt.GPT()), recipe)   # about the big preset's recipe
-
-References: K. Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
-the modded-nanogpt speedrun (its schedule and zero-initialised projections). Each lever is
-measured by studies/training.py (docs/RESULTS.md, "The models"); compile is off unless asked.
 """
 
 import contextlib

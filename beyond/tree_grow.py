@@ -1,29 +1,10 @@
 """
-beyond/tree_grow.py: growing a tree of guesses (beyond/tree.py checks it in one pass).
-
-A tree is a list of nodes, each a token and its parent; node 0, the root, is the last token
-already written, and a parent always comes before its children. Its shape is written as rank
-paths, as Medusa writes its trees: (0,) is the drafter's first guess for the next token, (1,)
-its second, (0, 0) its first guess after its first guess, and so on. A chain of k guesses is
-(0,), (0, 0), ..., k zeros; the budget is the number of paths (nodes checked besides the root).
-
-The formula. If the target's choice is the drafter's r-th guess with probability accept[r]
-(whatever came before), a node is kept with the product of accept[r] along its rank path, and a
-round writes 1 + the sum of those products per target pass (tree_tokens_per_pass: for a chain it
-is the lesson's (1 - a^(k+1)) / (1 - a)). best_shape keeps, for a budget, the nodes with the
-largest products: as a child's product never exceeds its parent's, they always form a tree, and
-no other shape of that size scores more under the formula (Sequoia, Chen et al. 2024, builds
-its trees from the same per-rank acceptance, by dynamic programming).
-
-The branching protocol: tokens, draft_probs = brancher.branch(seq, depth, width, sampling):
-up to `width` different guesses for the token after seq (the written text and the tree's path
-to the node), in rank order; `depth` is that token's depth in the tree (1 for the root's
-children). When sampling, each guess is drawn from the drafter's warped distribution less the
-guesses drawn before it, and that distribution comes back with it (draft_probs (n, V); one-hot
-rows for a deterministic drafter); greedy, draft_probs is None. as_brancher gives one for a GPT
-draft (its top guesses, or draws), an n-gram table (the guess of its longest context, then of
-shorter ones) and the extra heads (head d's top guesses at depth d: Medusa's tree); a drafter
-with branch() is used as it is.
+beyond/tree_grow.py: growing a tree of guesses (beyond/tree.py checks it in one pass). A tree is
+a list of nodes, each a token and its parent (node 0, the root, is the last token written); its
+shape is written as rank paths, as Medusa writes them: (0,) the first guess, (1,) the second,
+(0, 0) the first guess after the first. best_shape keeps, for a budget, the nodes the formula
+scores highest; brancher.branch(seq, depth, width, sampling) proposes a node's children. The
+formula and the protocol: docs/DESIGN.md, "beyond/, module by module".
 """
 
 import heapq

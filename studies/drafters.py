@@ -3,26 +3,9 @@ studies/drafters.py: every drafter against the same big model on the same held-o
 to answer the question a user asks: what is the fastest way to generate this text exactly?
 
     python -m studies.drafters                  # every drafter, both backends: minutes
-    python -m studies.drafters --drafts ngram,heads --backends numpy
     python -m studies.drafters --quick          # tiny models: what the tests run
 
-For each target backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT, the same weights
-with less overhead per call) and each drafter, greedy speculative decoding runs at every k in
---ks and with every adaptive schedule, each output checked against plain decoding. Per drafter:
-
-    alpha      guesses kept / guesses checked, on separate calibration prompts
-    c          seconds per guess / seconds of one plain step of the big model
-    verify     one pass of the big model over k+1 tokens / one over 1 token
-    predicted  the lesson's formula, expected_speedup(alpha, k, c, verify)
-    measured   the median of --repeats ratios, plain and speculative timed alternately
-    adaptive   heuristic (+2/-1), best (the formula, online), confidence (stop when unsure),
-               each one schedule for all prompts, and the oracle (hindsight: every round
-               proposes exactly what will be kept), each against the best fixed k
-
-Then the ceiling: a drafter that costs nothing and is always right still pays for checking k+1
-tokens, so no drafter beats (k+1) / verify(k); and a ladder in the style of Leviathan et al.'s
-Table 3: alpha against draft cost for n-gram tables of growing order and models of growing size.
-`python -m studies` runs it with the others; they share its load_target and checked_stats.
+What it measures: docs/DESIGN.md, "studies/, study by study".
 """
 
 import statistics

@@ -3,19 +3,9 @@ studies/sampling_costs.py: sampling's price list: alpha and speed-up against tem
 lenience relaxation, and the arithmetic that speculation wastes.
 
     python -m studies.sampling_costs           # cached models: a few minutes
-    python -m studies.sampling_costs --drafts draft --temperatures 0,1 --leniences 1,0.5
     python -m studies.sampling_costs --quick   # tiny models: what the tests run
 
-Four parts, each a part of the report's section (its prose: studies/sections/sampling_costs.md):
-1. temperature: per drafter, temperature and warp (--top_k, --top_p), alpha, tokens per pass
-   and speed-up at k, measured against predicted (and why they differ, where they do);
-2. lenience (speculative_generate(..., lenience=l)): speed bought with exactness, the
-   distance from the target's distribution exact and sampled (studies/lenience.py);
-3. cost: the positions, FLOPs and bytes of weights that speculation spends per token
-   (studies/cost_arithmetic.py), on a memory-bound, a compute-bound and this machine;
-4. formulas: Corollary 3.9 of Leviathan et al. and the best k against speculative.best_k.
-Figures: results/sampling_temperature.png, sampling_lenience.png, sampling_costs.png; numbers in
-sampling_costs.json (docs/RESULTS.md, "Sampling's price list", has a run's figures).
+What it measures: docs/DESIGN.md, "studies/, study by study".
 """
 
 import math

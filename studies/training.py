@@ -1,20 +1,12 @@
 """
 studies/training.py: what makes the big model train faster, lever by lever: the ladder (each
-rung adds one lever and trains a fresh big model: its validation loss along the way, the step
-it first reaches the target, its final loss) and each lever's price a step (timed in turn, in
-one run), against the machine's float32 matrix product speed. Results in results/training.json
-(docs/RESULTS.md, "The models", renders it).
+rung adds one lever and trains a fresh big model) and each lever's price a step, against the
+machine's float32 matrix product speed. Results in results/training.json.
 
     python -m studies.training        # the ladder and its step prices (a big model a row)
-    python -m studies.training --rungs 2 --steps 100    # a short look
     python -m studies.training --levers_only --json results/training-prices.json
-                                      # the step prices alone (quiet: docs/RESULTS.md reads them)
 
-A lever is a change of training.Recipe. LADDER's rungs are kept, each on top of the one above;
-TRIED are levers tried alone on top of the last rung and not kept. Every rung trains the same
-steps (the loss at a fixed budget), evaluated every 50; its time to the target is the steps to
-its first evaluation at or below it times its step's measured price. The last line trains the
-big preset as beyond/presets.py keeps it (its own steps).
+What it measures: docs/DESIGN.md, "studies/, study by study".
 """
 
 import contextlib

@@ -3,24 +3,9 @@ studies/transformers.py: our decoders against Hugging Face transformers' own, on
 weights, to answer: how fast is the lesson's code next to the library everybody uses?
 
     python -m studies.transformers              # the full comparison: a few minutes
-    python -m studies.transformers --ks 4 --repeats 3
     python -m studies.transformers --quick      # tiny models: what the tests run
 
-The trained big model and its drafts become transformers GPT2LMHeadModels (hf.to_transformers:
-the same weights, logits equal), and every mode writes greedily from the same held-out prompts
-(prompt and new characters stay under GPT-2's 128 positions), on one torch thread:
-
-    transformers   generate(do_sample=False); assisted generation (generate(assistant_model=
-                   draft)) at its default schedule and at a fixed k; prompt lookup
-    adapter        ours on transformers' model: speculative.generate(HFModel(big)) and
-                   speculative_generate(HFModel(big), HFModel(draft), k), same draft and k
-    native         ours on our own models: plain decoding in torch and NumPy, and our fastest
-                   exact speculative setups (--native: drafter/target backend/k)
-
-Every output is checked against the big model's own greedy output: one of ours that differs
-stops the run (a bug), one of transformers' is reported and left out of "fastest exact". Each
-comparison is timed alternately, medians over --repeats; one more run with the models' forward
-calls timed says where the time goes; ceiling() bounds what any drafter could gain on our side.
+What it measures: docs/DESIGN.md, "studies/, study by study".
 """
 
 import contextlib

@@ -4,26 +4,9 @@ checked tokens: characters per pass of the big model and wall-clock speed, on bo
 next to the formula's prediction (beyond/tree_grow.py).
 
     python -m studies.trees                 # the lesson's models: many minutes
-    python -m studies.trees --drafts draft --backends torch --budgets 4,16
     python -m studies.trees --quick         # tiny models: what the tests run
 
-Per drafter: accept[r], how often the big model's greedy choice is the drafter's r-th guess (on
-its own greedy text after separate calibration prompts), and c, one drafter call over one step
-of the big model. Per budget N (guesses checked a round, besides the root): the chain of N
-guesses and the best tree of N nodes for that accept (tree_grow.best_shape), each output
-checked against plain greedy decoding; per target backend:
-
-    per pass   characters written per pass of the big model (predicted: 1 + the sum over nodes
-               of the product of accept along the node's path)
-    speed-up   plain decoding's time / this one's, the median of --repeats alternated pairs
-               (chains and trees both through tree_generate: only the shape differs)
-    predicted  per pass / (c x the drafter's calls per round + one pass over N + 1 tokens)
-    head to head  the fastest tree against the lesson's own loop (speculative_generate) at the
-               fastest chain's k, alternated, twice the repeats
-
-It prints the mask of one real round and writes results/trees.png, trees.json, trees.md and its
-section of results/report.md (docs/RESULTS.md, "Token trees: several guesses per position, one
-pass", has runs' figures).
+What it measures: docs/DESIGN.md, "studies/, study by study".
 """
 
 import statistics

@@ -21,10 +21,13 @@ from pathlib import Path
 from classroom import helpers, wire
 from lessonkit import parts
 
-BLOCKED = {"torch": "this part runs with NumPy alone: do not import torch",
-           "speculative": "exercise 3 is yours to build: do not use the project's decoding",
-           "beyond": "exercise 3 is yours to build: do not use beyond/ (its fast NumPy forward)",
-           "gpt": "exercise 3 reads weights from .npz files: do not import gpt.py"}
+BLOCKED = {"torch": "this part runs with NumPy alone: do not import torch",   # 3a-3c, 8b
+           "speculative": "this part is yours to build in NumPy: do not use the project's "
+                          "decoding (speculative.py)",
+           "beyond": "this part is yours to build in NumPy: do not use the rest of beyond/ (its "
+                     "fast NumPy forward)",
+           "gpt": "this part runs with NumPy alone: do not import gpt.py (exercise 3 reads its "
+                  "weights from .npz files)"}
 ALLOWED = {"beyond", "beyond.tree_sampling"}    # 8b's file, NumPy alone too
 MODULES = {p.file: p.file[:-3].replace("/", ".") for p in parts.PARTS}  # file -> module name
 

@@ -7,7 +7,8 @@ judgement, and every figure it judges, is made by the check in the grader's proc
 
 - stand-ins: models with a shape and a vocabulary but no weights; the exercise's forward() asks
   the grader for their logits, so the grader counts every pass of the big model;
-- verify_grid: verify() at every point of a grid of random draws (tens of thousands of calls, no round trips);
+- verify_grid: verify() at every point of a grid of random draws (thousands of calls, no round
+  trips);
 - the simulated GPU of exercise 5 (FakeGPU: it lives in the grader's process, and torch.cuda in
   the worker calls it there: use_gpu) and the timing on a real one;
 - the EAGLE draft of exercise 7, built here from the grader's weights (sent as arrays: a torch

@@ -30,9 +30,8 @@ TEACHERS_ONLY = ("tests/", "classroom/TEACHERS.md", "classroom/references.py",
 # files with the window rule they import.
 WORKER_FILES = ("classroom/__init__.py", "classroom/worker.py", "classroom/helpers.py",
                 "classroom/wire.py", "classroom/intake.py")
-NUMPY_ONLY = ("numpy_speculative.py", "beyond/tree_sampling.py")   # parts' files: NumPy alone
-TORCH_FREE_FILES = WORKER_FILES + NUMPY_ONLY + ("beyond/__init__.py", "lessonkit/__init__.py",
-                                                "lessonkit/parts.py", "lessonkit/scorer.py")
+TORCH_FREE_FILES = WORKER_FILES + parts.NUMPY_ONLY + (
+    "beyond/__init__.py", "lessonkit/__init__.py", "lessonkit/parts.py", "lessonkit/scorer.py")
 READER_FILES = ("classroom/__init__.py", "classroom/intake.py", "lessonkit/__init__.py",
                 "lessonkit/parts.py")
 

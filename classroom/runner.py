@@ -314,7 +314,7 @@ class Worker:
     other parts lent to it (references())."""
 
     def __init__(self, box, workspaces, part, slot):
-        self.part, self.torch_free = part, parts.BY_ID[part].file in project.NUMPY_ONLY
+        self.part, self.torch_free = part, parts.BY_ID[part].file in parts.NUMPY_ONLY
         self.root = workspaces[self.torch_free]
         ours, theirs = socket.socketpair()
         self.log = Tail()

@@ -71,6 +71,7 @@ PARTS = [
 BY_ID = {p.id: p for p in PARTS}
 NUMBERS = f"1 to {max(EXERCISES)}"  # the exercises' numbers, as the messages say them
 STUDENT_FILES = sorted({p.file for p in PARTS})
+NUMPY_ONLY = ("numpy_speculative.py", "beyond/tree_sampling.py")   # built with NumPy alone
 # Graded by hand with the rubrics in TEACHERS.md: the written explanation (exercise 1) and the
 # GPU measurements (exercise 5).
 BY_HAND = {1: ("written explanation: the idea, the junior/senior picture and where it breaks", 5),

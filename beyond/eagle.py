@@ -23,9 +23,10 @@ Rolled forward (eagle_roll), the draft reads its own guess of the feature:
 the last `window` inputs (a band of the causal mask, the same in training and decoding), so a
 round starts from the big model's real features of the last `window` tokens, which the pass that
 checked the last round has already computed (beyond/heads.py's HiddenScorer keeps them).
-EagleRoll is that drafter in torch, eagle_roll at every round (clear, not fast); the reference
-repository's beyond/eagle_numpy.py (the teachers' only) proposes the same guesses in NumPy with a
-small KV cache for the k steps, far less than a pass of the big model: --draft eagle uses it.
+EagleRoll is that drafter in torch: eagle_roll at every round, whose calls of the draft Rolling
+answers from a cache, each step's one new position on folded weights (Folded). The reference
+repository's beyond/eagle_numpy.py (the teachers' only) proposes the same guesses in NumPy, with
+less fixed cost a step: --draft eagle uses it there.
 
 Exercise 7 (part two): 7a is shifted and eagle_loss, 7b eagle_roll.
 
@@ -111,29 +112,16 @@ class Eagle(nn.Module):
 
     def forward(self, states, tokens, wte):
         """states (B, T, C): features f_t; tokens (B, T): x_{t+1}, the token after each; wte
-        (V, C): the big model's embedding -> the guesses of f_{t+1} (B, T, C)."""
-        return self.extend(states, tokens, wte)[0]
-
-    def extend(self, states, tokens, wte, past=None):
-        """forward() for t new pairs after m earlier ones, from their keys and values past
-        ((B, nh, m, hs) each; None: no earlier pair) -> (the guesses (B, t, C), the keys and
-        values of all m + t pairs). A pair's key and value depend on the pair alone, and each
-        position attends over those before it only: the earlier guesses do not change."""
-        x = self.fc(torch.cat([states, F.embedding(tokens, wte)], -1))   # (B, t, C)
+        (V, C): the big model's embedding -> the guesses of f_{t+1} (B, T, C). Decoding calls
+        Folded, the same layer on folded weights, one new pair at a time."""
+        x = self.fc(torch.cat([states, F.embedding(tokens, wte)], -1))   # (B, T, C)
         attn = self.h.attn
-        B, t, C = x.shape
-        nh, hs = attn.n_head, C // attn.n_head
-        q, k, v = attn.c_attn(self.h.ln_1(x)).split(C, dim=2)             # 3 x (B, t, C)
-        q, k, v = (a.view(B, t, nh, hs).transpose(1, 2) for a in (q, k, v))  # (B, nh, t, hs)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (B, nh, m + t, hs)
-        m = k.shape[2] - t
-        if t == 1:                             # one new position: it sees the last `window`
-            y = F.scaled_dot_product_attention(q, k[:, :, -self.window:], v[:, :, -self.window:])
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.band(m + t, x.device)[m:])
-        x = x + attn.c_proj(y.transpose(1, 2).reshape(B, t, C))           # (B, t, C)
-        return x + self.h.mlp(self.h.ln_2(x)), k, v                       # (B, t, C)
+        B, T, C = x.shape
+        q, k, v = attn.c_attn(self.h.ln_1(x)).split(C, dim=2)             # 3 x (B, T, C)
+        q, k, v = (a.view(B, T, attn.n_head, -1).transpose(1, 2) for a in (q, k, v))  # B nh T hs
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.band(T, x.device))
+        x = x + attn.c_proj(y.transpose(1, 2).reshape(B, T, C))           # (B, T, C)
+        return x + self.h.mlp(self.h.ln_2(x))                             # (B, T, C)
 
 
 def shifted(features, idx):
@@ -231,27 +219,106 @@ def final_norm(big):
                  (big.transformer.ln_f.weight, big.transformer.ln_f.bias))
 
 
+class Folded:
+    """The Eagle for decoding, one text (B = 1): its weights folded once, when first used (each
+    LayerNorm's gain and bias into the Linear after it, fc's token half into a table by token,
+    the queries scaled), and the keys and values of the pairs before passed in, so a new pair
+    costs one position: step() is a dozen torch operations, a third of a call of the Eagle on a
+    CPU, where a small operation's time is its fixed cost. The Eagle's outputs up to float
+    rounding (tests/test_eagle.py); after training the Eagle again, make a new Folded."""
+
+    def __init__(self, eagle):
+        self.eagle, self.window, self.weights = eagle, eagle.window, None
+
+    def extend(self, states, tokens, wte, past=None):
+        """The draft's outputs (t, C) at t new pairs [states (t, C) ; wte[tokens (t,)]] after
+        the pairs whose keys and values are past ((nh, m, hs) each; None: none), and the keys
+        and values of the last window - 1 pairs, which are all that a next pair attends to."""
+        by_token, fc, qkv, qkv_bias, proj, proj_bias, up, up_bias, down, down_bias = \
+            self.folded(wte)
+        t, C = states.shape
+        x = states @ fc + by_token[tokens]                                    # (t, C)
+        q, k, v = F.linear(F.layer_norm(x, (C,)), qkv, qkv_bias).view(t, 3, self.heads, -1) \
+            .permute(1, 2, 0, 3)                                              # 3 x (nh, t, hs)
+        if past is not None:
+            k, v = torch.cat([past[0], k], 1), torch.cat([past[1], v], 1)      # (nh, m + t, hs)
+        band = self.eagle.band(k.shape[1], x.device)[k.shape[1] - t:]          # (t, m + t)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=band, scale=1.0)  # (nh, t, hs)
+        x = x + F.linear(y.transpose(0, 1).reshape(t, C), proj, proj_bias)    # (t, C)
+        hidden = F.gelu(F.linear(F.layer_norm(x, (C,)), up, up_bias), approximate="tanh")
+        return x + F.linear(hidden, down, down_bias), *self.last(k, v)        # (t, C)
+
+    def step(self, state, token, wte, past):
+        """extend() for one pair, state (C,) and token an int, after m >= 1 pairs: (C,)."""
+        by_token, fc, qkv, qkv_bias, proj, proj_bias, up, up_bias, down, down_bias = \
+            self.folded(wte)
+        C = state.shape[0]
+        x = torch.addmv(by_token[token], fc.t(), state)                        # (C,)
+        q, k, v = torch.addmv(qkv_bias, qkv, F.layer_norm(x, (C,))).view(3, self.heads, 1, -1)
+        k, v = torch.cat([past[0], k], 1), torch.cat([past[1], v], 1)          # (nh, <=W, hs)
+        y = torch.softmax(q @ k.transpose(1, 2), -1) @ v                       # (nh, 1, hs)
+        x = x + torch.addmv(proj_bias, proj, y.view(C))                        # (C,)
+        hidden = F.gelu(torch.addmv(up_bias, up, F.layer_norm(x, (C,))), approximate="tanh")
+        return x + torch.addmv(down_bias, down, hidden), *self.last(k, v)     # (C,)
+
+    def last(self, keys, values):
+        if keys.shape[1] < self.window:
+            return keys, values
+        return keys[:, 1 - self.window:], values[:, 1 - self.window:]         # (nh, W - 1, hs)
+
+    def folded(self, wte):
+        if self.weights is None or self.weights[0] is not wte:
+            self.weights = (wte, *self.fold(wte))
+        return self.weights[1:]
+
+    def fold(self, wte):
+        """fc's token half as a table (V, C) with its bias, its state half transposed (C, C);
+        each LayerNorm folded into the Linear after it (W g and b + W beta); the queries' rows
+        scaled by 1 / sqrt(hs), as attention scales their scores."""
+        fc, h = self.eagle.fc, self.eagle.h
+        C, self.heads = fc.weight.shape[0], h.attn.n_head
+        with torch.no_grad():
+            by_token = F.linear(wte, fc.weight[:, C:], fc.bias)               # (V, C)
+
+            def after(norm, linear):  # linear(norm(x)) = (W g) normalized(x) + (b + W beta)
+                return linear.weight * norm.weight, linear.bias + linear.weight @ norm.bias
+
+            qkv, qkv_bias = after(h.ln_1, h.attn.c_attn)                      # (3C, C), (3C,)
+            scale = torch.ones_like(qkv_bias)
+            scale[:C] = (C // self.heads) ** -0.5
+            up, up_bias = after(h.ln_2, h.mlp.c_fc)
+            return (by_token, fc.weight[:, :C].t().contiguous(), qkv * scale[:, None],
+                    qkv_bias * scale, h.attn.c_proj.weight, h.attn.c_proj.bias, up, up_bias,
+                    h.mlp.c_proj.weight, h.mlp.c_proj.bias)
+
+
 class Rolling:
-    """An Eagle that remembers its last call: called again with the same pairs and more after
-    them (as eagle_roll does at every step of a round), it computes the new positions only,
-    from the keys, values and outputs of the ones before (each position attends over the ones
-    before it only, so theirs do not change); any other call computes every position. The
+    """An Eagle that remembers its last call: called again with the same pairs and one more after
+    them (as eagle_roll does at every step of a round), it computes the new position only
+    (Folded.step), from the keys and values of the ones before (each position attends over the
+    ones before it only, so theirs do not change); any other call computes every position. The
     Eagle's own outputs at every position, up to float rounding: a cache, not another draft."""
 
     def __init__(self, eagle):
-        self.eagle = eagle
-        self.states = self.tokens = self.keys = self.values = self.out = None
+        self.eagle, self.folded = eagle, Folded(eagle)
+        self.states = self.tokens = self.past = self.out = None
 
     def __call__(self, states, tokens, wte):
         """states (1, T, C), tokens (1, T), wte (V, C) -> the guesses of f_{t+1} (1, T, C)."""
+        if torch.is_grad_enabled():                      # the folded weights are not trained
+            return self.eagle(states, tokens, wte)
         m = 0 if self.states is None else self.states.shape[1]
         if not (0 < m < states.shape[1] and torch.equal(states[:, :m], self.states)
                 and torch.equal(tokens[:, :m], self.tokens)):
             m = 0                                                   # not a continuation
-        past = (self.keys, self.values) if m else None
-        x, k, v = self.eagle.extend(states[:, m:], tokens[:, m:], wte, past)  # (1, t, C)
-        self.out = x if m == 0 else torch.cat([self.out, x], 1)            # (1, T, C)
-        self.states, self.tokens, self.keys, self.values = states, tokens, k, v
+        if 0 < m == states.shape[1] - 1:                            # one new pair
+            x, *self.past = self.folded.step(states[0, -1], int(tokens[0, -1]), wte, self.past)
+            self.out = torch.cat([self.out, x.view(1, 1, -1)], 1)              # (1, T, C)
+        else:
+            x, *self.past = self.folded.extend(states[0, m:], tokens[0, m:], wte,
+                                               self.past if m else None)      # (t, C)
+            self.out = x[None] if m == 0 else torch.cat([self.out, x[None]], 1)
+        self.states, self.tokens = states, tokens
         return self.out
 
 
@@ -310,7 +377,7 @@ class EagleBranches:
     children are the draft's likeliest guesses (or draws) after the path to it, from the feature
     it rolled forward along that path. The root's step reads the big model's features of the
     window (the target's TreeScorer keeps its states: attach); every other node's step is one
-    position after its parent's keys and values (Eagle.extend), computed once a round: a tree
+    position after its parent's keys and values (Step), computed once a round: a tree
     of N guesses costs the draft as many steps as it has nodes with children."""
 
     def __init__(self, eagle, big):
@@ -318,6 +385,7 @@ class EagleBranches:
         self.wte, self.lm_head = frozen_weights(big)                         # (V, C) each
         self.ln_f = final_norm(big)
         self.vocab_size = self.wte.shape[0]
+        self.folded = Folded(self.eagle)
         self.scorer, self.written, self.steps = None, None, {}
 
     def attach(self, scorer, score_tree):
@@ -329,26 +397,27 @@ class EagleBranches:
         root = len(seq) - depth                  # the last token written; then the path
         if root < 1:
             return [], None
-        feature, _ = self.step(seq, root)                                    # (1, 1, C)
-        logits = F.linear(feature[0, 0], self.lm_head).float().cpu().numpy()  # (V,)
+        feature, _ = self.step(seq, root)                                    # (C,)
+        logits = F.linear(feature, self.lm_head).float().cpu().numpy()       # (V,)
         return likeliest_or_drawn(logits, width, sampling)
 
     @torch.inference_mode()
     def step(self, seq, root):
-        """The draft's guess of the feature after seq (1, 1, C) and the keys and values of its
-        pairs so far; seq is the text up to the root (seq[root]), then a path of the tree."""
+        """The draft's guess of the feature after seq (C,) and the keys and values of its last
+        pairs; seq is the text up to the root (seq[root]), then a path of the tree."""
         if seq[:root + 1] != self.written:       # a new round: the last one's nodes are gone
             self.written, self.steps = seq[:root + 1], {}
         path = tuple(seq[root + 1:])
         if path not in self.steps:
             if path:                             # [its parent's feature ; its own token]
                 feature, past = self.step(seq[:-1], root)
-                x, k, v = self.eagle.extend(feature, torch.tensor([[seq[-1]]]), self.wte, past)
+                x, *past = self.folded.step(feature, seq[-1], self.wte, past)       # (C,)
             else:                                # [f_t ; x_{t+1}] over the window, t < root
                 features, first = self.features(seq, root)                  # (n, C)
-                x, k, v = self.eagle.extend(features[None],
-                                            torch.tensor([seq[first + 1:root + 1]]), self.wte)
-            self.steps[path] = x[:, -1:], (k, v)
+                x, *past = self.folded.extend(features, torch.tensor(seq[first + 1:root + 1]),
+                                              self.wte)                     # (n, C)
+                x = x[-1]
+            self.steps[path] = x, past
         return self.steps[path]
 
     def features(self, seq, root):
@@ -384,7 +453,7 @@ class EagleConfig:
     threads: int = 0            # torch threads; 0: every core, or 1 if the machine is busy
     checkpoints: str = ""       # folder of big.pt, where eagle.pt goes (default: checkpoints/)
     fresh: bool = False         # start over, even if eagle.pt holds a run to resume
-    speed: bool = False         # then compare with the heads and the distilled draft (minutes)
+    speed: bool = False         # then compare with the heads, the distilled draft and EagleRoll
 
     def __post_init__(self):
         frozen.check_flags(self, ("window", "steps", "batch_size", "save_every"))
@@ -520,10 +589,13 @@ def main(argv=None):
     if ec.speed:
         heads = load_heads(big, folder)
         table = {}
-        for name, draft, ks in [("EAGLE-style draft", drafter(eagle, big), KS),
-                                ("Medusa heads", heads, [k for k in KS if k <= heads.n_heads]),
-                                ("distilled draft", with_backend(
-                                    presets.load_trained("distilled", folder), "numpy"), KS)]:
+        rows = [("EAGLE-style draft", drafter(eagle, big), KS),
+                ("Medusa heads", heads, [k for k in KS if k <= heads.n_heads]),
+                ("distilled draft", with_backend(presets.load_trained("distilled", folder),
+                                                 "numpy"), KS)]
+        if EagleDraft is not None:        # the student repository's drafter, the same guesses
+            rows.append(("EagleRoll, torch", EagleRoll(eagle, big), (4, 8, 10)))
+        for name, draft, ks in rows:
             table.update(compare.greedy_table(big, {name: draft}, ks, prompts))
         print(against_heads(table))
 

@@ -180,8 +180,9 @@ assert at_most > 1.3 or QUICK
 # one layer over features the big model has already computed. In the student repository the
 # drafter is your `eagle_roll` at every round: it calls the draft on all its pairs at each step,
 # and `eagle.Rolling`, the draft with a cache, answers a call that only adds a pair by computing
-# that one position. Each step is still a handful of small torch operations, whose fixed cost on
-# a CPU is most of a step: the heads' guesses are nearly free (one product), this draft's not.
+# that one position: a dozen small torch operations on the draft's weights, folded once. Their
+# fixed cost on a CPU is most of a step: the heads' guesses are nearly free (one product), this
+# draft's are not.
 #
 # ## On a GPU
 #

@@ -107,8 +107,9 @@ def test_eagle_roll_feeds_the_drafts_own_features_and_guesses():
 
 
 def test_the_rolling_draft_computes_what_the_draft_does_at_every_position(target, eagle):
-    """eagle_roll's calls through Rolling (each step: the pairs before and one more) give the
-    Eagle's own outputs, at every position, longer than the window too; a call that does not
+    """eagle_roll's calls through Rolling (each step: the pairs before and one more; or three
+    more) give the Eagle's own outputs, at every position, longer than the window too (Folded's
+    step and extend after a past of window - 1 pairs); a call that does not
     continue the last (a feature changed) computes afresh. Control: a Rolling that kept the
     outputs of a changed prefix would differ from the Eagle there."""
     torch.manual_seed(1)
@@ -122,6 +123,10 @@ def test_the_rolling_draft_computes_what_the_draft_does_at_every_position(target
                                                                          tokens[:, :T], wte)
             assert torch.allclose(got, want, atol=1e-5), T
         assert rolling.out.shape[1] == states.shape[1]
+        jumping = Rolling(eagle)                 # several pairs a call, after a trimmed past
+        for T in range(2, states.shape[1] + 1, 3):
+            got = jumping(states[:, :T], tokens[:, :T], wte)
+            assert torch.allclose(got, eagle(states[:, :T], tokens[:, :T], wte), atol=1e-5), T
         changed = states.clone()
         changed[0, 2] += 1.0
         stale = torch.cat([rolling.out, rolling.out[:, -1:]], 1)     # what a stale cache holds

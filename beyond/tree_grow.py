@@ -169,6 +169,7 @@ class HeadsBranches:
 
     def __init__(self, heads):
         self.heads, self.vocab_size, self.scorer = heads, heads.vocab_size, None
+        self.round = (None, None)                # (the text to the root, every head's logits)
 
     def attach(self, scorer, score_tree):
         """The target's TreeScorer (keeping states) and its own score_tree, for a missing state."""
@@ -179,11 +180,12 @@ class HeadsBranches:
         root = len(seq) - depth                  # the root's index; its state is the one before
         if depth > self.heads.n_heads or root < 1:
             return [], None
-        if self.scorer.state(seq, root - 1) is None:
-            self.score_tree(seq[:root], Tree([seq[root - 1]]))    # one pass, just the text
-        state = self.scorer.state(seq, root - 1) * self.heads.ln_f_weight + self.heads.ln_f_bias
-        logits = self.heads.logits(state, depth)[depth - 1]               # (V,): head `depth`
-        return likeliest_or_drawn(logits, width, sampling)
+        if self.round[0] != seq[:root]:          # every node of a round: the same state
+            if self.scorer.state(seq, root - 1) is None:
+                self.score_tree(seq[:root], Tree([seq[root - 1]]))    # one pass, just the text
+            state = self.scorer.state(seq, root - 1) * self.heads.ln_f_weight + self.heads.ln_f_bias
+            self.round = seq[:root], self.heads.logits(state, self.heads.n_heads)   # (h, V)
+        return likeliest_or_drawn(self.round[1][depth - 1], width, sampling)  # head `depth`
 
 
 class NGramBranches:

@@ -34,6 +34,7 @@ from beyond.tree_grow import (
     best_shape,
     chain_shape,
     fastest_shape,
+    likeliest_or_drawn,
     node_value,
     tree_speedup,
     tree_tokens_per_pass,
@@ -159,6 +160,8 @@ def test_heads_grow_trees_from_the_big_models_own_state(target, backend, tmp_pat
             want = final_states(target, torch.tensor([seq[start:root]]))[1][0, -1].numpy()
         got = self.scorer.state(seq, root - 1) * heads.ln_f_weight + heads.ln_f_bias
         np.testing.assert_allclose(got, want, atol=1e-4)
+        own = likeliest_or_drawn(heads.logits(want, depth)[depth - 1], width, sampling)
+        assert guesses[0] == own[0]                          # head `depth`'s, on this round's
         checked.append(depth)
         return guesses
     monkeypatch.setattr(tr.HeadsBranches, "branch", checked_branch)

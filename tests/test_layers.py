@@ -3,7 +3,8 @@
 Each module has a rank in LAYERS and imports only its own rank or below, so the lesson never
 depends on the extras built on it. Project imports sit at the top of a module, where a reader
 sees them, and never form a circle; no two top-level folders import each other. Every import
-counts, a main guard's too. Tiny fake projects show that each check bites.
+counts, a main guard's too, and a main guard that starts a project module (python -m) is listed.
+Tiny fake projects show that each check bites.
 """
 
 import ast
@@ -128,8 +129,37 @@ def find_edges(root):
     return list(dict.fromkeys(edges))  # `from gpt import a, b` is one edge
 
 
+def launches(root):
+    """Each program a main guard starts in its own place or beside it (a call's arguments that
+    hold "-m", "module" for a project module): edges no import shows."""
+    root = Path(root)
+    modules = find_modules(root)
+    found = []
+    for importer, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for guard in (node for node in tree.body if is_main_guard(node)):
+            for call in (n for n in ast.walk(guard) if isinstance(n, ast.Call)):
+                words = [n.value for arg in call.args for n in ast.walk(arg)
+                         if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                found += [Edge(importer, target, f"{path.relative_to(root)}:{call.lineno}", False)
+                          for flag, target in zip(words, words[1:])
+                          if flag == "-m" and target in modules]
+    return found
+
+
+# The one program a lesson file starts: `python speculative.py` is the decoding command line the
+# contract names, and it decodes with every drafter beyond/ has, so it lives above the lesson
+# (beyond/decode.py) and speculative.py's main guard starts it in its own place (os.execve):
+# nothing of the lesson imports it. A new launch is a decision: list it here, with its reason.
+LAUNCHES = [("speculative", "beyond.decode")]
+
+
 def show(edge):
     return f"  {edge.where}: {edge.importer} -> {edge.target}"
+
+
+def launched(root):
+    return [show(edge) for edge in launches(root)]
 
 
 def unplaced_modules(root):
@@ -264,11 +294,24 @@ PLANTED = {
                                              "studies/run.py": "from exercises import ex1\n",
                                              "speculative.py": ""},
                                             "folder_pairs", [("exercises", "studies")]),
+    "a main guard starting a module": ({"gpt.py": "import os, sys\n"
+                                                  "if __name__ == '__main__':\n"
+                                                  "    os.execv(sys.executable, [sys.executable, "
+                                                  "'-m', 'train', *sys.argv[1:]])\n",
+                                        "train.py": ""},
+                                       "launched", ["  gpt.py:3: gpt -> train"]),
     "a module pip does not install": ({"gpt.py": "", "newcomer.py": "", "beyond/__init__.py": "",
                                        "pyproject.toml": 'py-modules = ["gpt"]\n'
                                                          'packages = ["beyond"]\n'},
                                       "uninstalled_modules", ["newcomer"]),
 }
+
+
+def test_every_program_a_main_guard_starts_is_listed():
+    found = launches(ROOT)
+    assert [(edge.importer, edge.target) for edge in found] == LAUNCHES, \
+        "A main guard starts a project module (-m): list it in LAUNCHES with its reason, or " \
+        "import what it needs:\n" + "\n".join(map(show, found))
 
 
 @pytest.mark.parametrize("bug", PLANTED)

@@ -8,6 +8,7 @@ Tiny fake projects show that each check bites.
 """
 
 import ast
+import functools
 import re
 from collections import namedtuple
 from pathlib import Path
@@ -109,6 +110,13 @@ def imported_names(node, importer, is_package, names):
     return [name if name in names else base for name in found]
 
 
+@functools.cache
+def parsed(path):
+    """A source file's syntax tree, read once a test run (the checks share it)."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+@functools.cache
 def find_edges(root):
     """Every project import in the project, as Edges. The main guard is left out."""
     root = Path(root)
@@ -116,7 +124,7 @@ def find_edges(root):
     names = set(modules).union(*(ancestors(name) for name in modules))
     edges = []
     for importer, path in sorted(modules.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         is_package = path.name == "__init__.py"
         for node, nested in import_nodes(tree):
             where = f"{path.relative_to(root)}:{node.lineno}"
@@ -126,7 +134,7 @@ def find_edges(root):
                          if not (importer == p or importer.startswith(p + "."))]
                 edges += [Edge(importer, target, where, nested)
                           for target in [name] + above if target in names]
-    return list(dict.fromkeys(edges))  # `from gpt import a, b` is one edge
+    return tuple(dict.fromkeys(edges))  # `from gpt import a, b` is one edge
 
 
 def launches(root):
@@ -136,7 +144,7 @@ def launches(root):
     modules = find_modules(root)
     found = []
     for importer, path in sorted(modules.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         for guard in (node for node in tree.body if is_main_guard(node)):
             for call in (n for n in ast.walk(guard) if isinstance(n, ast.Call)):
                 words = [n.value for arg in call.args for n in ast.walk(arg)

@@ -192,8 +192,7 @@ def load(kind, big, folder, configs, train, build, log=print):
         return build(state)
     config = first_use(big, configs) if state is None else kind.config(
         **{k: v for k, v in state["settings"].items() if k not in ("target", "answer")})
-    log(f"{kind.title} trained with another {kind.loss_names()}: training again, "
-        f"once, into {path}" if changed else
-        f"{kind.title} not trained yet: training first, once, into {path} "
-        f"({kind.command(folder)} does the same)")
+    if not changed:                     # a changed answer: train() says so, once
+        log(f"{kind.title} not trained yet: training first, once, into {path} "
+            f"({kind.command(folder)} does the same)")
     return train(big, config, path, log=log, progress=True)

@@ -19,7 +19,7 @@ def to_do(n, error):
         return None
     return (f"exercise {n} ({report.TITLES[n]}) is still to do: it needs part {part.id} "
             f"({', '.join(part.functions)}); write it in {parts.place(part)} or in "
-            f"{part.file}, then `make check N={part.exercise}` checks it")
+            f"{part.file}, then `make check N={parts.check_number(part)}` checks it")
 
 
 def later_parts_to_do(after):
@@ -30,9 +30,9 @@ def later_parts_to_do(after):
     lines = []
     for part in parts.not_written():
         if part.exercise > after:
-            number = places[part.id][1][:2] if part.id in places else part.exercise
             lines.append(f"part {part.id} ({', '.join(part.functions)}): write it in "
-                         f"{parts.place(part, places)}, then `make check N={number}`")
+                         f"{parts.place(part, places)}, then "
+                         f"`make check N={parts.check_number(part, places)}`")
     return lines
 
 

@@ -32,6 +32,7 @@ class Part:
 EXERCISES = {1: "explain", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
              6: "drafts without a second model",
              7: "a draft that reads the big model's features", 8: "trees of guesses"}
+PART_TWO = (6, 7, 8)  # no script of their own: a student meets them as notebooks 07 to 09
 
 PARTS = [
     Part("1a", 1, "mark a greedy round: kept guesses and the big model's token",
@@ -91,7 +92,7 @@ def message(function):
     if part is None:
         return f"write {function} (see its docstring)"
     return (f"Exercise {part.exercise}, part {part.id}: write {function} (see its docstring); "
-            f"check it with: make check N={part.exercise}")
+            f"check it with: make check N={check_number(part)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,5 +229,14 @@ def place(part, places=None):
     your_turn_places(), read once by a caller that asks for several parts)."""
     title, notebook = (places or your_turn_places()).get(part.id, (None, None))
     if title is None:
-        return f"{part.file} (make check N={part.exercise})"
+        return f"{part.file} (make check N={check_number(part, places)})"
     return f"the cell \"{title}\" of notebook {notebook}"
+
+
+def check_number(part, places=None):
+    """What `make check N=` takes for a part, as its student meets it: a lesson exercise's number
+    (1 to 5); for part two, met as notebooks 07 to 09 only, its notebook's two digits."""
+    if part.exercise not in PART_TWO:
+        return str(part.exercise)
+    _, notebook = (your_turn_places() if places is None else places).get(part.id, (None, None))
+    return notebook[:2] if notebook else str(part.exercise)

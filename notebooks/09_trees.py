@@ -12,9 +12,9 @@
 # sampling, applies notebook 4's acceptance rule to several candidates for one position without
 # changing the big model's distribution (the **multi-candidate rule**).
 #
-# Reading time: about 25 minutes. You write four functions, exercise 8 of part two: the mask
-# and the positions (8a), the greedy and the sampled walk (8b); the cell after each your-turn
-# cell checks them the way the course's grader does (`make check N=09` from a terminal).
+# Reading time: about 25 minutes. You write four functions: the mask and the positions (8a),
+# the greedy and the sampled walk (8b); the cell after each your-turn cell checks them the way
+# the course's grader does (`make check N=09` from a terminal).
 
 # %%
 # Setup. The project's modules come from its environment (`make setup`; `make notebooks` opens

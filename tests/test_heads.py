@@ -214,7 +214,9 @@ def test_heads_trained_with_another_loss_are_trained_again(tmp_path, monkeypatch
     assert "not trained yet" in capsys.readouterr().out
     monkeypatch.setattr(heads_module, "heads_loss", right)
     heads_module.load(big, tmp_path)
-    assert "trained with another heads_loss: training again" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "trained with another heads_loss; training anew" in said
+    assert said.count("trained with another") == 1                # said once, not twice
     heads_module.load(big, tmp_path)
     assert "training" not in capsys.readouterr().out          # the control: loaded as it is
     moved, elsewhere = {}, tmp_path / "elsewhere.py"

@@ -127,6 +127,15 @@ def test_stubs_are_told_from_answers_wherever_the_region_was():
     assert not parts.is_stub(solved) and not parts.is_stub(own)
 
 
+def test_a_stub_names_the_check_by_the_number_its_student_sees():
+    # Part one by its exercise (a script of its own); part two by its notebook's two digits:
+    # `make check N=7` would check notebook 08's parts, not notebook 07's.
+    said = {p.id: parts.message(p.functions[0]).split("make check N=")[1] for p in parts.PARTS}
+    assert said["3a"] == "3" and said["5a"] == "5"
+    assert (said["6a"], said["7b"], said["8b"]) == ("07", "08", "09")
+    assert parts.check_number(parts.BY_ID["6b"], {}) == "6"    # no notebook cell: the exercise
+
+
 @pytest.fixture
 def kernel_modules(student, monkeypatch):
     """The graded module loaded from the student folder, and a project module that imported

@@ -272,12 +272,11 @@ def check(part_id, root=ROOT):
     repository the checks run here, on the notebook's functions (its files hold the reference),
     each within KERNEL_TIMEOUT. A part whose check ran out of time stands aside in
     this kernel until its cell runs again (Stalled), as does one whose check failed."""
-    part = parts.BY_ID[part_id]
+    from IPython import get_ipython
+    part, notebook = parts.BY_ID[part_id], get_ipython().user_ns if get_ipython() else {}
     if is_reference(root):
-        from IPython import get_ipython
-        user_ns = get_ipython().user_ns if get_ipython() else {}
-        functions = {name: user_ns[name] for p in parts.PARTS for name in p.functions
-                     if callable(user_ns.get(name))}
+        functions = {name: notebook[name] for p in parts.PARTS for name in p.functions
+                     if callable(notebook.get(name))}
         results = []
         for c in runner.select(part=part_id):
             result = report.Result(c)
@@ -294,7 +293,10 @@ def check(part_id, root=ROOT):
     if timed_out or any(r.status in ("missing", "error", "crashed", "fail") for r in results):
         module = importlib.import_module(module_of(part))
         for name in part.functions:
-            replace_everywhere(module, name, stalled(part, timed_out), root)
+            stand_in = stalled(part, timed_out)
+            replace_everywhere(module, name, stand_in, root)
+            if name in notebook:             # a cell that calls it by name skips too
+                notebook[name] = stand_in
         print(f"part {part.id} {'did not finish' if timed_out else 'fails its check'}: until "
               "you fix it and run its cell again, the cells below that need it are skipped")
 

@@ -325,13 +325,17 @@ def test_a_part_that_never_finishes_costs_its_check_and_then_stands_aside(shell,
 def test_a_part_that_fails_its_check_stands_aside_until_its_cell_runs_again(shell, capsys,
                                                                           restored):
     """So that nothing trains on a wrong answer (a draft's loss, say): the cells that need the
-    part skip in one line. Control: a part that passes stays."""
+    part skip in one line, whether they call it through a module or by the name its cell
+    defined. Control: a part that passes stays."""
     import speculative
     right = speculative.expected_tokens_per_pass
     shell.run_cell("def expected_tokens_per_pass(alpha, k):\n    return k")      # wrong
     assert shell.run_cell('_yourturn.check("2a")').success
     assert "part 2a fails its check" in capsys.readouterr().out
     assert shell.run_cell("import speculative\nspeculative.expected_speedup(0.8, 4, 0.1)").success
+    assert "needs part 2a (expected_tokens_per_pass), whose check fails" in \
+        capsys.readouterr().out
+    assert shell.run_cell("expected_tokens_per_pass(0.8, 4)").success     # by the cell's name
     assert "needs part 2a (expected_tokens_per_pass), whose check fails" in \
         capsys.readouterr().out
     shell.user_ns["expected_tokens_per_pass"] = right                      # the right one

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from beyond import presets
-from lessonkit import machine
+from lessonkit import machine, parts
 from lessonkit.checkpoint import write_atomic
 
 FLAGS = ("save_every", "threads", "checkpoints", "fresh", "speed")  # how to run, not what to learn
@@ -180,6 +180,8 @@ def load(kind, big, folder, configs, train, build, log=print):
     use (no file yet, or a first training that was interrupted), train(big, config, path, log=,
     progress=True) here, once, with configs' first_use."""
     path = kind.path(folder)
+    for function in kind.trained_by():  # a part not done: its one line now, before any work
+        parts.ready(function)
     state = kind.read(path) if path.exists() else None
     if path.exists() and state is None:
         raise ValueError(f"{path} is not a readable {kind.name} checkpoint; retrain with: "

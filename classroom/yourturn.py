@@ -243,12 +243,6 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     return "\n".join(lines)
 
 
-def stalled(part, timed_out):
-    def stand_in(*args, **kwargs):
-        raise parts.Stalled(part, timed_out)
-    return stand_in
-
-
 def within(seconds, run):
     """run() with a time limit (the main thread's alarm clock, as a notebook's cells run): the
     check's own wire.Timeout, which a check passes on, as it does a worker's."""
@@ -293,7 +287,7 @@ def check(part_id, root=ROOT):
     if timed_out or any(r.status in ("missing", "error", "crashed", "fail") for r in results):
         module = importlib.import_module(module_of(part))
         for name in part.functions:
-            stand_in = stalled(part, timed_out)
+            stand_in = parts.StandIn(part, name, timed_out)
             replace_everywhere(module, name, stand_in, root)
             if name in notebook:             # a cell that calls it by name skips too
                 notebook[name] = stand_in

@@ -1,6 +1,7 @@
 """Extra heads (beyond/heads.py): the drafter reads the state the big model's own pass computed,
 greedy output stays the big model's, sampling keeps its distribution, training resumes."""
 
+import importlib.util
 import inspect
 
 import numpy as np
@@ -34,6 +35,7 @@ from beyond.heads import (
     train,
 )
 from beyond.registry import by_name
+from lessonkit import parts
 
 QUICK = dict(steps=40, batch_size=8, save_every=40, threads=1)
 
@@ -193,6 +195,35 @@ def test_heads_by_name_load_for_their_own_big_model_only(tmp_path, monkeypatch, 
     gpt.save_checkpoint(tmp_path / "big.pt", other, step=0, val_loss=0.0)
     with pytest.raises(ValueError, match="trained for another big model"):
         by_name("heads", tmp_path)
+
+
+def test_heads_are_not_trained_for_a_part_not_done(tmp_path, monkeypatch, capsys):
+    """A heads_loss that stands aside (its check failed in the notebook) or is still the stub:
+    loading the heads raises the part's error at once, before any line about training, any text
+    written or any file (the notebook then skips the cell in one line). Control: the real loss
+    trains them."""
+    torch.manual_seed(0)
+    big = gpt.GPT(tiny_config()).eval()
+    monkeypatch.setitem(heads_module.FIRST_USE, "quick", HeadsConfig(
+        steps=2, batch_size=2, heads=2, text="real", threads=1))
+    monkeypatch.setitem(heads_module.FIRST_USE, "lesson", heads_module.FIRST_USE["quick"])
+    right, part, folder = heads_module.heads_loss, parts.BY_ID["6b"], tmp_path / "models"
+    stub_file = tmp_path / "student_heads.py"               # the student repository's stub
+    stub_file.write_text(f"def heads_loss(guesses, logits, targets):\n"
+                         f"    raise NotImplementedError({parts.message('heads_loss')!r})\n")
+    spec = importlib.util.spec_from_file_location("student_heads", stub_file)
+    stub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stub)
+    for stand_in, error in [(parts.StandIn(part, "heads_loss", False), parts.Stalled),
+                            (stub.heads_loss, NotImplementedError)]:
+        monkeypatch.setattr(heads_module, "heads_loss", stand_in)
+        with pytest.raises(error) as raised:
+            heads_module.load(big, folder)
+        assert parts.waiting_for(raised.value) is part
+        assert capsys.readouterr().out == "" and not folder.exists()
+    monkeypatch.setattr(heads_module, "heads_loss", right)
+    heads_module.load(big, folder)
+    assert "not trained yet" in capsys.readouterr().out and list(folder.iterdir())
 
 
 def test_heads_trained_with_another_loss_are_trained_again(tmp_path, monkeypatch, capsys):

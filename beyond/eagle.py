@@ -229,6 +229,7 @@ class Folded:
 
     def __init__(self, eagle):
         self.eagle, self.window, self.weights = eagle, eagle.window, None
+        self.heads = eagle.h.attn.n_head
 
     def extend(self, states, tokens, wte, past=None):
         """The draft's outputs (t, C) at t new pairs [states (t, C) ; wte[tokens (t,)]] after
@@ -276,7 +277,7 @@ class Folded:
         each LayerNorm folded into the Linear after it (W g and b + W beta); the queries' rows
         scaled by 1 / sqrt(hs), as attention scales their scores."""
         fc, h = self.eagle.fc, self.eagle.h
-        C, self.heads = fc.weight.shape[0], h.attn.n_head
+        C = fc.weight.shape[0]
         with torch.no_grad():
             by_token = F.linear(wte, fc.weight[:, C:], fc.bias)               # (V, C)
 
@@ -377,7 +378,7 @@ class EagleBranches:
     children are the draft's likeliest guesses (or draws) after the path to it, from the feature
     it rolled forward along that path. The root's step reads the big model's features of the
     window (the target's TreeScorer keeps its states: attach); every other node's step is one
-    position after its parent's keys and values (Step), computed once a round: a tree
+    position after its parent's keys and values (Folded.step), computed once a round: a tree
     of N guesses costs the draft as many steps as it has nodes with children."""
 
     def __init__(self, eagle, big):

@@ -22,14 +22,14 @@ def to_do(n, error):
             f"{part.file}, then `make check N={parts.check_number(part)}` checks it")
 
 
-def later_parts_to_do(after):
-    """One line for each part of an exercise after `after` (part two: the notebooks' exercises
-    past the five of the lesson) not written yet: where to write it, and how to check it by its
-    notebook's number (the number its student sees)."""
+def part_two_to_do():
+    """One line for each part of part two (the notebooks' exercises past the five of the lesson)
+    not written yet: where to write it, and how to check it by its notebook's number (the number
+    its student sees)."""
     places = parts.your_turn_places()                 # {part id: (cell title, notebook)}
     lines = []
     for part in parts.not_written():
-        if part.exercise > after:
+        if part.exercise in parts.PART_TWO:
             lines.append(f"part {part.id} ({', '.join(part.functions)}): write it in "
                          f"{parts.place(part, places)}, then "
                          f"`make check N={parts.check_number(part, places)}`")

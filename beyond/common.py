@@ -8,10 +8,7 @@ swaps in tiny models trained for a few dozen steps, so that the test suite can r
 in seconds.
 """
 
-import functools
-import json
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +17,7 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import heads, presets, training
-from beyond.training import Recipe
+from beyond import heads, presets
 from lessonkit import cli, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,154 +53,39 @@ def load_models(args, names, log=print):
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
 
 
-# A forecast scales the time each stage took in a reference run by this machine's speed now
-# against that run's (the same probes(), timed here before each stage and in that run): training
-# stages by the training probe, the rest by the decoding one. The reference runs, in
-# docs/results/: `python -m exercises` from nothing (lesson.json: the models), the same again
-# (lesson-again.json: the exercises, without a fresh environment's first imports) and `python -m
-# studies` (studies.json); a later one's time for a stage replaces an earlier one's.
-REFERENCES = ROOT / "docs" / "results"
-REFERENCE_RUNS = ("lesson.json", "lesson-again.json", "studies.json")
-TRAINING = ("big", "draft", "names", "distilled", "heads")
+# About how long each stage takes on a quiet 2-core CPU (the runs of docs/RESULTS.md, "The
+# lesson's job" and "The studies", rounded): a model's training, an exercise, a study, in
+# seconds. A plan to read before a long wait, not a promise: training says its own from its first
+# steps timed here (machine.Pace), and this machine may be faster or slower.
+ABOUT_S = {"big": 90, "draft": 20, "names": 20, "distilled": 50, "heads": 120,
+           1: 3, 2: 2, 3: 15, 4: 15, 5: 30,
+           "drafters": 530, "transformers": 220, "sampling": 140, "batch": 190, "trees": 340}
 
 
-class NoReference(ValueError):
-    """A reference run that is missing or unreadable; the message says which and why."""
-
-
-@functools.cache
-def reference(folder=REFERENCES):
-    """({stage key (a str): (seconds, {probe kind: seconds at that run's start})}, the first
-    run's machine in words). An unreadable reference run, or none at all: NoReference."""
-    table, machines = {}, []
-    for name in REFERENCE_RUNS:
-        path = Path(folder) / name
-        if not path.exists():
-            continue
-        try:
-            run = json.loads(path.read_text())
-            probes_then = typical_probes(run["stages"])
-            table.update({key: (seconds, probes_then)
-                          for key, seconds in run["stage_seconds"].items()})
-            machines.append(machine.summary(run["run"]["machine"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise NoReference(f"no forecast: the reference run {path} is unreadable "
-                              f"({type(e).__name__}: {e})") from None
-    if not machines:
-        raise NoReference(f"no forecast: no reference run in {folder} "
-                          f"({', '.join(REFERENCE_RUNS)})")
-    return table, machines[0]
-
-
-def typical_probes(stages):
-    """A run's speed: the median of the probes taken before each of its stages, per kind (one
-    probe jumps by a fifth from stage to stage on a quiet machine)."""
-    kinds = {kind for stage in stages for kind in stage.get("probes") or {}}
-    return {kind: statistics.median(stage["probes"][kind] for stage in stages
-                                    if kind in (stage.get("probes") or {})) for kind in kinds}
-
-
-def unforecast(keys):
-    """The stage keys among `keys` that no reference run has timed."""
-    return sorted({str(k) for k in keys} - set(reference()[0]))
-
-
-def probes(kinds=("training", "decoding"), repeats=5):
-    """This machine's speed now, for each of `kinds`, on an untrained model of the big one's
-    size after two untimed warm-ups. training: the median of `repeats` training steps (20 x 128
-    characters) on training's threads and precision, which is arithmetic. decoding: the mean of
-    2 x `repeats` plain cached decodings of 64 characters on one thread, mostly each call's
-    fixed cost. A mean: beside busy programs a call runs whole or is interrupted, and the
-    interrupted ones are the slowdown (medians jumped from run to run). (A training step on one
-    thread misjudged both a processor without AVX-512 and a busy core.)"""
-    torch.manual_seed(0)
-    model = gpt.GPT(gpt.Config(**{**vars(presets.preset("big").config), "vocab_size": 65}))
-    x = torch.randint(0, 65, (20, model.c.block_size))
-
-    def seconds(fn, threads, times, average):
-        with machine.threads(threads):
-            fn(), fn()     # warm up, untimed (in a fresh process one call is not enough)
-            return average(machine.times_of(fn, times, threads))
-
-    def training_step():
-        _, loss = model(x, x)
-        loss.backward()
-    measured = {}
-    if "training" in kinds:   # in training's own precision (bfloat16 where the processor has it)
-        precision = training.speedups(Recipe(), "cpu", width=model.c.n_embd)[0]
-        with torch.autocast("cpu", dtype=precision, enabled=precision is not None):
-            measured["training"] = seconds(training_step, machine.training_threads(), repeats,
-                                           statistics.median)
-    if "decoding" in kinds:
-        model.eval()
-        prompt = torch.zeros(1, 8, dtype=torch.long)
-        with torch.no_grad():
-            measured["decoding"] = seconds(lambda: sd.generate(model, prompt, 64),
-                                           machine.DECODE_THREADS, 2 * repeats, statistics.mean)
-    return measured
-
-
-def kind(stage):
-    """Which probe a stage's time scales with."""
-    return "training" if stage in TRAINING else "decoding"
-
-
-def forecast(stages, measured=None):
-    """Seconds the stages (keys of the reference runs' stage_seconds) will take here, at this
-    machine's speed now (`measured`: probes())."""
-    table = reference()[0]
-    stages = [s for s in stages if str(s) in table]   # the others: see unforecast
-    measured = measured or probes({kind(s) for s in stages})
-    return sum(table[str(s)][0] * measured[kind(s)] / table[str(s)][1][kind(s)] for s in stages)
+def about(keys):
+    """Seconds the stage keys take on a quiet 2-core CPU (ABOUT_S; a key it lacks: none)."""
+    return sum(ABOUT_S.get(key, 0) for key in keys)
 
 
 class Progress:
-    """One line per stage: what runs now, and about how long is left (forecast(), at this
-    machine's speed measured again before every stage, and scaled by the stages so far against
-    their forecast). A stage is (label, stage keys: the models it trains first, then its own
-    work). No forecast with --quick (tiny models). The probes go into each stage's record even
-    without a reference run to forecast from (that record is how a reference run is made)."""
+    """One line per stage: what runs now, the time so far and about how long the stages left
+    take (about(); none with --quick: tiny models take seconds). A stage is (label, keys: the
+    models it trains first, then its own work)."""
 
-    def __init__(self, stages, forecast=True, probe=None):
-        self.stages, self.started, self.done = stages, time.time(), 0
-        self.probe = (probe or probes) if forecast else None
-        self.forecast_so_far = 0.0
-        self.records = []   # per stage: label, keys, probes, forecast and measured seconds
-        self.reference = None
-        if self.probe:
-            try:
-                self.reference = reference()[1]
-                missing = unforecast([k for _, keys in stages for k in keys])
-                if missing:   # a stage no reference run timed (a model it had trained already)
-                    self.reference += f"; not counting {', '.join(missing)}, which it did not time"
-            except NoReference as e:
-                print(e)
-
-    def left(self, measured):
-        """Seconds the stages not yet started will take at the speed `measured` now."""
-        left = forecast([k for _, keys in self.stages[self.done:] for k in keys], measured)
-        if self.forecast_so_far > 30:  # the stages so far say how this machine runs today
-            left *= (time.time() - self.started) / self.forecast_so_far
-        return left
+    def __init__(self, stages, estimate=True):
+        self.stages, self.estimate, self.started, self.done = stages, estimate, time.time(), 0
+        self.records = []   # per stage: label, keys, when it started and its seconds
 
     def start(self):
         """Print the next stage's line (the one before it has ended)."""
         self.stop()
         label, keys = self.stages[self.done]
         so_far = f"{machine.duration(time.time() - self.started)} so far"
-        record = {"label": label, "keys": keys, "started_s": time.time() - self.started}
-        if self.probe:  # only what the stages left need: a second run trains nothing
-            record["probes"] = self.probe({kind(k) for _, keys in self.stages[self.done:]
-                                           for k in keys})
-        if self.probe and self.reference:
-            record["left_forecast_s"] = self.left(record["probes"])
-            so_far += f", about {machine.duration(record['left_forecast_s'])} left"
-            if not self.done:
-                so_far += f" (from a run on {self.reference}, at this machine's speed now)"
-            record["forecast_s"] = forecast(keys, record["probes"])
-            self.forecast_so_far += record["forecast_s"]
+        left = about(k for _, keys in self.stages[self.done:] for k in keys)
+        if self.estimate and left:
+            so_far += f", about {machine.duration(left)} left on a quiet 2-core CPU"
         print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
-        self.records.append(record)
+        self.records.append({"label": label, "keys": keys, "started_s": time.time() - self.started})
         self.done += 1
 
     def stop(self):
@@ -216,8 +97,7 @@ class Progress:
     def results(self, trained):
         """The stages as a results file holds them, and each stage key's seconds: a model's from
         its training record (trained: presets.training_record of each model trained meanwhile),
-        a stage's own work the rest of its stage's time. The probes at the start are the speed
-        those seconds belong to (what a forecast scales)."""
+        a stage's own work the rest of its stage's time."""
         self.stop()
         seconds = {}
         for record in self.records:
@@ -228,9 +108,7 @@ class Progress:
                 seconds[run["preset"]] = run["seconds"]
             training_s = sum(run["seconds"] for run in inside)
             seconds[str(record["keys"][-1])] = record["seconds"] - training_s
-        first = self.records[0] if self.records else {}
-        return {"total_s": time.time() - self.started, "probes": first.get("probes"),
-                "forecast_s": first.get("left_forecast_s"), "stage_seconds": seconds,
+        return {"total_s": time.time() - self.started, "stage_seconds": seconds,
                 "stages": self.records, "trained": trained}
 
 
@@ -274,13 +152,9 @@ def notebook_models(names):
     args = notebook_args()
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
-        try:
-            about = "" if unforecast(missing) else \
-                f": about {machine.duration(forecast(missing))} at this machine's speed now"
-        except NoReference:   # no reference run: no forecast
-            about = ""
-        print(f"training {', '.join(missing)} first, once{about} (`make train` does the same "
-              "from a terminal)")
+        print(f"training {', '.join(missing)} first, once: about "
+              f"{machine.duration(about(missing))} on a quiet 2-core CPU (`make train` does the "
+              "same from a terminal)")
     load_models(args, missing, log=print)
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
 

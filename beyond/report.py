@@ -108,7 +108,7 @@ def studies_line(args):
     studies = [f"[{TITLES[key]}]({anchor(heading(key))})" if key in sections else
                f"{TITLES[key]} (not run yet)" for key in STUDIES]
     return (", ".join(studies) + ". `make studies` runs them all; `python -m studies "
-            "--forecast` says how long they take here.")
+            "--forecast` says about how long they take.")
 
 
 def trained_models(args):

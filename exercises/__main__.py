@@ -76,7 +76,7 @@ def lesson(args):
                      for n in args.only}
     planned = stages(exercise_args, common.checkpoint_folder(args),
                      notebooks=args.only == list(EXERCISES))
-    progress = common.Progress(planned, forecast=not args.quick)
+    progress = common.Progress(planned, estimate=not args.quick)
     if len(planned) > len(exercise_args):      # the models first, where one is missing
         progress.start()
         common.load_models(args, [k for k in planned[0][1] if k != "notebooks"], log=print)

@@ -3,15 +3,15 @@ Every study past the lesson, one after another: `make studies` runs this.
 
     python -m studies                           # all of them, into results/report.md
     python -m studies --only drafters sampling  # some of them
-    python -m studies --forecast                # how long each would take here; runs none
+    python -m studies --forecast                # about how long each takes; runs none
     python -m studies --quick                   # tiny models: what the tests run
 
 The studies: every drafter compared (drafters.py), against Hugging Face transformers
 (transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
 what batching buys (batch_curve.py) and token trees against chains (trees.py); each also runs
-alone, `python -m studies.NAME`, with flags of its own. Before each, this says how long is left,
-forecast from this machine's speed now (beyond/common.py), counting in the models a study uses
-that are not trained yet (trained first). Each writes its section of results/report.md.
+alone, `python -m studies.NAME`, with flags of its own. Before each, this says about how long is
+left on a quiet 2-core CPU (beyond/common.py), counting in the models a study uses that are not
+trained yet (trained first). Each writes its section of results/report.md.
 """
 
 import contextlib
@@ -47,7 +47,7 @@ STUDIES = {
 
 @dataclass
 class Plan:
-    forecast: bool = False     # say how long each study would take here, and run none
+    forecast: bool = False     # say about how long each study takes, and run none
 
 
 @dataclass
@@ -62,7 +62,7 @@ def available(key):
 
 
 def stages(args, keys, folder):
-    """(label, stage keys of common.reference()) per study: the models it trains first (those it
+    """(label, stage keys of common.ABOUT_S) per study: the models it trains first (those it
     uses that are not trained yet, nor trained by an earlier study), then the study."""
     return common.plan([(report.TITLES[key], ["big"] + STUDIES[key][1], key) for key in keys],
                        folder)
@@ -107,7 +107,7 @@ def batch_section(args, log):
 
 def train_heads(args, log):
     """The extra heads on the big model, trained here (once: heads.load trains missing ones),
-    with their time in common.TRAINED beside the presets' (the forecast's reference)."""
+    with their time in common.TRAINED beside the presets'."""
     big = common.load_models(args, ["big"], log=log)["big"]
     started = time.time()
     heads.load(big, common.checkpoint_folder(args), log=log)
@@ -124,13 +124,12 @@ def run(args, log=print):
             log(f"{report.TITLES[key]}: skipped, {available(key)}")
     folder = common.checkpoint_folder(args)
     if args.forecast:
-        measured = common.probes()
         for label, stage in stages(args, keys, folder):
-            log(f"{label}: about {machine.duration(common.forecast(stage, measured))}")
-        total = sum(common.forecast(stage, measured) for _, stage in stages(args, keys, folder))
-        log(f"all of them: about {machine.duration(total)} at this machine's speed now")
+            log(f"{label}: about {machine.duration(common.about(stage))}")
+        total = sum(common.about(stage) for _, stage in stages(args, keys, folder))
+        log(f"all of them: about {machine.duration(total)} on a quiet 2-core CPU")
         return {}
-    progress = common.Progress(stages(args, keys, folder), forecast=not args.quick)
+    progress = common.Progress(stages(args, keys, folder), estimate=not args.quick)
     busy = machine.Busy().start()
     sections = {}
     for key, (_, stage_keys) in zip(keys, progress.stages):
@@ -145,8 +144,8 @@ def run(args, log=print):
                                                    checkpoints=args.checkpoints,
                                                    results=args.results), log=log)
         log(f"recorded in {report.record(args, key, sections[key], log=None)}")
-    # The stages' times (the extra heads' training counted in the drafters' stage), for the
-    # forecast's reference: results/studies.json.
+    # The stages' times (the extra heads' training counted in the drafters' stage):
+    # results/studies.json.
     common.save_json(args, "studies.json", {"studies": keys, "quick": args.quick,
                                             **progress.results(common.TRAINED)},
                      busy=busy.stop().note())

@@ -418,11 +418,11 @@ def test_ngram_branches_start_with_the_chains_guess():
 @pytest.mark.slow  # statistics or a subprocess: not in make test-fast
 def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
     # Through `python -m studies --only trees`: fails unless the study is registered
-    # there (STUDIES, with its forecast) and in the report, which links to its section.
+    # there (STUDIES, with its estimate) and in the report, which links to its section.
     studies.main(["--only", "trees", "--quick", "--checkpoints", str(tmp_path / "checkpoints"),
                   "--results", str(tmp_path / "results")])
     results = tmp_path / "results"
-    assert "trees" in common.reference()[0]
+    assert "trees" in common.ABOUT_S
     report_text = (results / "report.md").read_text()
     assert "[token trees against chains](#token-trees-against-chains)" in report_text
     assert "\n## Token trees against chains\n" in report_text

@@ -2,9 +2,10 @@
 beyond/frozen.py: what the drafts that learn from the frozen big model share (the extra heads of
 beyond/heads.py, the feature draft of beyond/eagle.py): their training loop and their cache.
 
-The loop: AdamW, its rate decaying from lr to a tenth of it along a cosine, one progress line
-with a forecast from the first steps timed, and the draft saved atomically every save_every
-steps (checkpoints/NAME.pt) with the settings it was trained with, the big model's
+The loop: training.optimise (the presets' loop) with AdamW, its rate decaying from lr to a tenth
+of it along gpt.learning_rate's cosine, one progress line with a forecast from the first steps
+timed, and the draft saved atomically every save_every steps (checkpoints/NAME.pt) with the
+settings it was trained with, the big model's
 fingerprint and the training code's (the loss a student writes), so that an interrupted run of
 the same settings resumes to the same weights. The cache: load() trains a draft on its first
 use, once, and again when its loss changed; a file of another big model, or one that is not a
@@ -15,7 +16,6 @@ import ast
 import contextlib
 import hashlib
 import inspect
-import math
 import textwrap
 import time
 from dataclasses import asdict, dataclass
@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 
+import gpt
 from beyond import presets
+from beyond.training import optimise
 from lessonkit import machine, parts
 from lessonkit.checkpoint import write_atomic
 
@@ -139,30 +141,29 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
     started, pace, announced = time.time(), machine.Pace(config.steps, step), False
     line = machine.ProgressLine(config.steps, step, kind.name) if progress else None
     say = (lambda text: line.write(text, log)) if line else log
+    schedule = gpt.TrainConfig(steps=config.steps, lr=config.lr, min_lr=config.lr / 10,
+                               warmup_steps=0)                # cosine from lr down to lr / 10
+
+    def after(done, loss):
+        nonlocal step, announced
+        step = done
+        pace.tick()
+        left = pace.seconds_left()
+        if line and left is not None and not announced:
+            announced = True
+            say(f"{kind.name}: {config.steps - step} steps more, about "
+                f"{machine.duration(left)} at this machine's current speed")
+        if line:
+            line.update(step, f"loss {loss.item():.3f}", left)
+        if step % config.save_every == 0 or step == config.steps:
+            save()
+            say(f"step {step:4d} of {config.steps} | loss {loss.item():.4f} | "
+                f"{time.time() - started:.0f}s")
+
     with machine.threads(config.threads or machine.training_threads()), \
             (contextlib.closing(line) if line else contextlib.nullcontext()):
-        while step < config.steps:
-            for group in optimizer.param_groups:  # cosine from lr down to lr / 10
-                group["lr"] = config.lr * (0.55 + 0.45 * math.cos(math.pi * step / config.steps))
-            loss = loss_of_step(generator)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                torch.nn.utils.clip_grad_norm_(draft.parameters(), clip)
-            optimizer.step()
-            step += 1
-            pace.tick()
-            left = pace.seconds_left()
-            if line and left is not None and not announced:
-                announced = True
-                say(f"{kind.name}: {config.steps - step} steps more, about "
-                    f"{machine.duration(left)} at this machine's current speed")
-            if line:
-                line.update(step, f"loss {loss.item():.3f}", left)
-            if step % config.save_every == 0 or step == config.steps:
-                save()
-                say(f"step {step:4d} of {config.steps} | loss {loss.item():.4f} | "
-                    f"{time.time() - started:.0f}s")
+        optimise(draft, [(optimizer, config.lr)], lambda at, _: gpt.learning_rate(at, schedule),
+                 lambda: loss_of_step(generator), step, config.steps, clip=clip, after=after)
     return draft.eval()
 
 

@@ -221,31 +221,27 @@ def train(model, recipe, source=None, *, corpus_name=None, teacher=None, device=
                 raise
             note(f"step {step}: {e}; training goes on")
 
+    def next_loss():
+        x, y = gpt.get_batch("train", train_source, batch_size=recipe.batch_size,
+                             block_size=model.c.block_size, generator=generator, device=device)
+        return loss_of_batch(x, y)
+
+    def after(done, loss):
+        nonlocal step, val_loss
+        step = done
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            val_loss = gpt.estimate_loss(model, val_source, recipe, device)
+            if on_eval:
+                on_eval(step, val_loss)
+            save(last=step == recipe.steps)
+        if log_every and (step % log_every == 0 or step == recipe.steps):
+            print(gpt.progress_line(step, loss.item(), val_loss, time.time() - started))
+
     started, stop = time.time(), machine.StopOnInterrupt()
     with machine.threads(threads):  # one setting for the whole run (see the docstring)
         try:
-            while step < recipe.steps and not stop.asked:
-                for optimizer, peak in steppers:
-                    for group in optimizer.param_groups:
-                        group["lr"] = rate(recipe, step, peak)
-                x, y = gpt.get_batch("train", train_source, batch_size=recipe.batch_size,
-                                     block_size=model.c.block_size, generator=generator,
-                                     device=device)
-                loss = loss_of_batch(x, y)
-                for optimizer, _ in steppers:
-                    optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-                for optimizer, _ in steppers:
-                    optimizer.step()
-                step += 1
-                if step % recipe.eval_every == 0 or step == recipe.steps:
-                    val_loss = gpt.estimate_loss(model, val_source, recipe, device)
-                    if on_eval:
-                        on_eval(step, val_loss)
-                    save(last=step == recipe.steps)
-                if log_every and (step % log_every == 0 or step == recipe.steps):
-                    print(gpt.progress_line(step, loss.item(), val_loss, time.time() - started))
+            optimise(model, steppers, lambda at, peak: rate(recipe, at, peak), next_loss, step,
+                     recipe.steps, clip=recipe.grad_clip, after=after, stop=lambda: stop.asked)
         finally:
             stop.restore()
     if stop.asked:
@@ -254,6 +250,31 @@ def train(model, recipe, source=None, *, corpus_name=None, teacher=None, device=
     model.eval()
     model.val_loss, model.step = val_loss, step
     return model
+
+
+def optimise(model, steppers, rate_at, next_loss, step, steps, *, clip=None, after=None,
+             stop=lambda: False):
+    """The training loop every trainer here runs (the presets' train() and beyond/frozen.py's,
+    for the extra heads and the EAGLE-style draft): from `step` to `steps`, each step sets each
+    optimizer's learning rate (rate_at(step, its peak); steppers: [(optimizer, peak)]), takes
+    next_loss(), steps every optimizer on its gradient (the norm clipped to `clip` if given),
+    then calls after(steps done, loss). Ends early when stop() says so; returns the steps done."""
+    while step < steps and not stop():
+        for optimizer, peak in steppers:
+            for group in optimizer.param_groups:
+                group["lr"] = rate_at(step, peak)
+        loss = next_loss()
+        for optimizer, _ in steppers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        for optimizer, _ in steppers:
+            optimizer.step()
+        step += 1
+        if after:
+            after(step, loss)
+    return step
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,54 +1,11 @@
 """
 beyond/eagle.py: a one-layer draft that reads the big model's features (EAGLE: Li, Wei, Zhang,
-Zhang (2024), "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty", ICML).
-
-The big model's final hidden state at position t (after ln_f: its "feature" f_t) is what its head
-turns into the logits of token t + 1. Predicting the next feature is easier than predicting the
-next token, and the head (which stays the big model's) does the rest. The draft is ONE decoder
-layer (a gpt.Block) over a Linear (fc) of [f_t ; wte(x_{t+1})]: the feature AND the token that
-was actually sampled from it, which removes the feature's uncertainty about that token. Its
-output is its guess of f_{t+1}; the big model's lm_head turns that into the logits of x_{t+2}.
-The big model's wte and lm_head are used frozen, never copied into the draft's parameters.
-
-    position        t                t + 1              t + 2
-    big model       f_t  --head-->   x_{t+1}
-    draft reads     [f_t ; wte(x_{t+1})]  --fc, Block-->  f'_{t+1}  --head-->  x_{t+2}
-
-The one-position shift is the classic pitfall: the feature at t predicts token t + 1, so the
-draft's input at t pairs f_t with x_{t+1} (not x_t) and its target is f_{t+1}; shifted() does it
-in one place, and tests/test_eagle.py shows what the wrong shift costs.
-
-Rolled forward (eagle_roll), the draft reads its own guess of the feature:
-[f'_{t+1} ; wte(guess)] -> f'_{t+2}, and so on, k guesses for k steps. Each step attends over
-the last `window` inputs (a band of the causal mask, the same in training and decoding), so a
-round starts from the big model's real features of the last `window` tokens, which the pass that
-checked the last round has already computed (beyond/heads.py's HiddenScorer keeps them).
-EagleRoll is that drafter in torch: eagle_roll at every round, whose calls of the draft Rolling
-answers from a cache, each step's one new position on folded weights (Folded). The reference
-repository's beyond/eagle_numpy.py (the teachers' only) proposes the same guesses in NumPy, with
-less fixed cost a step: --draft eagle uses it there.
-
-Exercise 7 (part two): 7a is shifted and eagle_loss, 7b eagle_roll.
-
-Training (python -m beyond.eagle; the first `--draft eagle` does the same once): the big model
-stays frozen, continues the first quarter of 512 training windows greedily, once (greedy decoding
-writes its greedy text, so that is the text to learn, as for the heads) and writes its features
-of that text; the draft learns them with a feature regression (SmoothL1, weight 1) plus the
-cross-entropy of the head's logits of its guess against the head's distribution at the true
-feature (weight 0.1), with uniform noise on the input features (the rolled-forward draft reads
-its own imperfect ones).
-`python -m beyond.eagle --speed` compares it with the extra heads (beyond/heads.py) and the
-distilled draft: characters per big-model pass and the speed-up over plain greedy decoding
-(the figures are the run's: they depend on the machine).
-
-Trees (EAGLE-2's way): EagleBranches grows a tree of guesses from the draft for beyond/tree.py,
-rolling it along each path; notebook 09 measures them against the draft's chains.
-
-Changes from EAGLE: a chain of top guesses by default (a tree with EagleBranches, of a fixed
-shape where EAGLE-2 chooses each round's by the draft's confidence); the draft attends over a
-band of its last inputs instead of the whole context; no position encoding (the features carry
-it); a character model trained on its own greedy text for under a minute of CPU.
-
+Zhang (2024), "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty", ICML): it
+reads [f_t ; wte(x_{t+1})] (the big model's final hidden state at t and the token that followed)
+and guesses f_{t+1}, which the big model's head turns into token t + 2. EagleRoll rolls it
+forward k steps a round (the student's eagle_roll, exercise 7); EagleBranches grows trees from it.
+Training: python -m beyond.eagle; --speed times it against plain decoding. Why it works, the
+shift, its training and what differs from EAGLE: docs/DESIGN.md, "beyond/, module by module".
 Shapes: B batch, T time, C channels (n_embd), V vocabulary, W window, nh heads, hs head size.
 """
 

@@ -1,15 +1,11 @@
 """
 beyond/frozen.py: what the drafts that learn from the frozen big model share (the extra heads of
-beyond/heads.py, the feature draft of beyond/eagle.py): their training loop and their cache.
-
-The loop: training.optimise (the presets' loop) with AdamW, its rate decaying from lr to a tenth
-of it along gpt.learning_rate's cosine, one progress line with a forecast from the first steps
-timed, and the draft saved atomically every save_every steps (checkpoints/NAME.pt) with the
-settings it was trained with, the big model's
-fingerprint and the training code's (the loss a student writes), so that an interrupted run of
-the same settings resumes to the same weights. The cache: load() trains a draft on its first
-use, once, and again when its loss changed; a file of another big model, or one that is not a
-draft's, is a one-line error that says how to retrain it.
+beyond/heads.py, the feature draft of beyond/eagle.py): their training (training.optimise with
+AdamW and gpt.learning_rate's cosine to lr / 10, saved atomically every save_every steps with
+its settings, the big model's fingerprint and the training code's, so that an interrupted run
+resumes to the same weights) and their cache: load() trains a draft on first use, once, and
+again when its loss changed; a file of another big model is a one-line error saying how to
+retrain it.
 """
 
 import ast

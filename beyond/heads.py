@@ -1,44 +1,11 @@
 """
 beyond/heads.py: extra decoding heads on the big model's last hidden state as a drafter (Medusa:
 Cai, Li, Geng, Peng, Lee, Chen, Dao (2024), "Medusa: Simple LLM Inference Acceleration Framework
-with Multiple Decoding Heads", ICML).
-
-The big model's own head reads its final hidden state at position t (after ln_f) and predicts
-token t + 1. Head i (i = 1..h) reads the same state and guesses token t + 1 + i: a residual block
-x + SiLU(W x), then a projection to the vocabulary (at first W = 0 and a copy of the big model's
-head). The pass that checked the last round has already computed the state whose prediction was
-the last token, seq[-1], so a round's guesses cost only the heads (in NumPy, two small
-products each: a small fraction of one torch pass of the big model). The drafter's scorer
-(scorer_for) keeps the final state of every token the big model reads; propose() runs heads
-1..k on the one at len(seq) - 2. The first round has no state yet: it feeds the prompt, less
-its last token, through that scorer (a pass counted as drafting time). A one-token prompt has no
-state before its token, so its first round guesses that token again (deterministic guesses are
-exact too).
-
-The guesses are a chain, head i's top token at draft position i, checked by the usual rule, so
-the stats' accepted_per_position[i - 1] counts the rounds in which head i's guess was kept. When
-sampling, each guess is drawn from its head's warped distribution, which comes back with it.
-A k above h gets h guesses: there is no head for a further one.
-
-Training (python -m beyond.heads: 400 steps, about a minute on a CPU; the first `--draft heads`,
-or the first study that uses them, does the same once): the big model stays frozen; it
-continues the first quarter of 512 training windows greedily, once (greedy_pool), and head i
-learns the big model's top token for position t + 1 + i of that text, the text greedy decoding
-writes.
-Measured in characters per big-model pass, heads that learn its greedy text write far more than
-heads that learn the training text, and its top tokens (hard targets) beat its distributions
-(soft targets). `python -m beyond.heads --speed` times greedy decoding against plain: with a
-torch target every k up to 5 pays, k = 5 most; with a NumPy target the heads hardly pay, as a
-NumPy pass over k + 1 tokens costs several one-token passes (docs/RESULTS.md, "Every drafter
-compared: the fastest way to write this text exactly"). Hence HEADS = 5.
-
-The heads keep a copy of the big model's final LayerNorm: a NumPy target folds it into its head
-(beyond/fast_numpy.py), and the scorer unfolds it from there.
-
-Changes from Medusa: one chain of top guesses by default (a tree of candidates, checked with
-tree attention, through beyond/tree_grow.py's HeadsBranches: notebook 09); the heads learn from
-the big model's greedy text (Medusa from a chat data set, or in its self-distillation recipe from
-the model's own replies); they are evaluated in NumPy, whatever the target's backend.
+with Multiple Decoding Heads", ICML). Head i reads the state whose prediction was token t + 1 and
+guesses token t + 1 + i (x + SiLU(W x), then a projection to the vocabulary); a round's guesses
+cost only the heads, evaluated in NumPy. Training: python -m beyond.heads (exercise 6b is their
+loss); --speed times them. How a round gets its state, why HEADS = 5 and what differs from
+Medusa: docs/DESIGN.md, "beyond/, module by module".
 """
 
 import copy

@@ -1,27 +1,11 @@
 """
-beyond/ngram.py: a character n-gram table as a drafter. No model at all: a guess is a dictionary
-look-up, so a draft step costs almost nothing (c close to 0).
-
-For every context of up to order - 1 characters seen in the training text, the table keeps the
-character that most often came next. A guess looks up the last order - 1 characters; a context
-never seen backs off to a shorter one, down to the most frequent character overall. With
-prompt_lookup, it first looks for the last few characters earlier in the sequence itself and
-proposes what followed them there (what Hugging Face calls prompt lookup decoding; it pays where
-a text repeats itself, as greedy text of a small model does).
-
-NGramDraft.of_target(big) ("ngram-big" on the command lines) builds the table from the big
-model's own greedy text instead: a drafter need not know the language, only what the model it
-drafts for writes, and a small model's greedy text repeats its habits.
-
-Guesses are deterministic, so for sampling each comes with a one-hot distribution: the
-acceptance rule keeps it with probability target(x) and otherwise draws from the target with x
-removed, which is exactly the target's distribution.
-
-The order, 5, was chosen by measurement (`python -m beyond.ngram`): on greedy runs of the big
-model, order 5 with prompt lookup, which the command line switches on, wrote the most characters
-per pass; a shorter table knows too little context, a longer one follows the training text more
-than the model. (On held-out text a shorter order agrees more, but the contexts a drafter meets
-while decoding are the big model's own text.) The table is cached next to the checkpoints.
+beyond/ngram.py: a character n-gram table as a drafter: a guess is a dictionary look-up, so a
+draft step costs almost nothing (c close to 0). The table keeps, for every context of up to
+order - 1 characters, the character that most often came next (backing off to shorter contexts);
+with prompt_lookup it first proposes what followed the last characters earlier in the sequence.
+NGramDraft.of_target(big) ("ngram-big") learns the big model's own greedy text instead. Why
+order 5, and how deterministic guesses stay exact when sampling: docs/DESIGN.md, "beyond/,
+module by module".
 """
 
 import sys

@@ -1,31 +1,11 @@
 """
 beyond/tree.py: token trees: several guesses per position, all checked in one pass of the big
-model, exact for greedy decoding and for sampling.
-
-A chain of k guesses ends at its first wrong guess. A tree keeps the drafter's second and third
-guesses too (beyond/tree_grow.py grows it), and the big model scores every node in one pass:
-each node attends to the context and to its own ancestors only (the tree mask), at the position
-of its depth, so its logits are exactly those it would get at the end of its own chain. Then:
-
-  1. grow: the drafter grows a tree after the last written token (the root), with a budget of
-     nodes, no deeper than the window leaves room for (tree_grow.grow);
-  2. score: one pass over the root and every node, under the tree mask (score_tree);
-  3. walk: greedy follows the big model's choice from the root down while a child holds it;
-     sampling tries the children one after another with the multi-candidate rule that keeps the
-     target's distribution (beyond/tree_sampling.py, SpecInfer's rule);
-  4. roll back: the keys and values of the kept path move next to the root in the KV cache and
-     everything else is forgotten (keep_path), so the next pass continues the cache.
-The big model adds its own token after the kept path, as in the lesson's loop.
-
-A round: a root r (the last written token), two guesses a, b for the next token and c after
-a; tree_mask's docstring draws its mask.
-
-The forward pass is the model's own: gpt.GPT's blocks and beyond/fast_numpy.py's NumpyGPT layers
-both read a causal mask at [first new slot:, :end]; here the tree's rows stand in for it for one
-pass, and the positions are given rather than counted (tree_logits). Changes from SpecInfer and
-Medusa: one sequence, a static shape chosen by the formula in tree_grow.py (Medusa picks its
-shape from measured accuracies in the same way), trees only as deep as the window rule allows
-(scorer.window_start), so that greedy output equals plain decoding at every length.
+model, exact for greedy decoding and for sampling. A round: grow a tree after the last written
+token (tree_grow.grow), score the root and every node in one pass under the tree mask (each node
+sees the context and its own ancestors, at its depth's position), walk down it (tree_sampling),
+keep the accepted path in the KV cache; the big model adds its own token after it. tree_mask's
+docstring draws a round's mask; why, and what differs from SpecInfer and Medusa:
+docs/DESIGN.md, "beyond/, module by module".
 Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary.
 """
 

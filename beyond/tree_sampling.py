@@ -1,38 +1,12 @@
 """
 beyond/tree_sampling.py: walking down a tree the big model has scored (beyond/tree.py's round):
 greedy, following the big model's choices; and sampling without changing the target's
-distribution, several guesses for one position checked one after another.
-
-A tree is beyond/tree_grow.Tree (greedy_walk's docstring says what the walks read of it).
-
-The rule (multi-draft speculative sampling) is the one SpecInfer introduced (Miao et al., 2024,
-"SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference and
-Verification", ASPLOS; its "multi-step speculative sampling") and SpecTr studied as optimal
-transport over several drafts (Sun et al., 2023, "SpecTr: Fast Speculative Decoding via Optimal
-Transport", NeurIPS); drawing the siblings without replacement is what Jeon et al. (2024),
-"Recursive Speculative Decoding", add. In words, at a node whose children are the guesses
-x_1, x_2, ..., each drawn from a draft distribution draft_i (the draft's own one, less the
-siblings drawn before it):
-
-  1. try x_i against the current target: keep it with min(1, target(x_i) / draft_i(x_i));
-  2. rejected: the target becomes the residual norm(max(0, target - draft_i)), what draft_i
-     under-proposed, and the next sibling is tried against that;
-  3. every child rejected: the target writes a token drawn from the last residual.
-
-Why it is exact, by induction from the last sibling up: if trying x_{i+1}, ... against a target
-r writes a token distributed as r, then trying x_i against t writes x with probability
-min(t(x), draft_i(x)) (kept) plus P(rejected) r(x), where P(rejected) = sum_x max(0, t(x) -
-draft_i(x)) and r = max(0, t - draft_i) / P(rejected): the sum is min(t, draft_i) + max(0, t -
-draft_i) = t. It needs only that x_i is drawn from draft_i whatever happened before, so the tree
-must be grown before it is checked, with a shape that does not depend on the tokens drawn.
-A kept child is then checked the same way against the target after it, down the tree.
-
-Where implementations go wrong (the negative control in tests/test_tree.py, and notebook 09): trying every child
-with min(1, target / draft) against the same, unchanged target. A token that two siblings both
-offer gets two chances, and the output leans towards what the draft likes.
-Deterministic guesses (an n-gram table's) come with one-hot draft rows: then x_i is kept with
-probability target(x_i), and a rejection removes x_i from the target. Words, not letters:
-target = the big model's distribution (Leviathan's p), draft = the drafter's (q).
+distribution, several guesses for one position checked one after another (SpecInfer's
+multi-draft rule, siblings drawn without replacement). A tree is beyond/tree_grow.Tree. The
+rule, why it is exact and where implementations go wrong: docs/DESIGN.md, "beyond/, module by
+module".
+Words, not letters: target = the big model's distribution (Leviathan's p), draft = the
+drafter's (q).
 """
 
 import numpy as np

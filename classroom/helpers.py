@@ -1,23 +1,10 @@
 """
-classroom/helpers.py: what runs beside a student's code, in the worker (or in a notebook's own
-kernel): the pieces of a check that must sit next to the function they call, because they call
-it many times or patch what it sees. They only collect what the student's code does; every
-judgement, and every figure it judges, is made by the check in the grader's process
-(checks.py): a submission that rewrites these functions changes only what its own code returns.
-
-- stand-ins: models with a shape and a vocabulary but no weights; the exercise's forward() asks
-  the grader for their logits, so the grader counts every pass of the big model;
-- verify_grid: verify() at every point of a grid of random draws (thousands of calls, no round
-  trips);
-- the simulated GPU of exercise 5 (FakeGPU: it lives in the grader's process, and torch.cuda in
-  the worker calls it there: use_gpu) and the timing on a real one;
-- the EAGLE draft of exercise 7, built here from the grader's weights (sent as arrays: a torch
-  tensor never crosses), its functions called on tensors made here, their results sent back as
-  numbers and arrays;
-- the trees of exercise 8, made here from plain data (PlainTree), and sample_walk's rounds by
-  the thousand, each on a freshly drawn tree;
-- references: another part's function replaced by a call to the grader's reference, so that a
-  part is graded on its own (a bug in one part costs that part only).
+classroom/helpers.py: what runs beside a student's code, in the worker (or a notebook's kernel):
+the pieces of a check that call the student's function many times or patch what it sees
+(stand-in models whose logits the grader computes, verify_grid, the simulated GPU of exercise 5,
+the EAGLE draft of exercise 7, the trees of exercise 8, references lent to a part). They only
+collect; every judgement is the check's, in the grader's process (checks.py), so a submission
+that rewrites them changes only what its own code returns.
 """
 
 import importlib

@@ -4,18 +4,10 @@ classroom/intake.py: what a submission gives the grader, read and compiled insid
     python -m classroom.intake read SUBMISSION      (a folder, a zip, or a bare git repository)
     python -m classroom.intake compile FILE...      (in a copy of the project: one line a file)
 
-The grader never reads a submission itself: it starts this in the sandbox, as an unprivileged
-user under a check's limits, and takes back plain data. `read` writes one JSON line (the files'
-names and lengths, and notes) and then the files' bytes; `compile` writes, for each file, a
-line before compiling it and one with the outcome, so that a file the parser never finishes
-costs that file alone (the grader kills the process and goes on with the next file).
-
-What a submission is, is one rule (choose), for the three forms alike: regular files of one
-name, reached through folders only, in the submission itself or a folder up to ROOT_DEPTH
-levels down. A link (symbolic or hard), a device, a fifo, a socket or a git submodule is never
-taken: it is a note. A folder that holds `.git` is a working tree, read as a folder; a bare git
-repository is read from its objects with dulwich (Python, no `git` program: nothing a
-submission's configuration names is ever run), HEAD's tree, blobs only.
+`read` writes one JSON line (the files' names and lengths, and notes), then the files' bytes;
+`compile` writes a line before each file and one with its outcome, so that a file the parser
+never finishes costs that file alone. The rule of what a submission is, and why git is read
+with dulwich: classroom/TEACHERS.md, "How a grade runs".
 """
 
 import json

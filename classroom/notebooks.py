@@ -1,24 +1,9 @@
 """
-classroom/notebooks.py: the notebooks, from readable sources, in a student and a solved version.
-
-A notebook's source is a plain Python file, notebooks/NN_name.py, in the "percent" layout that
-Jupytext and VS Code also read: `# %%` starts a code cell, `# %% [markdown]` a text cell whose
-lines start with "# ". Diffs stay readable and no output is ever committed. A code cell that
-starts with
-
-    # %% your turn: numpy_speculative.greedy_verdict
-    # source only: the reference answer (the notebooks put its code here instead)
-    from numpy_speculative import greedy_verdict
-
-is a "your turn" cell. Run as a source (VS Code, Jupytext), it imports the reference answer, so
-the source runs top to bottom as it is. The build drops those two lines and puts the named
-functions there, copied from the reference code (solution regions included), so a solution
-still lives once. The solved notebook keeps them; the student notebook replaces each region
-with a NotImplementedError, the same way and with the same tool as the classroom assignments
-(regions.py). In both, the cell starts with `%%answer PART`, and the setup cell (the first code
-cell) with `%load_ext classroom.yourturn`: running a your-turn cell saves its functions into the
-file the grader reads, the check cell after it (`check("1a")`) grades that file as `make check`
-does, and a cell that needs a part not written yet says so in one line (yourturn.py).
+classroom/notebooks.py: the notebooks, from readable sources (notebooks/NN_name.py, "percent"
+layout), in a student and a solved version. A your-turn cell (`# %% your turn: module.function`)
+imports the reference answer when run as a source; the build puts the named functions there from
+the reference code, and the student version replaces each solution region as regions.py does.
+The format and the cells' behaviour: docs/DESIGN.md, "The notebooks".
 
     python -m classroom notebooks            # my-notebooks/: the student's own (make notebooks)
     python -m classroom notebooks --solved   # solved-notebooks/ (make notebooks-solved)

@@ -1,18 +1,9 @@
 """
-classroom/regions.py: solution regions, and the student version made from them.
-
-A solution lives once, in the reference code, between two comment lines:
-
-    def expected_tokens_per_pass(alpha, k):
-        \"\"\"...\"\"\"
-        # BEGIN SOLUTION
-        ...the reference answer...
-        # END SOLUTION
-
-The student version keeps
-everything else and replaces each region by `raise NotImplementedError("Exercise N: ...")` at
-the region's indentation. Only the graded files hold solution regions (parts.STUDENT_FILES);
-what would answer a part elsewhere is left out of the student repository whole
+classroom/regions.py: solution regions, and the student version made from them. A solution lives
+once, in the reference code, between `# BEGIN SOLUTION` and `# END SOLUTION` comment lines; the
+student version keeps everything else and replaces each region by `raise
+NotImplementedError("Exercise N: ...")` at its indentation. Only the graded files hold regions
+(parts.STUDENT_FILES); what would answer a part elsewhere is left out whole
 (project.TEACHERS_ONLY).
 """
 

@@ -1,18 +1,10 @@
 """
-classroom/runner.py: checks run against a student's code, part by part, each part at each seed
-in a fresh worker (sandbox.py); scored, printed and saved.
-
-The checks run here, in the grader's process, and call the student's functions in the worker
-through wire.py: the fixtures, the references, the seed and the results never reach the
-student's code. A check scores its points when it passes at every seed it runs with: the
-public seed 0 and, grading, the teacher's hidden seed. Every public run comes before every
-hidden one. Each check has TIMEOUT seconds; after one runs out, its part's other checks are not
-run (they would loop again). A grade runs one part at a time (run_checks says why), a
-student's own check two side by side.
-
-A submission is read (its student files, as bytes) and compiled inside the sandbox
-(classroom/intake.py); a file that does not compile costs its own parts, and the other parts
-run with the blank student version of it in its place.
+classroom/runner.py: checks run against a student's code, part by part, each part in a fresh
+worker (sandbox.py), one part at a time when grading; scored, printed and saved. The checks run
+here, in the grader's process, and call the student's functions in the worker through wire.py:
+the fixtures, the references, the seed and the results never reach the student's code. A
+submission is read and compiled inside the sandbox (intake.py). The order of a grade, its
+seeds, time limits and why one part at a time: classroom/TEACHERS.md, "How a grade runs".
 """
 
 import ast

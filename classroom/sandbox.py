@@ -1,28 +1,11 @@
 """
-classroom/sandbox.py: how the grader starts code it does not trust, and ends it.
-
-One design: every job (reading a submission, compiling its files, one part's checks at one
-seed) is a fresh process tree started here, which sees the student version of the project and
-the packages its part may use, under limits the kernel keeps, and dies whole when the job ends.
-How it is kept from the rest of the machine (probe(), said in one line when not bubblewrap):
-
-- "bwrap", where user namespaces work: bubblewrap builds its world with pivot_root in new user,
-  mount, PID, network, IPC, UTS and cgroup namespaces: the system's folders and Python
-  read-only with every other Python's packages covered, the allowed packages at /site, the
-  project copy at /project, a few files of /etc, a private /dev and /tmp; no capability,
-  no_new_privs, no further user namespace, a PID namespace of its own (it sees only what it
-  starts, and all of it dies with it), gone with the grader.
-- "user", where namespaces are refused and the grader is root (Docker's default profile, as on
-  Gradescope): the machine's own files, as a user of its own (one uid a job slot) that cannot
-  read the course's files (probed: the grader refuses where it can); exercise 3 runs the base
-  interpreter with a copy of NumPy on its path (no torch in its environment). When a job ends,
-  every process of its user is killed and the files it left where anyone may write removed.
-- "plain": a student's own check, or the teacher's --unsafe: processes of the grader's user.
-
-Limits for the whole tree: a cgroup's memory and pids where the grader can make one (root with
-cgroups v1 or v2), RLIMIT_NPROC where the job's uid is not root, and in every job RLIMIT_AS per
-process, RLIMIT_FSIZE and no core files. Student code never runs as root without a process
-cap: bubblewrap as root without cgroups is refused in one line.
+classroom/sandbox.py: how the grader starts code it does not trust, and ends it. Every job
+(reading a submission, compiling its files, one part's checks) is a fresh process tree over the
+student version of the project, under limits the kernel keeps, killed whole when it ends. What
+keeps it from the machine is probed once (probe()): bubblewrap where user namespaces work, else
+(the grader root, as on Gradescope) a user of its own per job slot, else refused unless
+--unsafe ("plain", also a student's own check). Each mode, its limits and what it does not
+defend: classroom/TEACHERS.md, "The sandbox".
 """
 
 import functools

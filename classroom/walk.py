@@ -1,18 +1,11 @@
 """
-classroom/walk.py: the course as a student takes it, as a check.
-
-walk() builds the student repository (build.py), then, notebook by notebook in order, writes
-each your-turn cell of the student notebook the way a student would, from the solved notebook
-(the reference's code without its region markers, nothing else), and runs the notebook top to
-bottom in a kernel that imports the student repository. A notebook passes when no cell raised,
-no cell was skipped for a part not written yet (so it calls only parts of itself and the
-notebooks before it), and every check cell scored every point. At the end `make check` in the
-student repository must give every point: the answers reached the files the grader reads.
+classroom/walk.py: the course as a student takes it, as a check: the student repository built,
+each notebook's your-turn cells written from the solved notebook as a student would, the
+notebooks run in order in a kernel on the student repository (no cell raises or is skipped,
+every check cell scores every point), then `make check` there gives every point.
 
     python -m classroom notebooks --walk                      # the trained models
     python -m classroom notebooks --walk --checkpoints DIR    # models trained elsewhere
-
-(make notebooks-check runs it; the test suite runs it on tiny models, tests/test_walk.py.)
 """
 
 import os

@@ -1,21 +1,11 @@
 """
 classroom/wire.py: the grader and the process that runs a student's code talk through one
-socket, in messages of plain data, and nothing else passes between them.
-
-A message is a 4-byte length and JSON. Values cross by value when they are plain data (None,
-bools, numbers, strings, lists, tuples, dicts, NumPy arrays and scalars of numeric types,
-np.random.Generator, whose state comes back when the call returns); anything else stays where it
-lives and crosses as a handle, which the other side can call (`remote.method(args)`). There is
-no pickle: the grader never runs code it receives. The two sides are not equal:
-
-- the worker (the student's side) may send handles to any of its objects (a Cache, a Model);
-- the grader sends handles only to what it wraps in Exposed, and the worker may call only the
-  methods named there (a counted function, an rng's random(), a model's logits).
-
-While a side waits for its reply it serves the other side's calls, so a student's code can call
-back into the grader (the big model of exercise 3 lives there) as often as it likes. The time
-the grader spends on those calls is the check's: past the deadline the grader serves no more,
-and a call that it is serving stops at its next Python function call (within()).
+socket, in messages of plain data (a 4-byte length, then JSON), and nothing else passes: plain
+values and numeric NumPy arrays cross by value, anything else stays where it lives and crosses
+as a handle the other side may call. No pickle. The worker may lend any of its objects; the
+grader lends only what it wraps in Exposed, and only the methods named there. While a side
+waits for its reply it serves the other's calls; the grader's time serving them is the check's
+(within()).
 """
 
 import base64

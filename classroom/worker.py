@@ -3,12 +3,9 @@ classroom/worker.py: the process in which a student's code runs, serving the gra
 
     python -m classroom.worker FD [numpy]        (started by sandbox.Sandbox.start)
 
-FD is one end of a socket (wire.py). A worker serves one part of one submission at one seed,
-fresh: it is never given an output path, the seed, the fixtures' expected values or the checks.
-The grader calls the student's functions here one at a time and judges what comes back; what
-runs beside them (helpers.py) only collects. `numpy`: exercise 3 and 8b, built with NumPy alone;
-where no sandbox keeps torch and the project's decoding out of reach (a student's own check),
-importing them fails here at once, saying why.
+FD is one end of a socket (wire.py). A worker serves one part of one submission, fresh: never
+an output path, the seed, the fixtures' expected values or the checks. `numpy`: exercise 3's
+and 8b's worker, with NumPy alone (where no sandbox keeps torch out, importing it fails here).
 """
 
 import importlib

@@ -1,32 +1,11 @@
 """
-classroom/yourturn.py: the notebooks' your-turn cells, in one place with the graded files.
-
-A notebook loads this as an IPython extension (its setup cell: `%load_ext classroom.yourturn`).
-Then:
-
-- A your-turn cell starts with `%%answer 1b`. Running it defines the cell's functions, as any
-  cell does, and **saves them into the file the grader reads** (`numpy_speculative.py`, say),
-  in place of the stub; the notebook's kernel and every later notebook then use the saved
-  function, and `make check` grades it. The file keeps one comment line above each saved
-  function with the hash of what the notebook saved, so that a function changed in the file
-  since then (by hand, in an editor) is never overwritten: the cell says so in one line, and
-  the notebook uses the file's version (`%%answer 1b --replace` saves the cell's over it). A
-  cell that does not compile, raises, or is still the blank stub saves nothing, in one line;
-  so does one whose function reads a name its file does not define (a helper or an import of
-  the notebook's: the grader reads the file alone). A pasted solved cell's solution marker
-  lines (regions.py) are left out of the file, in one line.
-- `check("1b")`, the cell after it, runs that part's checks on the saved file, the way `make
-  check` does (the same checks, seed and worker processes), and prints the same table.
-- Every other cell runs guarded: when it calls a part that is not written yet, it stops with
-  one line naming the part and the cell where it is written, instead of a traceback, and the
-  notebook goes on; so do later cells that need what such a cell would have made.
-
-In the project's own repository (the solved notebooks, and a learner without a class) nothing is
-written: its files hold the solution regions the student version is made from. Which repository
-this is, is decided once, by the file `classroom build` writes into the student repository only
-(project.STUDENT_MARK), never by a file's content. In the project's own repository a
-your-turn cell's functions stand in for the reference in the notebook's kernel, and the check
-cell grades them there.
+classroom/yourturn.py: the notebooks' your-turn cells, in one place with the graded files. A
+notebook loads it as an IPython extension (`%load_ext classroom.yourturn`): a cell that starts
+with `%%answer 1b` saves its functions into the file the grader reads (never over a function
+changed there since: `--replace` does it); `check("1b")` runs that part's checks as `make check`
+does; every other cell runs guarded, ending in one line where it calls a part not written yet.
+In the project's own repository nothing is written: the cell's functions stand in for the
+reference in the kernel. How and why: docs/DESIGN.md, "The notebooks".
 """
 
 import ast

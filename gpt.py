@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from lessonkit import corpus, machine
+from lessonkit import corpus, machine, waiting
 from lessonkit.checkpoint import CheckpointError, export_npz, load_model, save_checkpoint  # noqa: F401
 from lessonkit.corpus import decode, encode, get_batch, split_source, vocab  # noqa: F401 (lesson API)
 
@@ -299,7 +299,7 @@ def train(model, steps=None, log_every=100, source=None, *, config=None, progres
     device = model.lm_head.weight.device
     optimizer = adamw(model.named_parameters(), tc, device)
     generator = torch.Generator().manual_seed(tc.seed)
-    bar = machine.ProgressLine(tc.steps) if progress else None
+    bar = waiting.ProgressLine(tc.steps) if progress else None
     val_loss, started = float("nan"), time.time()
     model.train()
     with machine.threads(tc.threads or machine.training_threads()):

@@ -27,7 +27,7 @@ from beyond import presets
 from beyond.presets import CHECKPOINTS, PRESETS, checkpoint_path
 from beyond.training import Recipe
 from gpt import Config
-from lessonkit import cli, corpus, machine
+from lessonkit import cli, corpus, machine, results_file
 from speculative import generate
 
 
@@ -92,7 +92,7 @@ def main(argv=None):
                 sys.exit(f"\ninterrupted; {checkpoint_path(p.name, args.checkpoints)} holds the "
                          f"model so far: run the same command to continue")
     if runs:
-        path = machine.write_results(Path(args.results) / "train.json", {"models": runs},
+        path = results_file.write_results(Path(args.results) / "train.json", {"models": runs},
                                      busy=busy.note())
         print(f"wrote {path}")
     big = [p for p in chosen if p.name == "big"]

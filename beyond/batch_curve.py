@@ -17,7 +17,7 @@ import torch
 import speculative as sd
 from beyond import batched, common, presets, registry
 from beyond.registry import by_name
-from lessonkit import cli, corpus, machine
+from lessonkit import cli, corpus, machine, results_file
 
 
 def pass_seconds(model, tokens, batch=1, *, repeats=100, measure=None, context=64):
@@ -250,7 +250,7 @@ def main(argv=None):
                  f"{r['steps_speedup']:.2f}x |"))
     print(busy.note() or "(the machine stayed quiet)")
     if args.json:
-        machine.write_results(args.json, results, busy=busy.note())
+        results_file.write_results(args.json, results, busy=busy.note())
     return results
 
 

@@ -21,7 +21,7 @@ import gpt
 import speculative as sd
 from beyond import adaptive as schedules
 from beyond import presets, registry
-from lessonkit import cli, corpus, machine
+from lessonkit import cli, corpus, machine, results_file
 
 
 @dataclass
@@ -240,7 +240,7 @@ def main(argv=None):
     # the worst setup's note stands for the run (each setup's is in results["busy"])
     worst = max(results.get("busy", {}).values(), default={"note": ""},
                 key=lambda b: (bool(b["note"]), b["ratio_spread"] + b["other_cores"]))
-    print(f"wrote {machine.write_results(path, results, busy=worst['note'])}")
+    print(f"wrote {results_file.write_results(path, results, busy=worst['note'])}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import torch
 import gpt
 import speculative as sd
 from beyond import heads, presets
-from lessonkit import cli, machine
+from lessonkit import cli, results_file, waiting
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
@@ -56,7 +56,7 @@ def load_models(args, names, log=print):
 # About how long each stage takes on a quiet 2-core CPU (the runs of docs/RESULTS.md, "The
 # lesson's job" and "The studies", rounded): a model's training, an exercise, a study, in
 # seconds. A plan to read before a long wait, not a promise: training says its own from its first
-# steps timed here (machine.Pace), and this machine may be faster or slower.
+# steps timed here (waiting.Pace), and this machine may be faster or slower.
 ABOUT_S = {"big": 90, "draft": 20, "names": 20, "distilled": 50, "heads": 120,
            1: 3, 2: 2, 3: 15, 4: 15, 5: 30,
            "drafters": 530, "transformers": 220, "sampling": 140, "batch": 190, "trees": 340}
@@ -80,10 +80,10 @@ class Progress:
         """Print the next stage's line (the one before it has ended)."""
         self.stop()
         label, keys = self.stages[self.done]
-        so_far = f"{machine.duration(time.time() - self.started)} so far"
+        so_far = f"{waiting.duration(time.time() - self.started)} so far"
         left = about(k for _, keys in self.stages[self.done:] for k in keys)
         if self.estimate and left:
-            so_far += f", about {machine.duration(left)} left on a quiet 2-core CPU"
+            so_far += f", about {waiting.duration(left)} left on a quiet 2-core CPU"
         print(f"\n[{self.done + 1}/{len(self.stages)}] {label}  ({so_far})", flush=True)
         self.records.append({"label": label, "keys": keys, "started_s": time.time() - self.started})
         self.done += 1
@@ -153,7 +153,7 @@ def notebook_models(names):
     missing = to_train(names, checkpoint_folder(args))
     if missing and not args.quick:
         print(f"training {', '.join(missing)} first, once: about "
-              f"{machine.duration(about(missing))} on a quiet 2-core CPU (`make train` does the "
+              f"{waiting.duration(about(missing))} on a quiet 2-core CPU (`make train` does the "
               "same from a terminal)")
     load_models(args, missing, log=print)
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
@@ -166,8 +166,8 @@ def results_dir(args):
 
 
 def save_json(args, name, data, busy=""):
-    """data as results/<name>, with the run's provenance (machine.write_results)."""
-    return machine.write_results(results_dir(args) / name, data, busy=busy)
+    """data as results/<name>, with the run's provenance (results_file.write_results)."""
+    return results_file.write_results(results_dir(args) / name, data, busy=busy)
 
 
 def figure(args, name, fig):

@@ -22,7 +22,7 @@ import torch
 import gpt
 from beyond import presets
 from beyond.training import optimise
-from lessonkit import machine, parts
+from lessonkit import machine, parts, waiting
 from lessonkit.checkpoint import write_atomic
 
 FLAGS = ("save_every", "threads", "checkpoints", "fresh", "speed")  # how to run, not what to learn
@@ -133,9 +133,9 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
         began = time.time()
         log(f"{kind.name}: first the big model writes the text to learn from")
         prepare()
-        log(f"{kind.name}: text written in {machine.duration(time.time() - began)}; training")
-    started, pace, announced = time.time(), machine.Pace(config.steps, step), False
-    line = machine.ProgressLine(config.steps, step, kind.name) if progress else None
+        log(f"{kind.name}: text written in {waiting.duration(time.time() - began)}; training")
+    started, pace, announced = time.time(), waiting.Pace(config.steps, step), False
+    line = waiting.ProgressLine(config.steps, step, kind.name) if progress else None
     say = (lambda text: line.write(text, log)) if line else log
     schedule = gpt.TrainConfig(steps=config.steps, lr=config.lr, min_lr=config.lr / 10,
                                warmup_steps=0)                # cosine from lr down to lr / 10
@@ -148,7 +148,7 @@ def train(kind, draft, big, config, path, loss_of_step, *, keep=None, clip=None,
         if line and left is not None and not announced:
             announced = True
             say(f"{kind.name}: {config.steps - step} steps more, about "
-                f"{machine.duration(left)} at this machine's current speed")
+                f"{waiting.duration(left)} at this machine's current speed")
         if line:
             line.update(step, f"loss {loss.item():.3f}", left)
         if step % config.save_every == 0 or step == config.steps:

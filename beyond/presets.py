@@ -22,7 +22,7 @@ import gpt
 from beyond import training
 from beyond.training import Recipe, speedups
 from gpt import GPT, Config
-from lessonkit import corpus, machine
+from lessonkit import corpus, machine, waiting
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"  # the repository's checkpoints/
 
@@ -205,7 +205,7 @@ def ensure_trained(p, *, folder=None, device="auto", fresh=False, resume=False, 
     finally:
         watch.close()
     log(f"{path}: validation loss {model.val_loss:.3f} after {model.step} steps "
-        f"(took {machine.duration(watch.elapsed())})")
+        f"(took {waiting.duration(watch.elapsed())})")
     if runs is not None:
         runs.append(training_record(p, model, watch.elapsed(), autocast, first=watch.first))
     return path
@@ -232,7 +232,7 @@ EVAL_BATCH_STEPS = 1 / 3
 class Watch:
     """Follows the training from outside: a progress line with the loss and, once there is one,
     the validation loss; and one announcement of how long it will take, forecast from its first
-    steps timed here (machine.Pace), evaluations included. The model runs once per step in
+    steps timed here (waiting.Pace), evaluations included. The model runs once per step in
     training mode (evaluations in eval mode), so a forward hook sees every step and its loss,
     and on_eval every evaluation. (Distillation's loss is not the model's: its line shows val.)
     """
@@ -242,10 +242,10 @@ class Watch:
         self.name, self.tc, self.log, self.clock = name, tc, log, clock
         self.started = clock()
         self.first, self.step, self.loss, self.val = done, done, None, val
-        self.pace = machine.Pace(tc.steps, done, eval_every=tc.eval_every,
+        self.pace = waiting.Pace(tc.steps, done, eval_every=tc.eval_every,
                                  eval_steps=tc.eval_batches * EVAL_BATCH_STEPS, clock=clock)
         self.announced = False
-        self.line = machine.ProgressLine(tc.steps, done, name) if progress else None
+        self.line = waiting.ProgressLine(tc.steps, done, name) if progress else None
         self.hook = model.register_forward_hook(self.on_forward)
 
     def on_forward(self, model, inputs, output):
@@ -259,7 +259,7 @@ class Watch:
         if left is not None and not self.announced:
             self.announced = True
             self.say(f"{self.name}: {self.tc.steps - self.first} steps, about "
-                     f"{machine.duration(self.elapsed() + left)} at this machine's current speed")
+                     f"{waiting.duration(self.elapsed() + left)} at this machine's current speed")
         if self.line:
             self.line.update(self.step, self.postfix(), left)
 
@@ -268,7 +268,7 @@ class Watch:
         self.val = val_loss
         if self.line and not self.line.notebook:  # a notebook keeps to its one line
             self.line.write(f"step {step:5d} | {self.postfix()} | "
-                            f"{machine.duration(self.elapsed())}", self.log)
+                            f"{waiting.duration(self.elapsed())}", self.log)
 
     def postfix(self):
         """The losses so far: the validation loss only once there is one (never "val nan")."""

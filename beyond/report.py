@@ -14,7 +14,7 @@ from pathlib import Path
 import gpt
 import speculative
 from beyond import common, presets
-from lessonkit import machine
+from lessonkit import machine, results_file
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
           "drafters": "every drafter compared",  # studies/drafters.py, not an exercise
@@ -38,7 +38,7 @@ def heading(n):
 
 def record(args, n, section, log=print):
     """Save section n's ({"numbers", "markdown"}; n: 1-5, or a study) and rebuild report.md."""
-    machine.write_results(section_path(args, n),
+    results_file.write_results(section_path(args, n),
                           {"exercise": n, "title": TITLES[n], "quick": args.quick, **section})
     report = write(args)
     if log:

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -237,7 +238,7 @@ def train(model, recipe, source=None, *, corpus_name=None, teacher=None, device=
         if log_every and (step % log_every == 0 or step == recipe.steps):
             print(gpt.progress_line(step, loss.item(), val_loss, time.time() - started))
 
-    started, stop = time.time(), machine.StopOnInterrupt()
+    started, stop = time.time(), StopOnInterrupt()
     with machine.threads(threads):  # one setting for the whole run (see the docstring)
         try:
             optimise(model, steppers, lambda at, peak: rate(recipe, at, peak), next_loss, step,
@@ -275,6 +276,27 @@ def optimise(model, steppers, rate_at, next_loss, step, steps, *, clip=None, aft
         if after:
             after(step, loss)
     return step
+
+
+class StopOnInterrupt:
+    """The first Ctrl-C asks the training loop to stop after the current step (so the weights
+    and optimizer are never saved half-updated); a second one stops at once."""
+
+    def __init__(self):
+        self.asked = False
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._ask)
+        except ValueError:  # not the main thread: leave Ctrl-C alone
+            self.previous = None
+
+    def _ask(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def restore(self):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 # ----------------------------------------------------------------------------------------------

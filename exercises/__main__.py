@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from beyond import common, report
 from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
 from exercises.stubs import part_two_to_do, to_do  # lines for parts not written yet
-from lessonkit import cli, corpus, machine
+from lessonkit import cli, corpus, machine, waiting
 
 EXERCISES = {n: (report.TITLES[n], module) for n, module in
              enumerate([ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu], start=1)}
@@ -70,7 +70,7 @@ def lesson(args):
     started, busy = time.time(), machine.Busy().start()
     corpus.prepare()
     corpora_s = time.time() - started
-    print(f"corpora ready ({machine.duration(corpora_s)})", flush=True)
+    print(f"corpora ready ({waiting.duration(corpora_s)})", flush=True)
     exercise_args = {n: EXERCISES[n][1].Args(seed=args.seed, quick=args.quick,
                                              checkpoints=args.checkpoints, results=args.results)
                      for n in args.only}
@@ -92,7 +92,7 @@ def lesson(args):
                "corpora_s": corpora_s, **progress.results(common.TRAINED)}
     common.save_json(args, "lesson.json", figures, busy=busy.stop().note())
     path = report.write(args)                 # again: with part two's parts still to do
-    print(f"\ndone in {machine.duration(time.time() - started)}: {path}")
+    print(f"\ndone in {waiting.duration(time.time() - started)}: {path}")
     if left:
         print(f"still to do: exercise{'s' if len(left) > 1 else ''} "
               f"{', '.join(map(str, left))} (each line above says which part and where; "

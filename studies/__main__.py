@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from beyond import batch_curve, common, heads, presets, report
-from lessonkit import cli, machine
+from lessonkit import cli, machine, waiting
 from studies import drafters, sampling_costs, transformers, trees
 
 
@@ -125,9 +125,9 @@ def run(args, log=print):
     folder = common.checkpoint_folder(args)
     if args.forecast:
         for label, stage in stages(args, keys, folder):
-            log(f"{label}: about {machine.duration(common.about(stage))}")
+            log(f"{label}: about {waiting.duration(common.about(stage))}")
         total = sum(common.about(stage) for _, stage in stages(args, keys, folder))
-        log(f"all of them: about {machine.duration(total)} on a quiet 2-core CPU")
+        log(f"all of them: about {waiting.duration(total)} on a quiet 2-core CPU")
         return {}
     progress = common.Progress(stages(args, keys, folder), estimate=not args.quick)
     busy = machine.Busy().start()
@@ -149,7 +149,7 @@ def run(args, log=print):
     common.save_json(args, "studies.json", {"studies": keys, "quick": args.quick,
                                             **progress.results(common.TRAINED)},
                      busy=busy.stop().note())
-    log(f"\nthe studies done in {machine.duration(time.time() - started)}")
+    log(f"\nthe studies done in {waiting.duration(time.time() - started)}")
     return sections
 
 

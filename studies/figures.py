@@ -11,7 +11,7 @@ import string
 from pathlib import Path
 
 from beyond.common import markdown_table
-from lessonkit import machine
+from lessonkit import machine, results_file, waiting
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
@@ -38,9 +38,9 @@ class Runs:
                                   f"results/{name}.json and copy it there") from None
             except ValueError as e:
                 raise RenderError(f"{path}: not JSON ({e})") from None
-            if not isinstance(data, dict) or data.get("format") != machine.RESULTS_FORMAT:
+            if not isinstance(data, dict) or data.get("format") != results_file.RESULTS_FORMAT:
                 raise RenderError(f"{path}: results format {data.get('format') if isinstance(data, dict) else None!r}, "
-                                  f"this version reads {machine.RESULTS_FORMAT}: measure it again")
+                                  f"this version reads {results_file.RESULTS_FORMAT}: measure it again")
             if not isinstance(data.get("run"), dict) or "machine" not in data["run"]:
                 raise RenderError(f"{path}: no \"run\" (command, machine, date): measure it again")
             self.read[name] = data
@@ -79,8 +79,8 @@ def span(values, write="{:.2f}".format):
 class Reader(string.Formatter):
     """Python's format strings over the results files: "{ex3_build[tokens_per_pass]:.2f}" is
     ex3_build.json's tokens_per_pass with two decimals. Formats of its own: seconds as
-    machine.duration writes them ("1 min 20 s") or in whole minutes, a run's machine in words."""
-    OWN = {"duration": machine.duration, "minutes": lambda seconds: str(round(seconds / 60)),
+    waiting.duration writes them ("1 min 20 s") or in whole minutes, a run's machine in words."""
+    OWN = {"duration": waiting.duration, "minutes": lambda seconds: str(round(seconds / 60)),
            "machine": machine.summary}
 
     def format_field(self, value, spec):

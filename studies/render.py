@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from lessonkit import cli, machine
+from lessonkit import cli, waiting
 from studies import render_studies
 from studies import training as study_training
 from studies.figures import (RUNS, RenderError, Runs, claim, grouped, percent, provenance, read,
@@ -136,9 +136,9 @@ def stage_table(runs, header, whole, *names):
     """Each stage of one run or more (the main job from nothing, then again), with the forecast
     the job printed before it, then the whole run."""
     def took(record, seconds, said="forecast", bold=""):
-        said = f" ({said} {machine.duration(record['forecast_s'])})" \
+        said = f" ({said} {waiting.duration(record['forecast_s'])})" \
             if record.get("forecast_s") is not None else ""
-        return f"{bold}{machine.duration(record[seconds])}{bold}{said}"
+        return f"{bold}{waiting.duration(record[seconds])}{bold}{said}"
     rows = []
     for stage in runs[names[0]]["stages"]:
         label = stage["label"].split(" (training")[0]
@@ -207,7 +207,7 @@ def models_table(runs):
         rows.append([f"`{name}`", MODEL_SHAPES[name],
                      f"{record['n_layer']} x {record['n_embd']}, "
                      f"{record['parameters'] / 1e6:.2f}M", OPTIMIZERS[record["optimizer"]],
-                     record["steps"], record["precision"], machine.duration(record["seconds"]),
+                     record["steps"], record["precision"], waiting.duration(record["seconds"]),
                      f"{record['val_loss']:.3f}", "" if alpha is None else percent(alpha, 1)])
     return table(["preset", "what", "layers x width, parameters", "optimizer", "steps",
                   "products in", "time", "validation loss", "greedy agreement with big"], rows)
@@ -235,7 +235,7 @@ def ladder_table(runs):
             else ""                                           # (+ 0.0: never "-0.000")
         seconds = study_training.seconds_to_target(record, prices)
         return [name, f"{record['final']:.3f}", change, record["reached_at"] or "-",
-                machine.duration(seconds) if seconds else "not reached"]
+                waiting.duration(seconds) if seconds else "not reached"]
     steps = rungs[0]["steps"]
     rows = [row(("" if i == 0 else "+ ") + r["rung"], r, rungs[i - 1] if i else None)
             for i, r in enumerate(rungs)]
@@ -329,15 +329,15 @@ FIGURES = {
     # the main job (make lesson) from nothing and again, and the models it trained
     "lesson.nothing": "{lesson[total_s]:duration}",
     "lesson.again": "{lesson-again[total_s]:duration}",
-    "lesson.big": lambda r: machine.duration(trained(r, "big")["seconds"]),
-    "lesson.distilled": lambda r: machine.duration(trained(r, "distilled")["seconds"]),
+    "lesson.big": lambda r: waiting.duration(trained(r, "big")["seconds"]),
+    "lesson.distilled": lambda r: waiting.duration(trained(r, "distilled")["seconds"]),
     "lesson.date": "{lesson[run][date]:.10}",
     "big.loss": lambda r: f"{trained(r, 'big')['val_loss']:.3f}",
     "big.steps": lambda r: str(trained(r, "big")["steps"]),
     # the training ladder, and the big preset held to AVX2
     "training.target": "{training[target]}",
     "training.threads": "{training[peak][threads]}",
-    "avx2.big.time": lambda r: machine.duration(held_to_avx2(r)[0]["seconds"]),
+    "avx2.big.time": lambda r: waiting.duration(held_to_avx2(r)[0]["seconds"]),
     "avx2.big.loss": lambda r: f"{held_to_avx2(r)[0]['val_loss']:.3f}",
     "avx2.big.steps": lambda r: str(held_to_avx2(r)[0]["steps"]),
     "avx2.command.time": "{train-avx2[run][seconds]:duration}",

@@ -22,7 +22,7 @@ import torch
 import gpt
 from beyond import presets, training
 from beyond.training import Muon, Recipe
-from lessonkit import cli, machine
+from lessonkit import cli, machine, results_file
 
 TARGET = 1.70   # the validation loss the issue asks for: the lesson's big model at its best
 BEFORE = {"optimizer": "muon", "steps": 600}    # the big preset before the ladder (2026-12-03)
@@ -224,7 +224,7 @@ def run(args, log=print):
     results = {"target": TARGET, "levers": prices, "peak": peak, "ladder": rungs,
                "tried": tried, "preset": kept}
     if args.json:
-        log(f"wrote {machine.write_results(args.json, results, busy=note)}")
+        log(f"wrote {results_file.write_results(args.json, results, busy=note)}")
     return results
 
 

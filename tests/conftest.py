@@ -48,7 +48,7 @@ NAMES = "\n".join(a + b for a in SYLLABLES for b in SYLLABLES[::3])  # 234 made-
 (DATA / "src" / "play.txt").write_text(make_play())
 (DATA / "src" / "names.txt").write_text(NAMES)
 
-from lessonkit import corpus  # noqa: E402  (after SPECDEC_DATA is set)
+from lessonkit import corpus, results_file  # noqa: E402  (after SPECDEC_DATA is set)
 
 corpus.prepare(DATA, from_file=DATA / "src" / "play.txt", names_file=DATA / "src" / "names.txt",
                quiet=True)
@@ -211,7 +211,7 @@ def pytest_sessionfinish(session, exitstatus):
     load = config._specdec_load   # other programs' work before the suite began (1-minute load)
     busy = f"note: the load average was {load:.1f} when the suite started" \
         if load > machine.BUSY_CORES else ""
-    machine.write_results(ROOT / "results" / SUITES[config.option.markexpr],
+    results_file.write_results(ROOT / "results" / SUITES[config.option.markexpr],
                           {"seconds": seconds, "exit_status": int(exitstatus),
                            "cores": machine.cpu_cores(), **counts},
                           busy=busy, command="make test" + (

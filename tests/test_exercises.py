@@ -336,13 +336,13 @@ def test_quick_runs_promise_no_lesson_size_times(capsys):
 
 def test_each_stage_says_how_long_the_stages_left_take(capsys):
     from beyond import common
-    from lessonkit import machine
+    from lessonkit import waiting
     progress = common.Progress([("the models", ["big", "draft"]), ("exercise 3", [3])])
     progress.start()
     progress.start()
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
-    assert f"about {machine.duration(common.about(['big', 'draft', 3]))} left" in lines[0]
-    assert f"about {machine.duration(common.ABOUT_S[3])} left" in lines[1]
+    assert f"about {waiting.duration(common.about(['big', 'draft', 3]))} left" in lines[0]
+    assert f"about {waiting.duration(common.ABOUT_S[3])} left" in lines[1]
 
 
 def test_exercise_3_refuses_a_version_that_changed_the_big_models_output():

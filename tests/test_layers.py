@@ -21,10 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     # 0: leaf helpers of lessonkit/; they import nothing from the project.
     "lessonkit": 0, "lessonkit.machine": 0, "lessonkit.cli": 0, "lessonkit.corpus": 0,
-    "lessonkit.parts": 0,
+    "lessonkit.parts": 0, "lessonkit.waiting": 0,
     # 1: the rest of lessonkit/ (NumPy or plain Python, and the checkpoint file): the window rule
-    # and the scorer, a run's statistics, the checkpoint file.
+    # and the scorer, a run's statistics, the checkpoint file, a results file.
     "lessonkit.scorer": 1, "lessonkit.stats": 1, "lessonkit.checkpoint": 1,
+    "lessonkit.results_file": 1,
     # 2: the lesson's NumPy file (the readable forward pass and the acceptance rule) and the
     # torch model with its data and training loop.
     "numpy_speculative": 2, "gpt": 2,

@@ -13,7 +13,7 @@ import torch
 from conftest import tiny_config
 
 import speculative as sd
-from lessonkit import machine
+from lessonkit import machine, waiting
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,16 +101,16 @@ class Clock:
 
 
 def test_durations_read_as_a_person_says_them_and_never_zero_minutes():
-    assert machine.duration(0.2) == "1 s" and machine.duration(40) == "40 s"
-    assert machine.duration(190) == "3 min 10 s" and machine.duration(61) == "1 min"
-    assert machine.duration(3900) == "1 h 5 min"
-    assert not [s for s in range(0, 4000, 7) if re.search(r"\b0 (min|s)\b", machine.duration(s))]
+    assert waiting.duration(0.2) == "1 s" and waiting.duration(40) == "40 s"
+    assert waiting.duration(190) == "3 min 10 s" and waiting.duration(61) == "1 min"
+    assert waiting.duration(3900) == "1 h 5 min"
+    assert not [s for s in range(0, 4000, 7) if re.search(r"\b0 (min|s)\b", waiting.duration(s))]
 
 
 def test_the_forecast_counts_steps_and_evaluations_as_timed():
     # 100 steps of 0.1 s, an evaluation every 25 steps costing 1 s more: 10 s + 4 x 1 s in all.
     clock = Clock()
-    pace = machine.Pace(100, eval_every=25, eval_steps=0.0, skip=3, min_steps=5,
+    pace = waiting.Pace(100, eval_every=25, eval_steps=0.0, skip=3, min_steps=5,
                         min_seconds=0.5, clock=clock)
     forecasts = {}
     for step in range(1, 101):
@@ -137,7 +137,7 @@ def test_a_notebook_gets_one_line_updated_in_place(monkeypatch):
     monkeypatch.setattr(IPython.display, "display",
                         lambda data, raw=False, display_id=False: shown.append(data) or Handle())
     clock = Clock()
-    line = machine.ProgressLine(100, label="big", notebook=True, every=0.5, clock=clock)
+    line = waiting.ProgressLine(100, label="big", notebook=True, every=0.5, clock=clock)
     for step in range(1, 101):
         clock.now += 0.1
         line.update(step, "loss 2.000", left=(100 - step) * 0.1)
@@ -174,7 +174,7 @@ def test_only_a_kernel_is_a_notebook(monkeypatch):
     import ipykernel  # noqa: F401
     import IPython
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)
-    assert not machine.in_notebook()
+    assert not waiting.in_notebook()
     # control: a shell with a kernel, as inside Jupyter, is one
     monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
-    assert machine.in_notebook()
+    assert waiting.in_notebook()

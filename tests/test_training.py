@@ -150,14 +150,14 @@ def notebook_output(monkeypatch):
     """Training as if in a notebook: (the outputs displayed, every update of them)."""
     import IPython.display
 
-    from lessonkit import machine
+    from lessonkit import waiting
     shown, updates = [], []
 
     class Handle:
         def update(self, data, raw=False):
             updates.append(data["text/plain"])
 
-    monkeypatch.setattr(machine, "in_notebook", lambda: True)
+    monkeypatch.setattr(waiting, "in_notebook", lambda: True)
     monkeypatch.setattr(IPython.display, "display",
                         lambda data, raw=False, display_id=False: shown.append(data) or Handle())
     return shown, updates

@@ -92,7 +92,7 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("mask", torch.ones(c.block_size, c.block_size).tril().bool(),
                              persistent=False)
 
-    def forward(self, x, cache=None, layer=0):
+    def forward(self, x, cache=None, layer=0, mask=None):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)      # 3 x (B, T, C)
@@ -100,7 +100,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, nh, hs).transpose(1, 2)      # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)      # (B, nh, T, hs)
         if cache is None:
-            mask, causal = None, True
+            causal = mask is None
         else:
             # Append the new keys and values, then attend over the whole cached prefix.
             start, end = cache.length, cache.length + T
@@ -108,8 +108,11 @@ class CausalSelfAttention(nn.Module):
             cache.v[layer].narrow(2, start, T).copy_(v)
             k = cache.k[layer].narrow(2, 0, end)      # (B, nh, end, hs)
             v = cache.v[layer].narrow(2, 0, end)      # (B, nh, end, hs)
-            # New token i sits at position start+i and sees positions 0..start+i.
-            mask, causal = (None if T == 1 else self.mask[start:end, :end]), False
+            # New token i sits at position start+i and sees positions 0..start+i, unless the
+            # caller says what each new token may see (a tree of guesses: mask (T, end)).
+            if mask is None and T > 1:
+                mask = self.mask[start:end, :end]
+            causal = False
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            dropout_p=dropout)  # (B, nh, T, hs)
@@ -141,8 +144,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c.n_embd)
         self.mlp = MLP(c)
 
-    def forward(self, x, cache=None, layer=0):
-        x = x + self.attn(self.ln_1(x), cache, layer)
+    def forward(self, x, cache=None, layer=0, mask=None):
+        x = x + self.attn(self.ln_1(x), cache, layer, mask)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -187,19 +190,22 @@ class GPT(nn.Module):
         idx = torch.from_numpy(new).to(self.lm_head.weight.device)
         return self(idx, cache=cache)[0].float().cpu().numpy()
 
-    def forward(self, idx, targets=None, cache=None):
-        """idx (B, T) -> (logits (B, T, V), loss or None). With a cache, idx continues it."""
+    def forward(self, idx, targets=None, cache=None, positions=None, mask=None):
+        """idx (B, T) -> (logits (B, T, V), loss or None). With a cache, idx continues it.
+        positions (T,) and mask (T, cached + T), where given, replace each new token's position
+        (cache.length + i) and causal mask: what a tree of guesses needs (beyond/tree.py)."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
-        if start + T > self.c.block_size:
+        if positions is None and start + T > self.c.block_size:
             raise ValueError(
                 f"{start + T} tokens do not fit the model's window of {self.c.block_size}; "
                 f"keep the last {self.c.block_size} (idx[:, -{self.c.block_size}:]) or decode "
                 f"with speculative.generate, which handles long contexts")
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        pos = torch.arange(start, start + T, device=idx.device) if positions is None \
+            else positions                                         # (T,)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
         for layer, block in enumerate(self.transformer.h):
-            x = block(x, cache, layer)                             # (B, T, C)
+            x = block(x, cache, layer, mask)                       # (B, T, C)
         logits = self.lm_head(self.transformer.ln_f(x))            # (B, T, V)
         if cache is not None:
             cache.length += T

@@ -27,13 +27,16 @@ from lessonkit.scorer import Model, WindowScorer
 HEADS = 5  # chosen by measurement: see the module docstring
 
 
-def final_states(model, idx, cache=None):
+def final_states(model, idx, cache=None, normalised=False, **where):
     """A gpt.GPT's logits (B, T, V) and final hidden states after ln_f (B, T, C) for idx (B, T),
-    caught by a forward hook on ln_f that lives only during this pass."""
+    caught by a forward hook on ln_f that lives only during this pass; normalised: ln_f without
+    its gain and bias instead. where: the forward pass's positions and mask (a tree's)."""
     states = []
-    hook = model.transformer.ln_f.register_forward_hook(lambda m, i, out: states.append(out))
+    hook = model.transformer.ln_f.register_forward_hook(
+        lambda m, i, out: states.append(F.layer_norm(i[0], m.normalized_shape) if normalised
+                                        else out))
     try:
-        logits, _ = model(idx, cache=cache)
+        logits, _ = model(idx, cache=cache, **where)
     finally:
         hook.remove()
     return logits, states[0]

@@ -13,10 +13,9 @@ import copy
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 import speculative as sd
-from beyond.heads import cached_state
+from beyond.heads import cached_state, final_states
 from beyond.tree_grow import (  # noqa: F401
     HeadsBranches,
     as_brancher,
@@ -108,25 +107,16 @@ def tree_logits(model, tokens, positions, visible, cache, states=False):
 
 @torch.inference_mode()
 def torch_tree_logits(model, tokens, positions, visible, cache, states):
-    """tree_logits for a gpt.GPT: its own blocks, each attention's causal mask (its buffer
-    `mask`, read at [L:L+T, :L+T] when a cache is used) replaced by the tree's for this pass."""
-    t, device = model.transformer, model.lm_head.weight.device
-    L, T = cache.length, len(tokens)
-    saved = [block.attn.mask for block in t.h]
-    rows = np.zeros((L + T, L + T), dtype=bool)           # only rows L.. are read
-    rows[L:] = visible                                    # (T, L + T)
-    mask = torch.from_numpy(rows).to(device)
-    x = t.wte(torch.tensor([tokens], device=device)) + t.wpe(
-        torch.tensor(positions, device=device))                          # (1, T, C)
-    try:
-        for layer, block in enumerate(t.h):
-            block.attn._buffers["mask"] = mask            # (setattr's checks: slow, each call)
-            x = block(x, cache, layer)                                   # (1, T, C)
-    finally:
-        for block, causal in zip(t.h, saved):
-            block.attn._buffers["mask"] = causal
-    logits = model.lm_head(t.ln_f(x))[0].float().cpu().numpy()           # (T, V)
-    return logits, F.layer_norm(x[0], x.shape[-1:]).float().cpu().numpy() if states else None
+    """tree_logits for a gpt.GPT: its own forward pass, given the tokens' positions and the
+    tree's mask in place of the causal one."""
+    device = model.lm_head.weight.device
+    idx = torch.tensor([tokens], device=device)                                  # (1, T)
+    where = {"positions": torch.tensor(positions, device=device),
+             "mask": torch.from_numpy(visible).to(device)}                       # (T,), (T, L+T)
+    if not states:
+        return model(idx, cache=cache, **where)[0][0].float().cpu().numpy(), None
+    logits, normalised = final_states(model, idx, cache, True, **where)       # (1, T, V|C)
+    return logits[0].float().cpu().numpy(), normalised[0].float().cpu().numpy()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,6 +79,14 @@ class KVCache:
         assert 0 <= length <= self.length, f"cannot roll back to {length} of {self.length} tokens"
         self.length = length
 
+    def append(self, layer, k, v):
+        """Write layer's keys and values of T new tokens, k and v (B, nh, T, hs), after the
+        cached ones; return every cached key and value, the new included (B, nh, length + T, hs)."""
+        start, end = self.length, self.length + k.shape[2]
+        self.k[layer].narrow(2, start, k.shape[2]).copy_(k)
+        self.v[layer].narrow(2, start, v.shape[2]).copy_(v)
+        return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
+
 
 class CausalSelfAttention(nn.Module):
 
@@ -104,10 +112,7 @@ class CausalSelfAttention(nn.Module):
         else:
             # Append the new keys and values, then attend over the whole cached prefix.
             start, end = cache.length, cache.length + T
-            cache.k[layer].narrow(2, start, T).copy_(k)
-            cache.v[layer].narrow(2, start, T).copy_(v)
-            k = cache.k[layer].narrow(2, 0, end)      # (B, nh, end, hs)
-            v = cache.v[layer].narrow(2, 0, end)      # (B, nh, end, hs)
+            k, v = cache.append(layer, k, v)          # 2 x (B, nh, end, hs)
             # New token i sits at position start+i and sees positions 0..start+i, unless the
             # caller says what each new token may see (a tree of guesses: mask (T, end)).
             if mask is None and T > 1:

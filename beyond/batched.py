@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 import speculative as sd
 from beyond.backends import is_numpy
@@ -44,8 +43,26 @@ def ragged_cache(model, batch_size):
         return model.ragged_cache(batch_size)
     c, p = model.c, model.lm_head.weight
     shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, c.n_embd // c.n_head)
-    return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
-                   torch.zeros(shape, device=p.device, dtype=p.dtype))
+    return RaggedCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
+                       torch.zeros(shape, device=p.device, dtype=p.dtype))
+
+
+class RaggedCache(KVCache):
+    """gpt.GPT's cache for rows of their own lengths: a pass's `rows`, the slot each new token's
+    keys go to (`write` (R, T)) and the slots attended (`E`) are set before it (place); then the
+    model's own attention appends through it (KVCache.append's contract)."""
+
+    def place(self, rows, write, E):
+        device = self.k.device
+        self.r, self.E = torch.from_numpy(rows[:, None]).to(device), E           # (R, 1)
+        sel = rows_index(rows)
+        self.sel = sel if isinstance(sel, slice) else torch.from_numpy(sel).to(device)
+        self.write = torch.from_numpy(write).to(device)                          # (R, T)
+
+    def append(self, layer, k, v):                                  # k, v (R, nh, T, hs)
+        self.k[layer][self.r, :, self.write] = k.transpose(1, 2)
+        self.v[layer][self.r, :, self.write] = v.transpose(1, 2)
+        return self.k[layer][self.sel, :, :self.E], self.v[layer][self.sel, :, :self.E]
 
 
 def visible(slots, E):
@@ -88,27 +105,14 @@ def numpy_forward(model, cache, rows, tokens, slots, write, E):
 
 @torch.inference_mode()
 def torch_forward(model, cache, rows, tokens, slots, write, E):
-    """gpt.GPT over rows of different lengths, from the model's own submodules (GPT-2 names;
-    gpt.py's code is left as the lesson has it) -> logits (R, T, V) as a NumPy array."""
-    R, T = tokens.shape
-    C, nh = model.c.n_embd, model.c.n_head
+    """gpt.GPT over rows of different lengths, its own forward pass with each token's position
+    (its slot), the rows' mask and the ragged cache -> logits (R, T, V) as a NumPy array."""
     device = cache.k.device
-    sel = rows_index(rows)
-    sel = sel if isinstance(sel, slice) else torch.from_numpy(sel).to(device)
-    r, write = torch.from_numpy(rows[:, None]).to(device), torch.from_numpy(write).to(device)
-    mask = torch.from_numpy(visible(slots, E)[:, None]).to(device)                 # (R,1,T,E)
-    tf = model.transformer
-    x = tf.wte(torch.from_numpy(tokens).to(device)) + tf.wpe(torch.from_numpy(slots).to(device))
-    for layer, block in enumerate(tf.h):
-        q, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)                # 3 x (R, T, C)
-        cache.k[layer][r, :, write] = k.view(R, T, nh, C // nh)
-        cache.v[layer][r, :, write] = v.view(R, T, nh, C // nh)
-        y = F.scaled_dot_product_attention(q.view(R, T, nh, C // nh).transpose(1, 2),
-                                           cache.k[layer][sel, :, :E], cache.v[layer][sel, :, :E],
-                                           attn_mask=mask)                        # (R, nh, T, hs)
-        x = x + block.attn.c_proj(y.transpose(1, 2).reshape(R, T, C))
-        x = x + block.mlp(block.ln_2(x))
-    return model.lm_head(tf.ln_f(x)).float().cpu().numpy()                         # (R, T, V)
+    cache.place(rows, write, E)
+    logits, _ = model(torch.from_numpy(tokens).to(device), cache=cache,
+                      positions=torch.from_numpy(slots).to(device),
+                      mask=torch.from_numpy(visible(slots, E)[:, None]).to(device))  # (R,1,T,E)
+    return logits.float().cpu().numpy()                                            # (R, T, V)
 
 
 class BatchScorer(WindowScorer):

@@ -12,10 +12,9 @@ import math
 
 import numpy as np
 import torch
+
 from gpt import KVCache
 from lessonkit import machine
-
-
 
 EPS = 1e-5  # nn.LayerNorm's default
 
@@ -46,6 +45,34 @@ def twice_gelu(x):
     """2 * GELU(x), GPT-2's tanh approximation; the 0.5 lives in the next layer's weights.
     x * x * x, not x ** 3: NumPy's float32 power is twenty times slower."""
     return x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+class NumpyCache(KVCache):
+    """gpt.KVCache over NumPy arrays, k and v (n_layer, B, nh, S, hs)."""
+
+    def append(self, layer, k, v, start):
+        """Write layer's keys and values k, v (B, nh, T, hs) at slots start..; return every key up
+        to them, transposed (B, nh, hs, end), and every value (B, nh, end, hs)."""
+        end = start + k.shape[2]
+        self.k[layer, :, :, start:end] = k
+        self.v[layer, :, :, start:end] = v
+        return self.k[layer, :, :, :end].transpose(0, 1, 3, 2), self.v[layer, :, :, :end]
+
+
+class RaggedCache(KVCache):
+    """beyond/batched.py's cache for B rows of their own lengths: S = block_size + 1 slots a row
+    (the last takes the padding's keys and values, never attended to), the keys stored
+    transposed, (n_layer, B, nh, hs, S), so that queries @ keys needs no copy. A pass's rows (sel:
+    the same as a slice where they are consecutive), the slot each new token's keys go to
+    (write (R, T)) and the slots attended (E) are set before it (place)."""
+
+    def place(self, rows, sel, write, E):
+        self.r, self.sel, self.write, self.E = rows[:, None], sel, write, E
+
+    def append(self, layer, k, v, start):                           # k, v (R, nh, T, hs)
+        self.k[layer][self.r, :, :, self.write] = k.transpose(0, 2, 1, 3)  # slot by slot
+        self.v[layer][self.r, :, self.write] = v.transpose(0, 2, 1, 3)
+        return self.k[layer][self.sel, ..., :self.E], self.v[layer][self.sel, :, :self.E]
 
 
 class NumpyGPT:
@@ -87,7 +114,7 @@ class NumpyGPT:
     def new_cache(self, batch_size=1):
         c = self.c
         shape = (c.n_layer, batch_size, c.n_head, c.block_size, self.hs)
-        return KVCache(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+        return NumpyCache(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
 
     def logits(self, idx, cache):
         """idx (B, T) int array continuing cache -> logits (B, T, V) as a float32 array."""
@@ -108,24 +135,26 @@ class NumpyGPT:
         x = self.wte[idx] + self.wpe[start:start + idx.shape[1]]    # (B, T, C)
         return normalise(self.block_layers(x, start, cache)) @ self.head_w + self.head_b
 
-    def block_layers(self, x, start, cache, lo=0, hi=None):
+    def block_layers(self, x, start, cache, lo=0, hi=None, mask=None):
         """Layers lo..hi-1 on x (B, T, C), the input of layer lo at positions start..: their
-        keys and values go into the cache; returns the output of layer hi - 1 (B, T, C)."""
+        keys and values go into the cache (cache.append); returns the output of layer hi - 1
+        (B, T, C). mask: added to the scores in place of the causal mask (0 where a new token
+        may attend, -inf elsewhere; (T, L) or (B, 1, T, L)): a tree's, or a batch's rows'."""
         B, T, C = x.shape
         end, nh, hs = start + T, self.c.n_head, self.hs
+        mask = self.mask[start:end, :end] if mask is None else mask   # token start+i sees ..start+i
         x = x.reshape(B * T, C)          # the linear layers: one product for every row's tokens
         for layer in range(lo, self.c.n_layer if hi is None else hi):
             w = self.layers[layer]
             qkv = linear(normalise(x), w["attn_w"], w["attn_b"])     # (B T, 3C)
             q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(B, T, nh, hs).transpose(0, 2, 1, 3)
                        for i in range(3))                            # 3 x (B, nh, T, hs)
-            cache.k[layer, :, :, start:end] = k
-            cache.v[layer, :, :, start:end] = v
-            att = q @ cache.k[layer, :, :, :end].transpose(0, 1, 3, 2)  # (B, nh, T, L)
-            att += self.mask[start:end, :end]                        # token start+i sees 0..start+i
+            keys, values = cache.append(layer, k, v, start)          # (B, nh, hs|L, L|hs)
+            att = q @ keys                                           # (B, nh, T, L)
+            att += mask
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
-            y = att @ cache.v[layer, :, :, :end]                     # (B, nh, T, hs)
+            y = att @ values                                         # (B, nh, T, hs)
             x = x + linear(y.transpose(0, 2, 1, 3).reshape(B * T, C), w["proj_w"], w["proj_b"])
             u = linear(normalise(x), w["fc_w"], w["fc_b"])           # (B T, 4C)
             x = x + linear(twice_gelu(u), w["mlp_w"], w["mlp_b"])
@@ -164,12 +193,11 @@ class NumpyGPT:
     normalised = staticmethod(normalise)
 
     def ragged_cache(self, batch_size):
-        """beyond/batched.py's cache for B rows of their own lengths: S = block_size + 1 slots a
-        row (the last takes the padding's keys and values, never attended to), and the keys
-        transposed, (n_layer, B, nh, hs, S), so that queries @ keys needs no copy."""
+        """beyond/batched.py's cache for B rows of their own lengths (RaggedCache)."""
         c = self.c
         shape = (c.n_layer, batch_size, c.n_head, c.block_size + 1, self.hs)
-        return KVCache(np.zeros(shape[:3] + shape[:2:-1], np.float32), np.zeros(shape, np.float32))
+        return RaggedCache(np.zeros(shape[:3] + shape[:2:-1], np.float32),
+                           np.zeros(shape, np.float32))
 
     def forward_rows(self, cache, rows, sel, tokens, slots, write, visible):
         """Rows of different lengths in one pass (beyond/batched.py's layout) -> logits (R, T, V).
@@ -177,26 +205,11 @@ class NumpyGPT:
         (R, T), right-padded; slots (R, T): each token's position in its window; write (R, T):
         the slot its keys go to (padding: the spare one); visible (R, T, E): may the token
         attend to slot j? The linear layers see all R x T tokens as one matrix."""
-        R, T = tokens.shape
-        C, nh, hs, r = self.c.n_embd, self.c.n_head, self.hs, rows[:, None]
-        E = visible.shape[-1]
+        cache.place(rows, sel, write, visible.shape[-1])
         mask = np.where(visible, np.float32(0), np.float32(-np.inf))[:, None]    # (R, 1, T, E)
-        x = (self.wte[tokens] + self.wpe[slots]).reshape(R * T, C)
-        for layer, w in enumerate(self.layers):
-            qkv = linear(normalise(x), w["attn_w"], w["attn_b"])                   # (RT, 3C)
-            q, k, v = (qkv[:, i * C:(i + 1) * C].reshape(R, T, nh, hs) for i in range(3))
-            cache.k[layer][r, :, :, write] = k                                     # slot by slot
-            cache.v[layer][r, :, write] = v
-            keys = cache.k[layer][sel, ..., :E]                                    # (R, nh, hs, E)
-            values = cache.v[layer][sel, :, :E]                                    # (R, nh, E, hs)
-            att = q.transpose(0, 2, 1, 3) @ keys + mask                            # (R, nh, T, E)
-            att = np.exp(att - att.max(-1, keepdims=True))
-            att /= att.sum(-1, keepdims=True)
-            y = (att @ values).transpose(0, 2, 1, 3).reshape(R * T, C)
-            x = x + linear(y, w["proj_w"], w["proj_b"])
-            x = x + linear(twice_gelu(linear(normalise(x), w["fc_w"], w["fc_b"])), w["mlp_w"],
-                           w["mlp_b"])
-        return linear(normalise(x), self.head_w, self.head_b).reshape(R, T, -1)   # (R, T, V)
+        R, T = tokens.shape
+        x = self.block_layers(self.wte[tokens] + self.wpe[slots], 0, cache, mask=mask)  # (R,T,C)
+        return linear(normalise(x.reshape(R * T, -1)), self.head_w, self.head_b).reshape(R, T, -1)
 
     def __call__(self, idx, targets=None, cache=None):
         """Torch in, torch out, like gpt.GPT (no loss: this class only decodes)."""

@@ -9,8 +9,6 @@ docs/DESIGN.md, "beyond/, module by module".
 Shapes: T new tokens, L cached, N guesses (nodes besides the root), V vocabulary.
 """
 
-import copy
-
 import numpy as np
 import torch
 
@@ -94,12 +92,10 @@ def tree_logits(model, tokens, positions, visible, cache, states=False):
     L, T = cache.length, len(tokens)
     if isinstance(model, torch.nn.Module):
         logits, normalised = torch_tree_logits(model, tokens, positions, visible, cache, states)
-    else:                           # NumpyGPT's layers add model.mask[L:L+T, :L+T] to the scores
-        tree_model = copy.copy(model)                     # the same weights, the tree's mask
-        tree_model.mask = np.zeros((L + T, L + T), np.float32)
-        tree_model.mask[L:] = np.where(visible, 0.0, -np.inf)            # (T, L + T)
+    else:                           # NumpyGPT's layers, the tree's mask for the causal one
+        mask = np.where(visible, np.float32(0), np.float32(-np.inf))     # (T, L + T)
         x = model.wte[tokens] + model.wpe[positions]      # (T, C)
-        normalised = model.normalised(tree_model.block_layers(x[None], L, cache)[0])  # (T, C)
+        normalised = model.normalised(model.block_layers(x[None], L, cache, mask=mask)[0])
         logits = normalised @ model.head_w + model.head_b                # (T, V)
     cache.length = L + T
     return logits, normalised if states else None

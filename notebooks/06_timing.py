@@ -175,10 +175,12 @@ cores, spinners = machine.cpu_cores(), []
 
 
 def plain_ms():
-    """{torch threads: ms of plain decoding of 50 characters} for one thread and every core."""
-    return {n: 1e3 * machine.median_time(lambda: sd.generate(target, prompt, 20 if QUICK else 50,
-                                                             threads=n), 1 if QUICK else 3)
-            for n in sorted({1, cores})}
+    """{torch threads: ms of plain decoding of 50 characters} for one thread and every core,
+    timed alternately (machine.paired_times: a drift in the machine's speed hits both alike)."""
+    def decode(n):
+        return lambda: sd.generate(target, prompt, 20 if QUICK else 50, threads=n)
+    one, every, _, _ = machine.paired_times(decode(1), decode(cores), 1 if QUICK else 5)
+    return {1: 1e3 * one, cores: 1e3 * every}
 
 
 try:

@@ -82,9 +82,10 @@ class KVCache:
     def append(self, layer, k, v):
         """Write layer's keys and values of T new tokens, k and v (B, nh, T, hs), after the
         cached ones; return every cached key and value, the new included (B, nh, length + T, hs)."""
-        start, end = self.length, self.length + k.shape[2]
-        self.k[layer].narrow(2, start, k.shape[2]).copy_(k)
-        self.v[layer].narrow(2, start, v.shape[2]).copy_(v)
+        start, T = self.length, k.shape[2]
+        self.k[layer].narrow(2, start, T).copy_(k)
+        self.v[layer].narrow(2, start, T).copy_(v)
+        end = start + T
         return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
 
 

@@ -54,8 +54,9 @@ def load_models(args, names, log=print):
 
 
 # About how long each stage takes on a quiet 2-core CPU (the runs of docs/RESULTS.md, "The
-# lesson's job" and "The studies", rounded): a model's training, an exercise, a study, in
-# seconds. A plan to read before a long wait, not a promise: training says its own from its first
+# lesson's job" and "The studies", rounded; the extra heads, which those runs did not time
+# apart: their first training in the student walks, about 2 minutes): a model's training, an
+# exercise, a study, in seconds. A plan to read before a long wait, not a promise: training says its own from its first
 # steps timed here (waiting.Pace), and this machine may be faster or slower.
 ABOUT_S = {"big": 90, "draft": 20, "names": 20, "distilled": 50, "heads": 120,
            1: 3, 2: 2, 3: 15, 4: 15, 5: 30,

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from classroom import build, notebooks, report, runner, sandbox, walk
+from classroom import build, notebooks, plan, report, runner, sandbox, walk
 from classroom.project import ROOT
 from lessonkit import cli, parts
 
@@ -105,8 +105,8 @@ def chosen(exercise, part=None):
                if notebook.startswith(exercise + "_")}
         if not ids:
             raise ValueError(f"no notebook {exercise} has a part to check")
-        return [c for c in runner.select(None, part) if c.part in ids]
-    return runner.select(exercise_number(exercise), part)
+        return [c for c in plan.select(None, part) if c.part in ids]
+    return plan.select(exercise_number(exercise), part)
 
 
 def not_started(part, part_results):
@@ -130,7 +130,7 @@ def check(args):
         raise ValueError(f"part {args.part} is not in {where} {args.exercise}; "
                          f"choose one of its parts or leave the exercise out")
     results = runner.run_checks(sandbox.probe(ROOT, grading=False),
-                                {False: ROOT, True: ROOT}, selected, [runner.PUBLIC_SEED])
+                                {False: ROOT, True: ROOT}, selected, [plan.PUBLIC_SEED])
     instead = {p.id: not_started(p, [r for r in results if r.check.part == p.id])
                for p in parts.PARTS}
     print(report.table(results, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
@@ -149,8 +149,8 @@ def grade_one(box, submission, part=None, notes=None):
     notes = [] if notes is None else notes
     files = runner.read(box, submission, notes) if not isinstance(submission, dict) else \
         submission
-    chosen = runner.select(part=part, hidden=True)
-    results = runner.grade(box, files, chosen, [runner.PUBLIC_SEED, runner.hidden_seed()],
+    chosen = plan.select(part=part, hidden=True)
+    results = runner.grade(box, files, chosen, [plan.PUBLIC_SEED, plan.hidden_seed()],
                            notes, budget=GRADE_TIME)
     cut = sum("grade's time" in o.get("message", "") for r in results
               for o in r.outcomes.values())

@@ -20,7 +20,7 @@ import time
 import types
 from pathlib import Path
 
-from classroom import checks, expected, project, regions, runner
+from classroom import checks, expected, plan, project, regions
 from lessonkit import parts
 
 TIMEOUT = 20    # seconds for a mutant's checks (a mutant that loops is killed by its time)
@@ -216,8 +216,8 @@ def killed(part, source, memo, seeds, limit=TIMEOUT):
     try:
         exec(compile(source, part.file, "exec"), module.__dict__)    # noqa: S102 (our own code)
         for seed in seeds:
-            for c in sorted(runner.select(part=part.id, hidden=True), key=lambda c: c.points):
-                ctx = checks.LocalContext(seed, runner.fixtures(seed), memo,
+            for c in sorted(plan.select(part=part.id, hidden=True), key=lambda c: c.points):
+                ctx = checks.LocalContext(seed, plan.fixtures(seed), memo,
                                           modules={module.__name__: module})
                 signal.setitimer(signal.ITIMER_REAL, limit or 0)
                 outcome = checks.run_check(c, ctx)
@@ -235,7 +235,7 @@ def score(part_id):
     """{part, mutants, killed, equivalent, survivors, seconds} of one part, in this process."""
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))        # a mutant that grows
     part, memo, started = parts.BY_ID[part_id], Memo(), time.monotonic()
-    seeds = [runner.PUBLIC_SEED, runner.hidden_seed()]
+    seeds = [plan.PUBLIC_SEED, plan.hidden_seed()]
     # The reference first, with no limit: it also makes the fixtures and fills the memo, which
     # on a busy machine can take longer than a mutant's checks may.
     failed = killed(part, (project.ROOT / part.file).read_text(), memo, seeds, limit=None)

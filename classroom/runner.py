@@ -7,31 +7,22 @@ submission is read and compiled inside the sandbox (intake.py). The order of a g
 seeds, time limits and why one part at a time: classroom/TEACHERS.md, "How a grade runs".
 """
 
-import ast
-import atexit
 import contextlib
 import functools
-import importlib
 import json
 import os
-import queue
 import shutil
 import signal
 import socket
 import tempfile
-import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom import checks, expected, helpers, intake, making, project, regions, report
-from classroom import sandbox, wire
-from classroom import checks_exercise_3, checks_part_one  # noqa: F401 (they register the checks)
-from classroom import checks_part_two, checks_trees  # noqa: F401
+from classroom import checks, expected, helpers, intake, plan, project, report, sandbox, wire
 from lessonkit import machine, parts
 
-PUBLIC_SEED = checks.PUBLIC_SEED
 TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)
 GRACE = 2           # seconds past a check's limit before the grader kills its worker outright
 READ_TIME = 60      # seconds to read a submission
@@ -39,32 +30,6 @@ COMPILE_TIME = TIMEOUT  # seconds to compile one student file
 LARGEST = 1000      # the largest whole number a call back to a reference takes (bounded)
 LONGEST = 100_000   # the longest list or array it takes
 LOG_BYTES = 64 * 1024
-
-
-def hidden_seed():
-    """The teacher's seed for hidden checks: CLASSROOM_SEED, else references.HIDDEN_SEED."""
-    value = os.environ.get("CLASSROOM_SEED") or getattr(expected.references, "HIDDEN_SEED", None)
-    if value is None:
-        raise SystemExit("error: hidden checks need CLASSROOM_SEED (this is a student copy)")
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"CLASSROOM_SEED must be a whole number, not {value!r}") from None
-
-
-def select(exercise=None, part=None, hidden=False):
-    order = {p.id: i for i, p in enumerate(parts.PARTS)}
-    chosen = sorted((c for c in checks.CHECKS.values() if hidden or not c.hidden),
-                    key=lambda c: order[c.part])
-    if part is not None:
-        if part not in parts.BY_ID:
-            raise ValueError(f"no part {part!r}; the parts are {', '.join(parts.BY_ID)}")
-        chosen = [c for c in chosen if c.part == part]
-    if exercise is not None:
-        if exercise not in parts.EXERCISES:
-            raise ValueError(f"no exercise {exercise}; the exercises are {parts.NUMBERS}")
-        chosen = [c for c in chosen if parts.BY_ID[c.part].exercise == exercise]
-    return chosen
 
 
 class RemoteContext(checks.Context):
@@ -138,43 +103,6 @@ def bounded(reference):
                              f"{LARGEST:,} and {LONGEST:,} items at most here")
         return reference(*args, **kwargs)
     return call
-
-
-_references = {}
-
-
-def references(part):
-    """{(module, function): the reference} of each other part's function that this part's
-    solution calls (1b's and 3b's greedy_verdict, 2c's expected_tokens_per_pass, 4b's
-    expected_speedup), where this repository holds the solutions (a teacher's): each part is
-    graded on its own. 3a's stand no more: stand-ins give exercise 3 the big model's logits."""
-    if part not in _references:
-        found = {}
-        for other in parts.PARTS if not project.is_student_repository() else ():
-            path = project.ROOT / other.file
-            called = set(other.functions) & calls(parts.BY_ID[part])
-            if other.id in (part, "3a") or not called or not set(other.functions) <= set(
-                    regions.functions_with_solutions(path.read_text())):
-                continue
-            module = importlib.import_module(other.file[:-3].replace("/", "."))
-            if Path(module.__file__).resolve() == path.resolve():
-                for function in called:
-                    found[(module.__name__, function)] = bounded(getattr(module, function))
-        _references[part] = found
-    return _references[part]
-
-
-def calls(part):
-    """The names the solution regions of `part`'s functions call."""
-    text = (project.ROOT / part.file).read_text()
-    lines = text.splitlines()
-    named = set()
-    for first, last, _, function in regions.regions(text):
-        if function in part.functions:
-            region = textwrap.dedent("\n".join(lines[first + 1:last]))
-            named |= {node.func.id for node in ast.walk(ast.parse(region))
-                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-    return named
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,50 +201,24 @@ def compile_files(box, workspace, names, scratch):
 # Running the checks
 
 
-def fixtures(seed, _made={}):  # noqa: B006 (made once per process)
-    """The fixtures of `seed` (making.make), in a private folder that lasts as long as this
-    process."""
-    if "folder" not in _made:
-        _made["folder"] = Path(tempfile.mkdtemp(prefix="classroom-fixtures-"))
-        atexit.register(shutil.rmtree, _made["folder"], True)
-    if seed not in _made:
-        _made[seed] = making.make(_made["folder"] / f"seed{seed}", seed)
-    return _made[seed]
-
-
-class Slots:
-    """The job slots of a run (the uid of a user of its own, where jobs run so)."""
-
-    def __init__(self, n):
-        self.free = queue.Queue()
-        for slot in range(n):
-            self.free.put(slot)
-
-    @contextlib.contextmanager
-    def one(self):
-        slot = self.free.get()
-        try:
-            yield slot
-        finally:
-            self.free.put(slot)
-
-
 class Worker:
     """One part's worker job as the grader holds it: its socket, its log, the references of the
-    other parts lent to it (references())."""
+    other parts lent to it (plan.references())."""
 
     def __init__(self, box, workspaces, part, slot):
         self.part, self.torch_free = part, parts.BY_ID[part].file in parts.NUMPY_ONLY
         self.root = workspaces[self.torch_free]
         ours, theirs = socket.socketpair()
-        self.log = Tail()
+        self.log = tempfile.TemporaryFile()     # its output, sandbox.OUTPUT bytes at most
         try:
             self.job = box.start("numpy" if self.torch_free else "torch", self.root, "worker",
                                  [str(theirs.fileno())] + ["numpy"] * self.torch_free,
-                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log.fd)
+                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log)
+        except BaseException:
+            self.log.close()
+            raise
         finally:
             theirs.close()
-            self.log.started()
         self.pidfd = os.pidfd_open(self.job.process.pid)     # the watchdog's: never another's
         self.sock, self.peer = ours, wire.Peer(ours, lends_anything=False)
         self.remote, self.lent = wire.Remote(self.peer, 1), False
@@ -326,11 +228,11 @@ class Worker:
         self.peer.deadline = time.monotonic() + left
         watchdog = threading.Timer(left + GRACE, self.kill)     # whatever the grader waits on
         watchdog.start()
-        ctx = RemoteContext(seed, fixtures(seed), source, self.remote)
+        ctx = RemoteContext(seed, plan.fixtures(seed), source, self.remote)
         try:
-            if not self.lent and references(self.part):
-                self.remote.use_references([(key, wire.Exposed(f))
-                                            for key, f in references(self.part).items()])
+            if not self.lent and plan.references(self.part):
+                self.remote.use_references([(key, wire.Exposed(bounded(f)))
+                                            for key, f in plan.references(self.part).items()])
             self.lent = True
             return checks.run_check(check, ctx, self.root)
         except (wire.Timeout, socket.timeout):
@@ -357,7 +259,10 @@ class Worker:
             pass
 
     def said(self):
-        return self.log.last_line()
+        """The last line the job wrote (what a crash's message quotes)."""
+        self.log.seek(max(0, os.fstat(self.log.fileno()).st_size - LOG_BYTES))
+        return (self.log.read().decode(errors="replace").strip().splitlines() or
+                ["no output"])[-1]
 
     def end(self):
         """Kill the job whole: whether it ran out of memory."""
@@ -366,33 +271,7 @@ class Worker:
         memory = self.job.end()
         self.sock.close()
         os.close(self.pidfd)
-        self.log.thread.join(1.0)
-        return memory
-
-
-class Tail:
-    """A pipe a job writes its output into and a thread here drains, keeping its last LOG_BYTES
-    (what a crash's message quotes): a job that prints without end neither blocks nor fills a
-    disk."""
-
-    def __init__(self):
-        self.read_end, self.fd = os.pipe()
-        self.tail, self.thread = bytearray(), threading.Thread(target=self._drain, daemon=True)
-        self.thread.start()
-
-    def _drain(self):
-        while chunk := os.read(self.read_end, 1 << 16):
-            self.tail += chunk
-            del self.tail[:-LOG_BYTES]
-        os.close(self.read_end)
-
-    def started(self):
-        os.close(self.fd)                   # the job holds its own copy of the write end
-
-    def last_line(self):
-        self.thread.join(1.0)
-        return (bytes(self.tail).decode(errors="replace").strip().splitlines() or
-                ["no output"])[-1]
+        return memory                       # (its log closes with it: said() reads it after)
 
 
 def run_part(box, workspaces, part, runs, slot, source, end, stalled, worker=None):
@@ -441,7 +320,7 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, bud
     end = None if budget is None else time.monotonic() + budget
     stalled, by_part = set(), {}
     for seed in seeds:
-        fixtures(seed)                          # made here once, before any thread
+        plan.fixtures(seed)                     # made here once, before any thread
         for result in results:
             file = parts.BY_ID[result.check.part].file
             if file in missing:
@@ -456,12 +335,12 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, bud
         if alone:
             run_in_turn(box, workspaces, items, source, end, stalled)
         else:
-            slots = Slots(min(2, os.cpu_count() or 1))
+            slots, mine = iter(range(2)), threading.local()     # a job slot per thread
 
             def one(item):
-                with slots.one() as slot:
-                    run_part(box, workspaces, *item, slot, source, end, stalled)
-            with ThreadPoolExecutor(2) as pool:
+                run_part(box, workspaces, *item, mine.slot, source, end, stalled)
+            with ThreadPoolExecutor(2, initializer=lambda: setattr(mine, "slot", next(slots))) \
+                    as pool:
                 list(pool.map(one, items))
     return results
 

@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from classroom import checks, expected, regions, report, runner, sandbox, wire
+from classroom import checks, expected, plan, regions, report, runner, sandbox, wire
 from classroom.project import ROOT, is_student_repository
 from lessonkit import parts
 
@@ -154,7 +154,7 @@ def answer(part_id, cell, user_ns, replace=False, root=ROOT):
     except Exception as e:  # the student's top-level code: one line, the notebook goes on
         return f"{where}: the cell raised {type(e).__name__}: {e}. Nothing was saved"
     # Markers pasted from a solved cell would make the saved file look like the reference's
-    # (to runner.references and to anyone reading it): they go (after exec, so that an error's
+    # (to plan.references and to anyone reading it): they go (after exec, so that an error's
     # line number is the cell's own).
     bare = regions.without_markers(cell)
     dropped, cell = bare != cell, bare
@@ -251,16 +251,16 @@ def check(part_id, root=ROOT):
         functions = {name: notebook[name] for p in parts.PARTS for name in p.functions
                      if callable(notebook.get(name))}
         results = []
-        for c in runner.select(part=part_id):
+        for c in plan.select(part=part_id):
             result = report.Result(c)
-            context = checks.LocalContext(runner.PUBLIC_SEED, runner.fixtures(runner.PUBLIC_SEED),
+            context = checks.LocalContext(plan.PUBLIC_SEED, plan.fixtures(plan.PUBLIC_SEED),
                                           expected.source(), functions)
-            result.outcomes[runner.PUBLIC_SEED] = within(KERNEL_TIMEOUT, lambda: checks.run_check(
+            result.outcomes[plan.PUBLIC_SEED] = within(KERNEL_TIMEOUT, lambda: checks.run_check(
                 c, context))
             results.append(result)
     else:
         results = runner.run_checks(sandbox.probe(root, grading=False), {False: root, True: root},
-                                    runner.select(part=part_id), [runner.PUBLIC_SEED])
+                                    plan.select(part=part_id), [plan.PUBLIC_SEED])
     print(report.table(results).strip())
     timed_out = any(r.status == "timeout" for r in results)
     if timed_out or any(r.status in ("missing", "error", "crashed", "fail") for r in results):

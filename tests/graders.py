@@ -11,7 +11,7 @@ import sys
 import types
 from pathlib import Path
 
-from classroom import checks, expected, project, regions, report, runner, sandbox
+from classroom import checks, expected, plan, project, regions, report, runner, sandbox
 from lessonkit import parts
 
 ROOT = project.ROOT
@@ -62,7 +62,7 @@ def grade(submission, chosen, seeds=(0,), how="bwrap", budget=None):
     """(results, notes) of a grade of the checks of the parts `chosen` (hidden ones included)."""
     notes = []
     files = runner.read(box(how), submission, notes)
-    selected = [c for p in chosen for c in runner.select(part=p, hidden=True)]
+    selected = [c for p in chosen for c in plan.select(part=p, hidden=True)]
     return runner.grade(box(how), files, selected, list(seeds), notes, budget=budget), notes
 
 
@@ -78,7 +78,7 @@ def said(results):
 
 
 def full(part):
-    return sum(c.points for c in runner.select(part=part, hidden=True))
+    return sum(c.points for c in plan.select(part=part, hidden=True))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,17 +114,17 @@ def in_process(chosen, edits=(), source=None, seeds=(0,), references=False, time
     source, results = source or expected.Live(), []
     for part in chosen:
         modules = planted(edits)
-        for (home, function), reference in (runner.references(part) if references else {}
+        for (home, function), reference in (plan.references(part) if references else {}
                                             ).items():
             if home in modules:
                 setattr(modules[home], function, reference)
         for seed in seeds:
-            for check in runner.select(part=part, hidden=seed != 0):
+            for check in plan.select(part=part, hidden=seed != 0):
                 result = next((r for r in results if r.check is check), None)
                 if result is None:
                     result = report.Result(check)
                     results.append(result)
-                ctx = checks.LocalContext(seed, runner.fixtures(seed), source, modules=modules)
+                ctx = checks.LocalContext(seed, plan.fixtures(seed), source, modules=modules)
                 result.outcomes[seed] = within(timeout, lambda: checks.run_check(check, ctx))
     return results
 

@@ -16,7 +16,7 @@ import pytest
 
 from graders import reference_submission
 
-from classroom import build, regions, report, runner
+from classroom import build, plan, regions, report
 from classroom.project import ROOT
 from lessonkit import parts
 
@@ -167,8 +167,8 @@ def test_unknown_exercise_and_part_are_one_line_errors(run_here):
 def test_grade_writes_gradescope_results(tmp_path, student_repo, monkeypatch):
     # Exercise 3's checks only (hidden ones included), to keep the suite quick: grading all of
     # them is what build's proof above does on the reference.
-    select = runner.select
-    monkeypatch.setattr(runner, "select", lambda **kw: select(exercise=3, hidden=True))
+    select = plan.select
+    monkeypatch.setattr(plan, "select", lambda **kw: select(exercise=3, hidden=True))
     out = tmp_path / "results.json"
     from classroom.__main__ import main
     assert main(["grade", str(student_repo), "--out", str(out)]) == 0
@@ -214,10 +214,10 @@ def test_the_student_repository_holds_no_function_that_answers_a_part(student_re
 def test_what_a_hidden_seed_said_stays_out_of_visible_feedback():
     # A submission can raise an exception that carries its inputs: on the hidden seed those are
     # the hidden prompt and expected text. Visible tests say only that the hidden seed failed.
-    public = next(c for c in runner.select() if not c.hidden)
-    hidden = next(c for c in runner.select(hidden=True) if c.hidden)
+    public = next(c for c in plan.select() if not c.hidden)
+    hidden = next(c for c in plan.select(hidden=True) if c.hidden)
     secret = {"status": "error", "message": "ValueError: prompt SECRET-abc expected SECRET-xyz"}
-    results = [report.Result(c, {runner.PUBLIC_SEED: {"status": "pass"}, 271828: secret})
+    results = [report.Result(c, {plan.PUBLIC_SEED: {"status": "pass"}, 271828: secret})
                for c in (public, hidden)]
     data = report.gradescope_json(results)
     visible = [t for t in data["tests"] if t["visibility"] == "visible"]
@@ -258,4 +258,4 @@ def test_the_gradescope_zip_runs_in_gradescopes_layout(tmp_path):
     done = run_autograder(autograder, "--part", "2a")
     assert done.returncode == 0, done.stderr
     data = json.loads((autograder / "results" / "results.json").read_text())
-    assert data["score"] == sum(c.points for c in runner.select(part="2a", hidden=True)) > 0
+    assert data["score"] == sum(c.points for c in plan.select(part="2a", hidden=True)) > 0

@@ -363,12 +363,12 @@ def test_the_values_of_those_answers_are_right(make_check):
     import numpy as np
 
     from classroom import checks, checks_part_one, checks_part_two, checks_trees, helpers
-    from classroom import references, runner
+    from classroom import plan, references
     from graders import planted
     rng = np.random.default_rng(1)
 
     def ctx(edits):
-        return checks.LocalContext(0, runner.fixtures(0), make_check, modules=planted(edits))
+        return checks.LocalContext(0, plan.fixtures(0), make_check, modules=planted(edits))
     guesses = rng.normal(size=(2, 7, 3, 5)).astype(np.float32)
     logits = rng.normal(size=(2, 7, 5)).astype(np.float32)
     value, _ = ctx(NO_GRADIENT_LOSS).helper("torch_loss", "beyond.heads", "heads_loss",
@@ -462,7 +462,7 @@ def test_a_hint_says_what_to_fix_first(case, part, edits, catcher, words, absent
                                               ("3b", "3b", WRONG_1A)])
 def test_graded_a_part_gets_the_reference_of_the_part_it_calls(case, part, edit):
     # The control of "fix X first": graded, the part gets the grader's reference for the
-    # function it calls (runner.references), and passes.
+    # function it calls (plan.references), and passes.
     results = in_process([part], [edit], references=True, seeds=(0, 271828))
     assert all(r.status == "pass" for r in results), said(results)
 

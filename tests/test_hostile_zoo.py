@@ -35,7 +35,7 @@ from graders import (
     user_mode_refused,
 )
 
-from classroom import checks, checks_part_one, runner, sandbox
+from classroom import checks, checks_part_one, plan, runner, sandbox
 from lessonkit import parts
 
 pytestmark = pytest.mark.slow  # graded end to end in sandboxes: not in make test-fast
@@ -601,8 +601,8 @@ def test_grade_all_writes_no_formula_and_notes_strange_submissions(tmp_path, mon
     for i in range(200, 400):                                  # inside the first member's data
         data[i] ^= 0x55
     (folder / "corrupt.zip").write_bytes(bytes(data))
-    select = runner.select
-    monkeypatch.setattr(runner, "select", lambda **kw: select(part="2a", hidden=True))
+    select = plan.select
+    monkeypatch.setattr(plan, "select", lambda **kw: select(part="2a", hidden=True))
     monkeypatch.setattr(sandbox, "_probed", {"sandbox": box()})
     from classroom.__main__ import main
     grades = tmp_path / "grades.csv"
@@ -642,7 +642,7 @@ def test_a_bug_in_one_part_costs_that_part_only(references, tmp_path, monkeypatc
     # greedy_verdict (1a) is wrong; replay (1b) and speculative_greedy (3b) call it. Graded, they
     # get the reference through the worker; the control, without it, loses 1b and 3b too.
     if not references:
-        monkeypatch.setattr(runner, "references", lambda part: {})
+        monkeypatch.setattr(plan, "references", lambda part: {})
     submission = reference_submission(tmp_path / "submission")
     edit(submission, "numpy_speculative.py", "    return kept, target_choices[kept]",
          "    return kept, target_choices[kept - 1]")

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from beyond import common, report
+from beyond import common, report, stages
 from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
 from exercises.stubs import part_two_to_do, to_do  # lines for parts not written yet
 from lessonkit import cli, corpus, machine, waiting
@@ -39,7 +39,7 @@ class Args(common.ExerciseArgs):
 NOTEBOOK_MODELS = ["big", "draft", "names", "distilled"]
 
 
-def stages(exercise_args, folder, notebooks=True):
+def lesson_stages(exercise_args, folder, notebooks=True):
     """(label, keys) per stage: first the models the exercises (and, with notebooks, the
     notebooks) use that are not trained yet, so that an exercise stopped by a part not written
     yet leaves every model trained; then each exercise (exercise_args: {n: its Args}). The
@@ -49,7 +49,7 @@ def stages(exercise_args, folder, notebooks=True):
     used = list(dict.fromkeys(used + (NOTEBOOK_MODELS if notebooks else [])))
     steps = [("the models", used, "notebooks")] + \
         [(f"exercise {n}: {EXERCISES[n][0]}", [], n) for n in exercise_args]
-    planned = common.plan(steps, folder)
+    planned = stages.plan(steps, folder)
     return planned[1:] if planned[0][1] == ["notebooks"] else planned   # all trained already
 
 
@@ -74,9 +74,9 @@ def lesson(args):
     exercise_args = {n: EXERCISES[n][1].Args(seed=args.seed, quick=args.quick,
                                              checkpoints=args.checkpoints, results=args.results)
                      for n in args.only}
-    planned = stages(exercise_args, common.checkpoint_folder(args),
-                     notebooks=args.only == list(EXERCISES))
-    progress = common.Progress(planned, estimate=not args.quick)
+    planned = lesson_stages(exercise_args, common.checkpoint_folder(args),
+                            notebooks=args.only == list(EXERCISES))
+    progress = stages.Progress(planned, estimate=not args.quick)
     if len(planned) > len(exercise_args):      # the models first, where one is missing
         progress.start()
         common.load_models(args, [k for k in planned[0][1] if k != "notebooks"], log=print)

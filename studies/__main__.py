@@ -10,7 +10,7 @@ The studies: every drafter compared (drafters.py), against Hugging Face transfor
 (transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
 what batching buys (batch_curve.py) and token trees against chains (trees.py); each also runs
 alone, `python -m studies.NAME`, with flags of its own. Before each, this says about how long is
-left on a quiet 2-core CPU (beyond/common.py), counting in the models a study uses that are not
+left on a quiet 2-core CPU (beyond/stages.py), counting in the models a study uses that are not
 trained yet (trained first). Each writes its section of results/report.md.
 """
 
@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from beyond import batch_curve, common, heads, presets, report
+from beyond import batch_curve, common, heads, presets, report, stages
 from lessonkit import cli, machine, waiting
 from studies import drafters, sampling_costs, transformers, trees
 
@@ -61,10 +61,10 @@ def available(key):
         return "transformers is not installed (make studies installs it: pip install -e '.[hf]')"
 
 
-def stages(args, keys, folder):
-    """(label, stage keys of common.ABOUT_S) per study: the models it trains first (those it
+def study_stages(args, keys, folder):
+    """(label, stage keys of stages.ABOUT_S) per study: the models it trains first (those it
     uses that are not trained yet, nor trained by an earlier study), then the study."""
-    return common.plan([(report.TITLES[key], ["big"] + STUDIES[key][1], key) for key in keys],
+    return stages.plan([(report.TITLES[key], ["big"] + STUDIES[key][1], key) for key in keys],
                        folder)
 
 
@@ -124,12 +124,12 @@ def run(args, log=print):
             log(f"{report.TITLES[key]}: skipped, {available(key)}")
     folder = common.checkpoint_folder(args)
     if args.forecast:
-        for label, stage in stages(args, keys, folder):
-            log(f"{label}: about {waiting.duration(common.about(stage))}")
-        total = sum(common.about(stage) for _, stage in stages(args, keys, folder))
+        for label, stage in study_stages(args, keys, folder):
+            log(f"{label}: about {waiting.duration(stages.about(stage))}")
+        total = sum(stages.about(stage) for _, stage in study_stages(args, keys, folder))
         log(f"all of them: about {waiting.duration(total)} on a quiet 2-core CPU")
         return {}
-    progress = common.Progress(stages(args, keys, folder), estimate=not args.quick)
+    progress = stages.Progress(study_stages(args, keys, folder), estimate=not args.quick)
     busy = machine.Busy().start()
     sections = {}
     for key, (_, stage_keys) in zip(keys, progress.stages):

@@ -250,26 +250,26 @@ def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
     # draft, the distilled draft the notebooks use), then runs the exercises, and never trains
     # the heads; the studies train those first. Controls: one exercise alone trains only what
     # it uses; with every model trained the models' stage goes.
-    from beyond import common
+    from beyond import stages
     args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
-    plan = dict(lesson.stages(args, tmp_path))
+    plan = dict(lesson.lesson_stages(args, tmp_path))
     keys = [key for stage in plan.values() for key in stage]
     assert keys == ["big", "draft", "names", "distilled", "notebooks", 1, 2, 3, 4, 5]
     assert "training big, draft, names, distilled first" in next(iter(plan))
-    assert [k for s in lesson.stages({3: args[3]}, tmp_path, notebooks=False)
+    assert [k for s in lesson.lesson_stages({3: args[3]}, tmp_path, notebooks=False)
             for k in s[1]] == ["big", "draft", "notebooks", 3]
     for name in lesson.NOTEBOOK_MODELS:
         (tmp_path / f"{name}.pt").touch()
-    assert [k for s in lesson.stages(args, tmp_path) for k in s[1]] == [1, 2, 3, 4, 5]
+    assert [k for s in lesson.lesson_stages(args, tmp_path) for k in s[1]] == [1, 2, 3, 4, 5]
     for name in lesson.NOTEBOOK_MODELS:
         (tmp_path / f"{name}.pt").unlink()
-    first = studies.stages(studies.Args(), list(studies.STUDIES), tmp_path)[0][1]
+    first = studies.study_stages(studies.Args(), list(studies.STUDIES), tmp_path)[0][1]
     assert first[:1] == ["big"] and {"distilled", "heads"} <= set(first)
-    assert common.to_train(["distilled"], tmp_path) == ["big", "distilled"]   # teacher first
-    assert common.to_train(["heads"], tmp_path) == ["big", "heads"]
+    assert stages.to_train(["distilled"], tmp_path) == ["big", "distilled"]   # teacher first
+    assert stages.to_train(["heads"], tmp_path) == ["big", "heads"]
     (tmp_path / "big.pt").touch()
     (tmp_path / "heads.pt").touch()       # trained: nothing left to train
-    assert common.to_train(["heads"], tmp_path) == []
+    assert stages.to_train(["heads"], tmp_path) == []
 
 
 def test_exercise_4_names_its_drafts_or_says_which_it_knows(run_here):
@@ -305,14 +305,14 @@ def test_every_stage_has_an_estimate_near_the_runs_it_comes_from():
     # Every model, exercise and study the job or the studies plan has an estimate (a new one
     # without is caught here), each within a factor of two of the committed runs of
     # docs/RESULTS.md it was rounded from. Tests read docs/; the job does not (the next test).
-    from beyond import common, presets
+    from beyond import common, presets, stages
     keys = [*presets.PRESETS, "heads", *lesson.EXERCISES, *studies.STUDIES]
-    assert not [k for k in keys if k not in common.ABOUT_S]
+    assert not [k for k in keys if k not in stages.ABOUT_S]
     measured = {}
     for name in ("lesson", "lesson-again", "studies"):
         run = json.loads((common.ROOT / "docs" / "results" / f"{name}.json").read_text())
         measured.update(run["stage_seconds"])
-    for key, seconds in common.ABOUT_S.items():
+    for key, seconds in stages.ABOUT_S.items():
         if str(key) in measured:
             assert 0.5 <= seconds / max(measured[str(key)], 2) <= 2, key
 
@@ -328,21 +328,21 @@ def test_the_job_reads_no_document(results):
 
 def test_quick_runs_promise_no_lesson_size_times(capsys):
     # --quick's tiny models take seconds: an estimate for the lesson's sizes would say minutes.
-    from beyond import common
-    progress = common.Progress([("exercise 1", ["big", 1])], estimate=False)
+    from beyond import stages
+    progress = stages.Progress([("exercise 1", ["big", 1])], estimate=False)
     progress.start()
     assert "left" not in capsys.readouterr().out
 
 
 def test_each_stage_says_how_long_the_stages_left_take(capsys):
-    from beyond import common
+    from beyond import stages
     from lessonkit import waiting
-    progress = common.Progress([("the models", ["big", "draft"]), ("exercise 3", [3])])
+    progress = stages.Progress([("the models", ["big", "draft"]), ("exercise 3", [3])])
     progress.start()
     progress.start()
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
-    assert f"about {waiting.duration(common.about(['big', 'draft', 3]))} left" in lines[0]
-    assert f"about {waiting.duration(common.ABOUT_S[3])} left" in lines[1]
+    assert f"about {waiting.duration(stages.about(['big', 'draft', 3]))} left" in lines[0]
+    assert f"about {waiting.duration(stages.ABOUT_S[3])} left" in lines[1]
 
 
 def test_exercise_3_refuses_a_version_that_changed_the_big_models_output():

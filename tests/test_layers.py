@@ -32,7 +32,7 @@ LAYERS = {
     # 3: the decoding loop, the drafter interface, the formulas.
     "speculative": 3,
     # 4: beyond the lesson: a library of drafters, decoders, the speedrun's training, the presets
-    # and what the exercises and studies share (beyond/common.py, beyond/report.py).
+    # and what the exercises and studies share (beyond/common.py, report.py, stages.py).
     "beyond.*": 4,
     # 5: the command that trains the presets.
     "train": 5,

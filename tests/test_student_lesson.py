@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from beyond import common
+from beyond import common, stages
 from classroom import build
 from exercises import __main__ as lesson
 from lessonkit import parts
@@ -57,9 +57,9 @@ def test_the_lesson_on_stubs_trains_every_model_then_says_what_is_to_do(stub_les
     # every model the notebooks use, trained before the first exercise
     folder = repo / "checkpoints" / "quick"
     assert sorted(p.stem for p in folder.glob("*.pt")) == sorted(lesson.NOTEBOOK_MODELS)
-    assert common.to_train(lesson.NOTEBOOK_MODELS, folder) == []
-    stages = [line for line in done.stdout.splitlines() if line.startswith("[")]
-    assert stages[0].startswith("[1/6] the models (training big, draft, names, distilled first")
+    assert stages.to_train(lesson.NOTEBOOK_MODELS, folder) == []
+    said = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    assert said[0].startswith("[1/6] the models (training big, draft, names, distilled first")
     # one line per exercise, naming the part, its notebook cell and its file
     lines = [line for line in done.stdout.splitlines() if "is still to do" in line]
     assert [line.split()[1] for line in lines] == ["1", "2", "3", "4", "5"]

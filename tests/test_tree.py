@@ -24,7 +24,7 @@ from test_speculative import (  # noqa: F401
 )
 
 import speculative as sd
-from beyond import common
+from beyond import stages
 from beyond import tree as tr
 from beyond.fast_numpy import NumpyGPT
 from beyond.heads import HeadsDraft, final_states
@@ -422,7 +422,7 @@ def test_study_runs_with_the_others_and_the_report_links_to_it(tmp_path):
     studies.main(["--only", "trees", "--quick", "--checkpoints", str(tmp_path / "checkpoints"),
                   "--results", str(tmp_path / "results")])
     results = tmp_path / "results"
-    assert "trees" in common.ABOUT_S
+    assert "trees" in stages.ABOUT_S
     report_text = (results / "report.md").read_text()
     assert "[token trees against chains](#token-trees-against-chains)" in report_text
     assert "\n## Token trees against chains\n" in report_text

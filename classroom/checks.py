@@ -183,6 +183,56 @@ class LocalContext(Context):
             helpers.restore_gpu(real)
 
 
+class RemoteContext(Context):
+    """A check's view of a worker: the student's modules, models and helpers live there; the
+    fixtures, expected values, comparisons and every figure judged stay here."""
+
+    def __init__(self, seed, fixture_dir, source, worker):
+        super().__init__(seed, fixture_dir, source)
+        self.worker, self._modules = worker, {}
+
+    def student(self, module):
+        if module not in self._modules:
+            self._modules[module] = self.worker.module(module)
+        return self._modules[module]
+
+    def model(self, name):
+        return self.worker.model(*self.model_files(name))
+
+    def standin(self, config, vocab, logits_of, memo):
+        return self.worker.standin(config, vocab, wire.Exposed(logits_of), memo)
+
+    def helper(self, name, module, function, *args):
+        return self.worker.helper(name, module, function, *args)
+
+    def lend(self, obj, methods=("__call__",)):
+        return wire.Exposed(obj, methods)
+
+    @contextlib.contextmanager
+    def on_gpu(self, gpu):
+        self.worker.use_gpu(wire.Exposed(LentGPU(gpu), helpers.GPU_CALLS))
+        try:
+            yield
+        finally:
+            self.worker.restore_gpu()
+
+
+class LentGPU:
+    """The grader's FakeGPU as a worker's torch.cuda calls it: its events lent too."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+
+    def synchronize(self):
+        self.gpu.synchronize()
+
+    def is_available(self):
+        return True
+
+    def Event(self, enable_timing=False):
+        return wire.Exposed(self.gpu.Event(enable_timing), helpers.EVENT_CALLS)
+
+
 class _Overridden:
     def __init__(self, module, overrides):
         self._module, self._overrides = module, overrides

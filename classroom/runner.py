@@ -7,7 +7,6 @@ submission is read and compiled inside the sandbox (intake.py). The order of a g
 seeds, time limits and why one part at a time: classroom/TEACHERS.md, "How a grade runs".
 """
 
-import contextlib
 import functools
 import json
 import os
@@ -20,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom import checks, expected, helpers, intake, plan, project, report, sandbox, wire
+from classroom import checks, expected, intake, plan, project, report, sandbox, wire
 from lessonkit import machine, parts
 
 TIMEOUT = 20        # seconds per check and seed (an honest check takes a second or two)
@@ -30,56 +29,6 @@ COMPILE_TIME = TIMEOUT  # seconds to compile one student file
 LARGEST = 1000      # the largest whole number a call back to a reference takes (bounded)
 LONGEST = 100_000   # the longest list or array it takes
 LOG_BYTES = 64 * 1024
-
-
-class RemoteContext(checks.Context):
-    """A check's view of a worker: the student's modules, models and helpers live there; the
-    fixtures, expected values, comparisons and every figure judged stay here."""
-
-    def __init__(self, seed, fixture_dir, source, worker):
-        super().__init__(seed, fixture_dir, source)
-        self.worker, self._modules = worker, {}
-
-    def student(self, module):
-        if module not in self._modules:
-            self._modules[module] = self.worker.module(module)
-        return self._modules[module]
-
-    def model(self, name):
-        return self.worker.model(*self.model_files(name))
-
-    def standin(self, config, vocab, logits_of, memo):
-        return self.worker.standin(config, vocab, wire.Exposed(logits_of), memo)
-
-    def helper(self, name, module, function, *args):
-        return self.worker.helper(name, module, function, *args)
-
-    def lend(self, obj, methods=("__call__",)):
-        return wire.Exposed(obj, methods)
-
-    @contextlib.contextmanager
-    def on_gpu(self, gpu):
-        self.worker.use_gpu(wire.Exposed(LentGPU(gpu), helpers.GPU_CALLS))
-        try:
-            yield
-        finally:
-            self.worker.restore_gpu()
-
-
-class LentGPU:
-    """The grader's FakeGPU as a worker's torch.cuda calls it: its events lent too."""
-
-    def __init__(self, gpu):
-        self.gpu = gpu
-
-    def synchronize(self):
-        self.gpu.synchronize()
-
-    def is_available(self):
-        return True
-
-    def Event(self, enable_timing=False):
-        return wire.Exposed(self.gpu.Event(enable_timing), helpers.EVENT_CALLS)
 
 
 def too_costly(value):
@@ -228,7 +177,7 @@ class Worker:
         self.peer.deadline = time.monotonic() + left
         watchdog = threading.Timer(left + GRACE, self.kill)     # whatever the grader waits on
         watchdog.start()
-        ctx = RemoteContext(seed, plan.fixtures(seed), source, self.remote)
+        ctx = checks.RemoteContext(seed, plan.fixtures(seed), source, self.remote)
         try:
             if not self.lent and plan.references(self.part):
                 self.remote.use_references([(key, wire.Exposed(bounded(f)))

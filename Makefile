@@ -64,7 +64,7 @@ notebooks: setup $(VENV)/.installed-notebooks  ## your own notebooks, blank your
 notebooks-solved: setup  ## the solved notebooks, in solved-notebooks/
 	$(PY) -m classroom notebooks --solved
 
-notebooks-check: setup $(VENV)/.installed-notebooks  ## the six solved notebooks on the trained models, then the student's walk (their own notebooks filled in order, then make check); CHECKPOINTS=DIR for other models
+notebooks-check: setup $(VENV)/.installed-notebooks  ## the solved notebooks on the trained models, then the student's walk (their own notebooks filled in order, then make check); CHECKPOINTS=DIR for other models
 	$(PY) -m classroom notebooks --check $(if $(CHECKPOINTS),--checkpoints $(CHECKPOINTS))
 	$(PY) -m classroom notebooks --walk $(if $(CHECKPOINTS),--checkpoints $(CHECKPOINTS))
 

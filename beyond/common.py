@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import gpt
@@ -70,6 +71,18 @@ def notebook_models(names):
               "same from a terminal)")
     load_models(args, missing, log=print)
     return {name: presets.load_trained(name, checkpoint_folder(args)) for name in names}
+
+
+def claim(holds, what, excuse=None):
+    """A claim the notebook's text makes about the trained models, checked where it means
+    something: on them (make notebooks-check) an AssertionError saying `what` when it does not
+    hold, unless `excuse` (a busy machine's note) says why a claim about the clock went unjudged.
+    On --quick's tiny models (the test suite) the numbers mean little and it is not asserted, but
+    it must still be True or False: a claim that computes an array, a number or None fails there."""
+    if not isinstance(holds, (bool, np.bool_)):
+        raise TypeError(f"the claim {what!r} is {type(holds).__name__}, not True or False")
+    if not holds and not excuse and not notebook_args().quick:
+        raise AssertionError(f"these models do not show what the text says: {what}")
 
 
 def results_dir(args):

@@ -114,7 +114,8 @@ for name, label in DRAFTS.items():
           f"alpha at temperature 1 {sampled.alpha:.3f} ({greedy.positions:,} positions)")
     # At temperature 0 both distributions are one-hot: their overlap is 1 or 0, so the two agree.
     assert abs(greedy.alpha - greedy.greedy_agreement) < 1e-9 and 0 <= sampled.alpha <= 1
-assert agreement["distilled"]["greedy"] > agreement["draft"]["greedy"] > 0.5 or QUICK
+common.claim(agreement["distilled"]["greedy"] > agreement["draft"]["greedy"] > 0.5,
+             "both drafts agree with the big model more than half the time, the distilled one more")
 
 # %% [markdown]
 # The lesson reported 37% agreement for its draft; ours agrees far more often, and the
@@ -278,7 +279,9 @@ for name, label in DRAFTS.items():
     print(f"{label}: a1 = {a1:.0%} of first guesses kept, a2 = {a2:.0%} after a kept one; "
           f"characters per pass {measured:.2f}, from a1 and a2 {two:.2f}, from alpha {one:.2f}")
     if name == "draft":
-        assert a2 > a1 and abs(two - measured) < abs(one - measured) / 2 or QUICK
+        common.claim(a2 > a1 and abs(two - measured) < abs(one - measured) / 2,
+                     "a guess after a kept one is kept more often, and a1 and a2 predict the "
+                     "characters per pass far better than alpha alone")
 
 # %% [markdown]
 # For the lesson's draft a guess right after a kept one is kept more often than a first guess
@@ -379,11 +382,12 @@ for name, label in DRAFTS.items():
     print(f"c, {label}: {c[name]:.3f} of a big-model step, for {size[name]:.1%} of its parameters")
 busy_note = busy.note()   # claims about the clock are checked on a quiet machine only
 print(busy_note or "(the machine was quiet while timing)")
-unchecked = QUICK or busy_note
-assert verify_cost[4] > 0.8 or unchecked     # five characters are not cheaper than 0.8 of one
-assert 1 < verify_cost[4] < (K + 1) / 2 or unchecked   # dearer than one, far cheaper than five
-assert c["draft"] > 3 * size["draft"] or unchecked     # far more than its size suggests
-assert c["distilled"] < 2 * c["draft"] or unchecked    # a wider draft step costs little more
+common.claim(verify_cost[4] > 0.8, "five characters are not cheaper than 0.8 of one", busy_note)
+common.claim(1 < verify_cost[4] < (K + 1) / 2, "five characters cost more than one, far less than "
+             "five", busy_note)
+common.claim(c["draft"] > 3 * size["draft"], "a draft step costs far more than its size suggests",
+             busy_note)
+common.claim(c["distilled"] < 2 * c["draft"], "a wider draft step costs little more", busy_note)
 
 # %% [markdown]
 # Compare c with the share of parameters: on a CPU a step of a tiny model is mostly fixed

@@ -71,7 +71,8 @@ shapes = [{k: v.shape for k, v in big.layer(i).items()} for i in range(big.n_lay
 assert all(s == shapes[0] for s in shapes)
 assert big.params["transformer.h.0.attn.c_attn.weight"].shape == (3 * C, C)
 assert big.params["transformer.h.0.mlp.c_fc.weight"].shape == (4 * C, C)
-assert (C, V, big.block_size) == (128, 63, 128) or QUICK                # as the text says
+common.claim((C, V, big.block_size) == (128, 63, 128), "the big model is 128 wide, with 63 "
+             "characters and a 128-character window")
 assert np.array_equal(big.params["lm_head.weight"], big.params["transformer.wte.weight"])
 for numpy_model, torch_model in ((big, target), (small, draft)):
     stored = sum(a.size for name, a in numpy_model.params.items() if name != "lm_head.weight")
@@ -428,7 +429,8 @@ print(f"big model: {big_one * 1e6:.0f} us for one token, {big_five * 1e6:.0f} us
       f"(verify_cost {verify_cost:.2f}); draft: {draft_one * 1e6:.0f} us (c = {c:.2f})")
 busy_note = busy.note([machine.spread(ratios)])  # claims about the clock: on a quiet machine
 print(busy_note or "(the machine was quiet while timing)")
-assert (verify_cost > 1.3 and c < 0.5) or QUICK or busy_note
+common.claim(verify_cost > 1.3 and c < 0.5, "checking k + 1 characters costs more than 1.3 "
+             "one-character passes, a draft step less than half of one", busy_note)
 
 fig, ax = plt.subplots(figsize=(7, 2.4))
 ax.barh(["draft, 1 token (c)", "big, 5 tokens (verify_cost)", "big, 1 token"],
@@ -471,8 +473,9 @@ best = sd.expected_speedup(1.0, k, c, verify_cost)
 print(f"with every guess kept: {best:.2f}x at best; "
       + ("an alpha high enough pays (notebook 5 finds where)" if best > 1 else
          "no alpha makes speculation pay"))
-assert sd.expected_tokens_per_pass(alpha, k) > tokens_per_pass or QUICK  # misses come in runs
-assert 0.6 < measured / from_run < 1.6 or QUICK or busy_note  # the cost model explains the clock
+common.claim(sd.expected_tokens_per_pass(alpha, k) > tokens_per_pass,
+             "the run writes fewer characters per pass than the formula: misses come in runs")
+common.claim(0.6 < measured / from_run < 1.6, "the cost model explains the clock", busy_note)
 
 # %% [markdown]
 # What the numbers say (a busy machine scatters the "measured" line most: it rests on whole

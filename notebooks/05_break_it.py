@@ -39,7 +39,8 @@ for name in ["big"] + DRAFTS:
           f"{models[name].num_params():>7,} parameters")
 shape = names_model.c
 assert shape == models["draft"].c                           # the lesson draft's shape, vocabulary
-assert (shape.n_layer, shape.n_embd, shape.vocab_size) == (1, 32, 63) or QUICK
+common.claim((shape.n_layer, shape.n_embd, shape.vocab_size) == (1, 32, 63),
+             "the names draft has the lesson draft's shape: 1 layer, 32 wide, 63 characters")
 
 # %% [markdown]
 # ## What the names draft writes, and why it fails on Shakespeare
@@ -59,13 +60,13 @@ written = gpt.decode(sd.generate(names_model, torch.tensor([gpt.encode("\n")]), 
                                  temperature=0.8, generator=torch.Generator().manual_seed(21))[0])
 print(written.strip().replace("\n", ", "))
 real_names = set(gpt.decode(gpt.names_data.tolist()).split())
-assert len(real_names) == 5163 or QUICK  # what it was trained on (and held out a tenth of)
+common.claim(len(real_names) == 5163, "it was trained on 5,163 names (and held out a tenth)")
 print("\nreal names among them:", ", ".join(sorted(set(written.split()) & real_names)) or "none")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz\n")
 assert set(gpt.decode(gpt.names_data[:5000].tolist())) <= NAME_CHARS  # what it was trained on
 share = sum(ch in NAME_CHARS for ch in written) / len(written)
 print(f"{share:.0%} of what it wrote is lowercase letters and newlines")
-assert share > 0.95 or QUICK
+common.claim(share > 0.95, "what it writes is lowercase letters and newlines")
 
 SHOW = str.maketrans({"\n": "\u23ce", " ": "\u00b7"})
 window = min(target.c.block_size, names_model.c.block_size)
@@ -93,10 +94,11 @@ newline_share = (names_choice == gpt.encode("\n")[0]).float().mean().item()
 print(f"\nthe big model's choice is a capital, a space or punctuation at {big_outside:.0%} "
       f"of {big_choice.numel():,} positions;\nthe names draft's is a lowercase letter or "
       f"newline at {names_inside:.1%} of them (a newline alone: {newline_share:.0%})")
-assert (big_outside > 0.25 and names_inside > 0.99 and newline_share > 0.3) or QUICK
+common.claim(big_outside > 0.25 and names_inside > 0.99 and newline_share > 0.3,
+             "the big model often wants what the names draft never writes")
 lost = gpt.decode(sd.generate(names_model, torch.tensor([gpt.encode("ROMEO:\n")]), 60)[0])
 print("\ngreedy from 'ROMEO:':", repr(lost))
-assert len(set(lost[-20:])) <= 4 or QUICK  # the same few characters over and over
+common.claim(len(set(lost[-20:])) <= 4, "lost, it writes the same few characters over and over")
 
 # %% [markdown]
 # Not great names, but clearly trying: short lowercase words, a newline after a few letters,
@@ -135,10 +137,14 @@ print(f"({greedy.positions:,} positions of held-out text) names draft at tempera
       f"{greedy.alpha:.4f}, greedy agreement {greedy.greedy_agreement:.4f}")
 assert greedy.alpha == greedy.greedy_agreement == agreement["names"].greedy_agreement
 assert all(0 <= a.greedy_agreement <= 1 and 0 <= a.alpha <= 1 for a in agreement.values())
-assert 0.01 < agreement["names"].greedy_agreement < 0.08 or QUICK   # far too low to help
-assert 0.55 < agreement["draft"].greedy_agreement < 0.75 or QUICK    # far above the lesson's
-assert agreement["names"].alpha > 2 * agreement["names"].greedy_agreement or QUICK
-assert 4.7e6 < len(gpt.train_data) + len(gpt.val_data) < 4.9e6 or QUICK  # Shakespeare
+common.claim(0.01 < agreement["names"].greedy_agreement < 0.08, "the names draft agrees far too "
+             "seldom to help")
+common.claim(0.55 < agreement["draft"].greedy_agreement < 0.75, "the draft agrees far more often "
+             "than the lesson's")
+common.claim(agreement["names"].alpha > 2 * agreement["names"].greedy_agreement,
+             "the names draft's alpha is more than twice its greedy agreement")
+common.claim(4.7e6 < len(gpt.train_data) + len(gpt.val_data) < 4.9e6,
+             "the Shakespeare corpus holds about 4.8 million characters")
 assert round(sd.expected_tokens_per_pass(0.37, 4), 2) == 1.58      # the lesson's 37%, k = 4
 
 # %% [markdown]
@@ -220,17 +226,21 @@ print(f"the distilled draft: {size:.0f} times the parameters of the lesson's dra
       f"{distilled_m['c'] / draft_m['c']:.1f} times its cost per step")
 busy_note = busy.note(spreads)   # claims about the clock: checked on a quiet machine only
 print(busy_note or "(the machine was quiet while timing)")
-clock_unchecked = QUICK or busy_note
 for m in measured.values():
     assert 1 <= m["per_pass"] <= K + 1 and abs(m["kept"] - (m["per_pass"] - 1) / K) < 0.05
-    assert 0.6 < m["speedup"] / m["predicted"] < 1.6 or clock_unchecked  # the cost model
-assert names_m["per_pass"] < 1.3 or QUICK
-assert names_m["speedup"] < 1 or clock_unchecked
-assert (1.7 < draft_m["per_pass"] < 2.5 and 0.15 < draft_m["kept"] < 0.4) or QUICK
-assert draft_m["per_pass"] < draft_m["formula"] or QUICK                 # misses in runs
-assert all(m["c"] < 0.5 for m in measured.values()) or clock_unchecked
-assert distilled_m["c"] < 6 * draft_m["c"] or clock_unchecked
-assert round(size) == 12 or QUICK
+    common.claim(0.6 < m["speedup"] / m["predicted"] < 1.6, "the cost model explains the clock",
+                 busy_note)
+common.claim(names_m["per_pass"] < 1.3, "the names draft writes fewer than 1.3 characters a pass")
+common.claim(names_m["speedup"] < 1, "the names draft slows decoding down", busy_note)
+common.claim(1.7 < draft_m["per_pass"] < 2.5 and 0.15 < draft_m["kept"] < 0.4,
+             "the lesson's draft: about 2 characters a pass, about a quarter of its guesses kept")
+common.claim(draft_m["per_pass"] < draft_m["formula"], "fewer characters a pass than the formula: "
+             "misses come in runs")
+common.claim(all(m["c"] < 0.5 for m in measured.values()), "a draft step costs less than half a "
+             "big-model pass", busy_note)
+common.claim(distilled_m["c"] < 6 * draft_m["c"], "the distilled draft's step costs far less "
+             "than its size suggests", busy_note)
+common.claim(round(size) == 12, "the distilled draft has 12 times the lesson draft's parameters")
 
 # %% [markdown]
 # Read the table row by row (the checks under it hold this run's figures to these words):
@@ -321,9 +331,11 @@ for name, m in measured.items():
           f"{'above' if m['alpha'] > honest_even else 'below'} it")
 print(f"a free names draft at k = 1: (1 + alpha) / verify cost = {1 + names_m['alpha']:.3f} / "
       f"{verify[1]:.3f} = {(1 + names_m['alpha']) / verify[1]:.2f}x")
-assert all(v > 0.8 for v in verify.values()) or clock_unchecked  # k + 1 not cheaper ...
-assert all(v > 1 for v in verify.values()) or clock_unchecked  # ... in fact dearer: curves drop
-assert names_m["alpha"] < sd.break_even_alpha(K, names_m["c"]) or QUICK
+common.claim(all(v > 0.8 for v in verify.values()), "checking k + 1 characters is not cheaper than "
+             "one", busy_note)
+common.claim(all(v > 1 for v in verify.values()), "... in fact dearer: the curves drop", busy_note)
+common.claim(names_m["alpha"] < sd.break_even_alpha(K, names_m["c"]),
+             "the names draft agrees less than break-even")
 
 alphas = np.linspace(0, 0.99, 200)
 colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -358,11 +370,15 @@ for name, m in measured.items():
           f"{sd.expected_speedup(m['alpha'], K, m['c'], verify[K]):>13.2f}x "
           f"{m['predicted']:>21.2f}x {m['speedup']:>8.2f}x")
 for m in measured.values():
-    assert m["speedup"] < sd.expected_speedup(m["alpha"], K, m["c"]) or clock_unchecked
-assert (distilled_m["alpha"] > draft_m["alpha"] and distilled_m["per_pass"] > draft_m["per_pass"]
-        ) or QUICK
-assert distilled_m["predicted"] > draft_m["predicted"] or clock_unchecked
-assert distilled_m["speedup"] > names_m["speedup"] or clock_unchecked
+    common.claim(m["speedup"] < sd.expected_speedup(m["alpha"], K, m["c"]),
+                 "every draft is slower than the formula with checking as one step", busy_note)
+common.claim(distilled_m["alpha"] > draft_m["alpha"] and
+             distilled_m["per_pass"] > draft_m["per_pass"],
+             "the distilled draft agrees more and writes more characters a pass")
+common.claim(distilled_m["predicted"] > draft_m["predicted"], "the distilled draft is predicted "
+             "faster than the lesson's", busy_note)
+common.claim(distilled_m["speedup"] > names_m["speedup"], "the distilled draft is faster than the "
+             "names draft", busy_note)
 
 # %% [markdown]
 # The names draft sits far below the break-even point, whichever way we count; and since
@@ -407,7 +423,8 @@ for label, table in tables.items():
     print(f"table of the {label:20}: agreement on held-out text {held[label]:.1%}, guesses "
           f"kept while decoding {kept[label]:.1%}, {stats.tokens_per_pass:.2f} per pass")
 own, text = "big model's own text", "training text"
-assert (held[own] < held[text] and kept[own] > kept[text]) or QUICK
+common.claim(held[own] < held[text] and kept[own] > kept[text], "a table of the big model's own "
+             "text agrees less on held-out text, yet keeps more guesses while decoding")
 
 # %% [markdown]
 # On held-out text the table of the big model's text looks worse, yet while decoding it keeps
@@ -426,8 +443,9 @@ for name, m in measured.items():
     at_best, at_4 = (sd.expected_speedup(m["alpha"], k, m["c"]) for k in (m["best_k"], K))
     print(f"{name:10} {m['best_k']:>6} {at_best:>18.2f}x {at_4:>8.2f}x")
     assert at_best >= at_4
-assert names_m["best_k"] == 1 or QUICK
-assert sd.expected_speedup(names_m["alpha"], 1, names_m["c"]) < 1 or QUICK
+common.claim(names_m["best_k"] == 1, "for the names draft the formula's best k is 1")
+common.claim(sd.expected_speedup(names_m["alpha"], 1, names_m["c"]) < 1,
+             "and even at k = 1 the names draft slows decoding down")
 # How cheap must a draft step be for the formula to want more than 4 guesses at the distilled
 # draft's agreement? The best k only grows as c falls, so scan c downwards.
 cheap_enough = next(c / 100 for c in range(50, 0, -1)
@@ -435,8 +453,8 @@ cheap_enough = next(c / 100 for c in range(50, 0, -1)
 print(f"at the distilled draft's agreement {distilled_m['alpha']:.3f}, the formula wants more "
       f"than {K} guesses once c is below {cheap_enough:.2f}; at c = 0.1: "
       f"k = {sd.best_k(distilled_m['alpha'], 0.1)}")
-assert sd.best_k(distilled_m["alpha"], 0.1) > K or QUICK, \
-    f"best k {sd.best_k(distilled_m['alpha'], 0.1)} at alpha {distilled_m['alpha']:.3f}, c 0.1"
+common.claim(sd.best_k(distilled_m["alpha"], 0.1) > K, f"at c = 0.1 the formula wants more than "
+             f"{K} guesses at the distilled draft's agreement {distilled_m['alpha']:.3f}")
 
 ks = list(range(1, 7))
 speedup_at, spreads = {}, []
@@ -461,8 +479,10 @@ for k in ks:
     print(f"k = {k}: check {verify[k]:.2f} one-character passes, speed-up {speedup_at[k]:.2f}x")
 k_note = busy.note(spreads)
 print(k_note or "(the machine was quiet while timing)")
-assert 1 < sd.best_k(draft_m["alpha"], draft_m["c"], k_max=6) < 6 or clock_unchecked
-assert np.mean(list(speedup_at.values())) < np.mean(formula_k) or QUICK or k_note  # lower
+common.claim(1 < sd.best_k(draft_m["alpha"], draft_m["c"], k_max=6) < 6,
+             "the lesson's draft is best at a k between 1 and 6", busy_note)
+common.claim(np.mean(list(speedup_at.values())) < np.mean(formula_k), "the measured speed-ups lie "
+             "below the formula's", k_note)
 
 # %% [markdown]
 # For the names draft the best k is 1, and even that is slower than plain decoding: the right

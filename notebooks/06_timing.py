@@ -61,7 +61,7 @@ for name, params, dtype in [("the lesson's big model", target.num_params(), "fp3
         read, compute = pass_estimate(params, t, dtype)
         print(f"{name}, {dtype}, t = {t:3}: reading {read * 1e6:6.1f} us, arithmetic "
               f"{compute * 1e6:6.1f} us: {'memory' if read > compute else 'compute'}-bound")
-assert abs(target.num_params() * 4 / 1e6 - 3.3) < 0.1 or QUICK  # the big model: 3.3 MB in fp32
+common.claim(abs(target.num_params() * 4 / 1e6 - 3.3) < 0.1, "the big model is 3.3 MB in fp32")
 big_read, big_compute = pass_estimate(7e9, 5, "bf16")
 assert big_read > 10 * big_compute  # 5 tokens of a 7B model: reading dominates by far
 assert max(pass_estimate(7e9, 512, "bf16")) > big_read == max(pass_estimate(7e9, 1, "bf16"))
@@ -199,7 +199,8 @@ for n in quiet:
     print(f"{n} torch thread(s): {quiet[n]:6.1f} ms as the machine was, {crowded[n]:6.1f} ms "
           f"beside {cores - 1} busy program(s) (they used {busy.other_cores:.1f} cores)")
 print(calm.note() or "(the machine was quiet for the first figures)")
-assert quiet[1] < 2 * quiet[cores] or QUICK or calm.note()  # never much slower for small steps
+common.claim(quiet[1] < 2 * quiet[cores], "one thread is never much slower for steps this small",
+             calm.note())
 
 # %% [markdown]
 # ## Your turn: a timer (part 5a)
@@ -275,10 +276,10 @@ arithmetic = 2 * target.num_params() / 50e9  # a one-token pass at 50 GFLOP/s (a
 busy_note = busy.note()   # claims about the clock: checked on a quiet machine only
 print(f"arithmetic at 50 GFLOP/s: about {arithmetic * 1e6:.0f} us, {arithmetic / cpu['one']:.0%}"
       " of the pass. " + (busy_note or "(The machine was quiet while timing.)"))
-assert all(cpu[t] > 0.8 for t in TOKENS) or QUICK or busy_note  # more tokens never much cheaper
-assert cpu[16] < 16 / 2 and verify[4] < 3 or QUICK or busy_note  # far less than a pass each
-assert cpu[16] > 1 and verify[4] > 1 or QUICK or busy_note  # but more than one pass
-assert cpu["one"] > 2 * arithmetic or QUICK or busy_note  # mostly not arithmetic
+common.claim(all(cpu[t] > 0.8 for t in TOKENS), "more tokens are never much cheaper", busy_note)
+common.claim(cpu[16] < 16 / 2 and verify[4] < 3, "far less than a pass a token", busy_note)
+common.claim(cpu[16] > 1 and verify[4] > 1, "but more than one pass", busy_note)
+common.claim(cpu["one"] > 2 * arithmetic, "a pass is mostly not arithmetic", busy_note)
 
 # %% [markdown]
 # A pass over a few tokens costs more than a one-token pass but far less than a pass each.
@@ -400,7 +401,8 @@ def batch_curve(big, small, measure, repeats, title):
 cpu_batch, busy_note = batch_curve(target, distilled, measure, 5 if QUICK else 8,
                         f"Predicted speed-up, k = {K}, alpha {alpha:.2f}, CPU")
 first, last = cpu_batch[BATCHES[0]], cpu_batch[BATCHES[-1]]
-assert last["one"] > first["one"] and last[K + 1] > first[K + 1] or QUICK or busy_note
+common.claim(last["one"] > first["one"] and last[K + 1] > first[K + 1], "a larger batch costs "
+             "more per step, both for one token and for K + 1", busy_note)
 print(f"batch {BATCHES[0]} -> {BATCHES[-1]}: verify cost {first[K + 1]:.2f} -> "
       f"{last[K + 1]:.2f}, c {first['c']:.2f} -> {last['c']:.2f}, predicted speed-up "
       f"{first['predicted']:.2f}x -> {last['predicted']:.2f}x")
@@ -454,8 +456,10 @@ print(f"{'' if HAS_GPU else 'No CUDA GPU here. '}Parameters against the big mode
       f"draft {distilled.num_params() / target.num_params():.0%}, the lesson's draft "
       f"{lesson_draft.num_params() / target.num_params():.1%}; c on this CPU: distilled in "
       f"NumPy {c:.2f}, in torch {cpu_batch[1]['c']:.2f}")
-assert 0.2 < distilled.num_params() / target.num_params() < 0.35 or QUICK
-assert lesson_draft.num_params() / target.num_params() < 0.03 or QUICK
+common.claim(0.2 < distilled.num_params() / target.num_params() < 0.35,
+             "the distilled draft has a fifth to a third of the big model's parameters")
+common.claim(lesson_draft.num_params() / target.num_params() < 0.03,
+             "the lesson's draft has under 3% of the big model's parameters")
 
 # %% [markdown]
 # ## What speculation wastes, and what it saves

@@ -158,16 +158,14 @@ class Worker:
         self.part, self.torch_free = part, parts.BY_ID[part].file in parts.NUMPY_ONLY
         self.root = workspaces[self.torch_free]
         ours, theirs = socket.socketpair()
-        self.log = tempfile.TemporaryFile()     # its output, sandbox.OUTPUT bytes at most
+        self.log = Tail()
         try:
             self.job = box.start("numpy" if self.torch_free else "torch", self.root, "worker",
                                  [str(theirs.fileno())] + ["numpy"] * self.torch_free,
-                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log)
-        except BaseException:
-            self.log.close()
-            raise
+                                 pass_fds=(theirs.fileno(),), slot=slot, stdout=self.log.fd)
         finally:
             theirs.close()
+            self.log.started()
         self.pidfd = os.pidfd_open(self.job.process.pid)     # the watchdog's: never another's
         self.sock, self.peer = ours, wire.Peer(ours, lends_anything=False)
         self.remote, self.lent = wire.Remote(self.peer, 1), False
@@ -208,10 +206,7 @@ class Worker:
             pass
 
     def said(self):
-        """The last line the job wrote (what a crash's message quotes)."""
-        self.log.seek(max(0, os.fstat(self.log.fileno()).st_size - LOG_BYTES))
-        return (self.log.read().decode(errors="replace").strip().splitlines() or
-                ["no output"])[-1]
+        return self.log.last_line()
 
     def end(self):
         """Kill the job whole: whether it ran out of memory."""
@@ -220,7 +215,33 @@ class Worker:
         memory = self.job.end()
         self.sock.close()
         os.close(self.pidfd)
-        return memory                       # (its log closes with it: said() reads it after)
+        self.log.thread.join(1.0)
+        return memory
+
+
+class Tail:
+    """A pipe a job writes its output into and a thread here drains, keeping its last LOG_BYTES
+    (what a crash's message quotes): a job that prints without end neither blocks nor fills a
+    disk."""
+
+    def __init__(self):
+        self.read_end, self.fd = os.pipe()
+        self.tail, self.thread = bytearray(), threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        while chunk := os.read(self.read_end, 1 << 16):
+            self.tail += chunk
+            del self.tail[:-LOG_BYTES]
+        os.close(self.read_end)
+
+    def started(self):
+        os.close(self.fd)                   # the job holds its own copy of the write end
+
+    def last_line(self):
+        self.thread.join(1.0)
+        return (bytes(self.tail).decode(errors="replace").strip().splitlines() or
+                ["no output"])[-1]
 
 
 def run_part(box, workspaces, part, runs, slot, source, end, stalled, worker=None):

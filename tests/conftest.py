@@ -1,7 +1,9 @@
 """Shared fixtures. The whole suite runs offline on a small corpus this file writes itself:
 SPECDEC_DATA points lessonkit/corpus.py at a temporary folder before anything reads data."""
 
+import atexit
 import fcntl
+import gc
 import os
 import random
 import runpy
@@ -9,10 +11,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 import pytest
+
+STARTED = time.time()   # about when this process started (results_file.py's STARTED, below)
+
+# Compiled once, read by every later run: where PYTHONDONTWRITEBYTECODE is set (the Makefile's
+# set-up unsets it for the same reason), each test process would compile the project's modules
+# and pytest rewrite the assertions of the test files and of hypothesis again, every run: 3
+# seconds of a worker's start. The caches are __pycache__ folders, which git and the student's
+# copy of the repository leave out.
+sys.dont_write_bytecode = False
+
+# The interpreter's last garbage collection, at exit, walks every object that torch and
+# transformers made, for nothing: a process that built transformers' GPT-2 takes 2 s to exit,
+# 0.2 s with them frozen first (torch alone: 0.6 s, 0.15 s). At exit: pytest's own collections,
+# at the end of the session, run before.
+atexit.register(gc.freeze)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(tempfile.mkdtemp(prefix="specdec-test-data-"))
@@ -47,11 +65,7 @@ NAMES = "\n".join(a + b for a in SYLLABLES for b in SYLLABLES[::3])  # 234 made-
 (DATA / "src").mkdir(exist_ok=True)
 (DATA / "src" / "play.txt").write_text(make_play())
 (DATA / "src" / "names.txt").write_text(NAMES)
-
-from lessonkit import corpus, results_file  # noqa: E402  (after SPECDEC_DATA is set)
-
-corpus.prepare(DATA, from_file=DATA / "src" / "play.txt", names_file=DATA / "src" / "names.txt",
-               quiet=True)
+# The corpus is built from these in pytest_configure below, by each process that runs tests.
 
 
 @pytest.fixture
@@ -162,10 +176,16 @@ def quick_run(exercise, section, folder):
 # first, so that the workers finish together; each worker holds two files at a time, so on two
 # cores the first and third go to one worker, the second and fourth to the other: the two walks
 # apart, and the walk that builds the student repository beside a file that does not need it.
-# The files not named follow in their own order.
+# The files not named follow in their own order. `make test-fast` leaves out the files that are
+# slow as a whole: the rest start in this same order, the longest of the fast ones after the
+# first four (named by their time in test-fast; left alphabetical, test_training.py's six
+# seconds would start among the last, and one worker could run them alone).
 LONGEST_FIRST = ["test_walk.py", "test_hostile_zoo.py", "test_notebooks.py", "test_walk_blank.py",
                  "test_cli.py", "test_classroom.py", "test_speculative.py", "test_exercises.py",
-                 "test_grader_zoo.py", "test_tree.py", "test_sampling_costs.py"]
+                 "test_grader_zoo.py", "test_tree.py", "test_sampling_costs.py",
+                 "test_eagle.py", "test_training.py", "test_hf.py", "test_batched.py",
+                 "test_heads.py", "test_transformers_compare.py", "test_drafts.py",
+                 "test_yourturn.py", "test_layers.py", "test_early_exit.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -173,10 +193,23 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: files stay whole
 
 
+def runs_tests(config):
+    """False in pytest-xdist's controller, which hands the tests to its workers and runs none:
+    it needs neither the corpus nor torch (seconds, before a worker starts)."""
+    return hasattr(config, "workerinput") or config.getvalue("collectonly") \
+        or config.getoption("dist", "no") == "no" or not config.getoption("tx", None)
+
+
 def pytest_configure(config):
-    """One torch thread per test process: pytest-xdist already puts a worker on every core,
-    and two threads each would fight over them (lessonkit/machine.py). Tests that need more set and
-    restore their own count."""
+    """The test corpus, then one torch thread per test process: pytest-xdist already puts a
+    worker on every core, and two threads each would fight over them (lessonkit/machine.py).
+    Tests that need more set and restore their own count. (Here, not on import: each process
+    that imports this file learns only now whether it runs tests.)"""
+    if not runs_tests(config):
+        return
+    from lessonkit import corpus
+    corpus.prepare(DATA, from_file=DATA / "src" / "play.txt",
+                   names_file=DATA / "src" / "names.txt", quiet=True)
     import torch
     torch.set_num_threads(1)
 
@@ -189,25 +222,46 @@ def pytest_configure(config):
 SUITES = {"": "tests.json", "not slow": "tests-fast.json"}
 
 
+def writes_results(config):
+    """Whether this process writes the results file: the whole suite or the fast one, in the
+    process that reports it (not a worker of pytest-xdist)."""
+    whole = [str(a) for a in config.args] in (["tests"], [str(ROOT / "tests")]) \
+        and not config.option.keyword and config.option.markexpr in SUITES
+    return whole and not hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session):
-    import time
     session.config._specdec_started = time.time()
     session.config._specdec_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
-def pytest_sessionfinish(session, exitstatus):
-    import time
+RESULTS_IMPORT = []   # the thread importing lessonkit.results_file, once started
 
-    from lessonkit import machine
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller, as its first worker finishes: it imports what the results file
+    needs (torch: seconds) on the core that worker left, not after the last worker is done."""
+    if writes_results(node.config) and not RESULTS_IMPORT:
+        import importlib
+        import threading
+        RESULTS_IMPORT.append(threading.Thread(
+            target=importlib.import_module, args=("lessonkit.results_file",), daemon=True))
+        RESULTS_IMPORT[0].start()
+
+
+def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    whole = [str(a) for a in config.args] in (["tests"], [str(ROOT / "tests")]) \
-        and not config.option.keyword and config.option.markexpr in SUITES
-    if hasattr(config, "workerinput") or not whole or not hasattr(config, "_specdec_started"):
+    if not writes_results(config) or not hasattr(config, "_specdec_started"):
         return
+    seconds = time.time() - config._specdec_started
+    for thread in RESULTS_IMPORT:
+        thread.join()
+    from lessonkit import machine, results_file
+    results_file.STARTED = STARTED   # its run's seconds: from this process's start, not its import
     stats = config.pluginmanager.get_plugin("terminalreporter").stats
     counts = {kind: len(stats.get(kind, [])) for kind in ("passed", "failed", "skipped", "error")}
     counts["passed"] = len([r for r in stats.get("passed", []) if r.when == "call"])
-    seconds = time.time() - config._specdec_started
     load = config._specdec_load   # other programs' work before the suite began (1-minute load)
     busy = f"note: the load average was {load:.1f} when the suite started" \
         if load > machine.BUSY_CORES else ""

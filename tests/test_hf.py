@@ -3,6 +3,7 @@ transformers' models (tiny random GPT-2 and Llama built from configs, never down
 through HFModel: greedy token for token equal to their own generate(), sampling exactly their
 distribution. Skipped when transformers is not installed."""
 
+import importlib.util
 import json
 import sys
 from types import SimpleNamespace
@@ -10,11 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
-transformers.logging.set_verbosity_error()  # no advice about generation configs in the output
-
-from test_speculative import (  # noqa: E402
+from test_speculative import (
     broken_verify,
     chi_square_p_value,
     exact_distribution,
@@ -22,13 +19,15 @@ from test_speculative import (  # noqa: E402
     sample_counts,
 )
 
-import gpt  # noqa: E402
-import speculative as sd  # noqa: E402
-from beyond import hf  # noqa: E402
-from lessonkit import (
-    cli,  # noqa: E402
-    machine,  # noqa: E402
-)
+import gpt
+import speculative as sd
+from beyond import hf
+from lessonkit import cli, machine
+
+# transformers is imported by the tests, not here: pytest-xdist collects this file in every
+# worker, and only the one that runs it needs transformers (half a second to import).
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed", allow_module_level=True)
 
 V = 16
 
@@ -36,6 +35,8 @@ V = 16
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Steps this small are slower shared between threads (lessonkit/machine.py), transformers' too."""
+    import transformers
+    transformers.logging.set_verbosity_error()  # no advice about generation configs in the output
     with machine.threads(1):
         yield
 
@@ -51,6 +52,7 @@ def scaled(model, scale, seed):
 
 
 def gpt2(seed, vocab_size=V, n_layer=2, n_embd=32, n_positions=64, scale=0.3):
+    import transformers
     config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=n_positions,
                                      n_embd=n_embd, n_layer=n_layer, n_head=2,
                                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -58,6 +60,7 @@ def gpt2(seed, vocab_size=V, n_layer=2, n_embd=32, n_positions=64, scale=0.3):
 
 
 def llama(seed, vocab_size=V, n_layer=2, scale=0.3):
+    import transformers
     config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=32,
                                       intermediate_size=64, num_hidden_layers=n_layer,
                                       num_attention_heads=4, num_key_value_heads=2,
@@ -97,6 +100,7 @@ def prompt(length, seed, vocab_size=V):
 @pytest.mark.parametrize("shape", [dict(n_layer=2, n_head=2, n_embd=16),
                                    dict(n_layer=1, n_head=4, n_embd=32)])
 def test_round_trip_keeps_logits_and_greedy_output(tmp_path, shape):
+    import transformers
     ours = scaled(gpt.GPT(gpt.Config(vocab_size=V, block_size=32, **shape)), 0.3, 3)
     hf.export(ours, tmp_path / "m", characters="abcdefghijklmnop")
     theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "m").eval()

@@ -18,12 +18,20 @@ from lessonkit import parts
 SOURCES = parts.sources()
 
 
-def test_the_notebooks_load_the_extension_and_each_your_turn_cell_names_its_part():
+@pytest.fixture(scope="module")
+def built():
+    """Every source built as the student's and the solved notebook, once for the tests below
+    that only read them (each read parses the modules its your-turn cells quote)."""
+    return {(source, version): notebooks.read(source, version)
+            for source in SOURCES for version in ("student", "solved")}
+
+
+def test_the_notebooks_load_the_extension_and_each_your_turn_cell_names_its_part(built):
     for source in SOURCES:
         turns = [header for kind, header, _ in parts.cells(source.read_text())
                  if parts.YOUR_TURN.match(header)]
         for version in ("student", "solved"):
-            code = [c.source for c in notebooks.read(source, version).cells
+            code = [c.source for c in built[source, version].cells
                     if c.cell_type == "code"]
             assert "%load_ext classroom.yourturn" in code[0].splitlines()
             answers = [c.splitlines()[0] for c in code if c.startswith("%%answer")]
@@ -49,7 +57,7 @@ def test_sources_are_python_and_no_notebook_output_is_committed():
     assert len(SOURCES) == 9, [s.name for s in SOURCES]   # part one: 6; part two: 7 to 9
 
 
-def test_every_your_turn_cell_imports_the_reference_in_the_source_only():
+def test_every_your_turn_cell_imports_the_reference_in_the_source_only(built):
     for source in SOURCES:
         for kind, header, body in parts.cells(source.read_text()):
             turn = parts.YOUR_TURN.match(header)
@@ -62,14 +70,14 @@ def test_every_your_turn_cell_imports_the_reference_in_the_source_only():
                 [n.split(".")[-1] for n in turn.group(1).split()]
             assert imported == f"from {module.pop()} import {', '.join(names)}", imported
         for version in ("student", "solved"):
-            built = notebooks.read(source, version)
-            assert not any(notebooks.SOURCE_ONLY in cell.source for cell in built.cells)
+            assert not any(notebooks.SOURCE_ONLY in cell.source
+                           for cell in built[source, version].cells)
 
 
-def test_the_build_drops_the_reference_import_and_defines_the_function():
+def test_the_build_drops_the_reference_import_and_defines_the_function(built):
     body = f"import math\n{notebooks.SOURCE_ONLY}\nfrom speculative import break_even_alpha"
     assert notebooks.reference_import(body) == "import math"
-    solved = notebooks.read(SOURCES[0], "solved")
+    solved = built[SOURCES[0], "solved"]
     code = [c.source for c in solved.cells if "def greedy_verdict(" in c.source]
     assert code and "from numpy_speculative import greedy_verdict" not in code[0]
 

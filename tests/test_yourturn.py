@@ -12,7 +12,6 @@ import types
 from pathlib import Path
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from classroom import project, regions, yourturn
 from lessonkit import parts
@@ -243,6 +242,8 @@ def test_a_helper_inside_the_function_is_saved(student, kernel_modules):
 
 @pytest.fixture
 def shell():
+    # IPython imported here, not on top: pytest-xdist collects this file in each worker.
+    from IPython.core.interactiveshell import InteractiveShell
     ipython = InteractiveShell.instance()
     yourturn.load_ipython_extension(ipython)
     ipython.user_ns["stub"] = stub

@@ -33,7 +33,8 @@ sys.dont_write_bytecode = False
 atexit.register(gc.freeze)
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(tempfile.mkdtemp(prefix="specdec-test-data-"))
+DATA = Path(tempfile.mkdtemp(prefix="specdec-test-data-"))   # this process's, removed at its exit
+atexit.register(shutil.rmtree, DATA, True)
 os.environ["SPECDEC_DATA"] = str(DATA)
 
 SPEAKERS = ["ROMEO", "JULIET", "First Citizen", "MENENIUS", "KING RICHARD III", "NURSE"]

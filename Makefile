@@ -71,8 +71,8 @@ notebooks-check: setup $(VENV)/.installed-notebooks  ## the solved notebooks on 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
 	$(PY) -m beyond.benchmark
 
-docs: setup          ## the documents' measured figures, rendered from the runs in docs/results/ (python -m studies.render -h)
-	$(PY) -m studies.render
+docs: setup          ## docs/RESULTS.md, assembled from its sections in docs/results/ (one per run)
+	$(PY) -m beyond.report
 
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (minutes: it trains a GPU-sized pair first)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu

@@ -113,8 +113,8 @@ class NGramDraft(sd.Drafter, sd.Scorer):
                   log=print):
         """The table of the target's own greedy text (own_text), backing off to the training
         text's table where it has not seen a context. Built once per target (seconds for the big
-        model: docs/RESULTS.md, "Every drafter compared: the fastest way to write this text
-        exactly") and cached (.npz), tied to the target's weights."""
+        model: docs/RESULTS.md, "Every drafter compared") and cached (.npz), tied to the
+        target's weights."""
         base = cls.trained(folder)
         stamp = "/".join(map(str, (presets.fingerprint(target),
                                    corpus.loaded()["meta"]["shakespeare"]["sha256"], runs, length)))

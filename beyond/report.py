@@ -1,14 +1,13 @@
 """
-beyond/report.py: results/report.md, one section per exercise, each from its latest run.
-
-Every exercise, whether run alone (`python -m exercises.ex3_build`, `make exercise N=3`) or by
-the main job, saves its section to results/sections/exN.json with the date it ran; the report is
-then rebuilt from every saved section. So running one exercise updates its own section (and the
-summary rows that come from it) and keeps the others as they were, each with its own date.
+beyond/report.py: documents assembled from sections, each one run's. results/report.md: every
+exercise and study saves its section to results/sections/ with the date it ran (`make exercise
+N=3` updates its own and keeps the others). docs/RESULTS.md (`make docs`, `python -m
+beyond.report`): the sections in docs/results/, one per committed run, in RESULTS_SECTIONS' order.
 """
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import gpt
@@ -182,3 +181,37 @@ def summary(sections):
 def fill(template, **values):
     """A study's section from its prose: the markdown file `template`, its {fields} filled."""
     return Path(template).read_text().format(**values).strip()
+
+
+# docs/RESULTS.md: docs/results/NAME.md for each NAME, in this order (each section's links are
+# relative to docs/, where the document is).
+RESULTS_SECTIONS = ["commands", "lesson", "models", "command_line", "benchmark", "drafters",
+                    "transformers", "batch_curve", "sampling_costs", "threads", "trees"]
+RESULTS_HEAD = """# Results: every measured figure, with the command that makes it
+
+Assembled by `make docs` from the sections in `docs/results/`: each holds one run's figures (or a
+few runs'), says the command that made them, the machine, the date and whether other programs
+were busy, and sits beside that run's results file (`NAME.json`). Edit a section there, not
+here. To re-measure: run its command, bring the figures of its `results/NAME.json` (for the
+lesson and the studies, the section it wrote into `results/report.md`) into the section, run
+`make docs`, review the diff. Your figures will differ; a busy machine changes timings most (see
+"Threads, and a busy machine" below, and what the code does about it in
+[DESIGN.md](DESIGN.md)).
+"""
+
+
+def results_document(folder):
+    """docs/RESULTS.md's text from the section files in `folder` (docs/results/)."""
+    return "\n".join([RESULTS_HEAD, *((Path(folder) / f"{name}.md").read_text()
+                                      for name in RESULTS_SECTIONS)])
+
+
+def main(argv=None):
+    """Assemble docs/RESULTS.md from docs/results/*.md (make docs)."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    (docs / "RESULTS.md").write_text(results_document(docs / "results"))
+    print(f"wrote {docs / 'RESULTS.md'} from {len(RESULTS_SECTIONS)} sections in {docs / 'results'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

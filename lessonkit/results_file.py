@@ -12,8 +12,8 @@ from pathlib import Path
 from lessonkit.machine import describe
 
 # A results file: {"format": RESULTS_FORMAT, "run": where its figures come from, ...the figures}.
-# The documents' figures are rendered from such files (studies/render.py); a new format number
-# tells the renderer that an old file no longer holds what it reads.
+# The sections of docs/RESULTS.md each name the file their figures come from; a new format
+# number tells a reader that an old file no longer holds what it expects.
 RESULTS_FORMAT = 1
 STARTED = time.time()   # about when this process started: a run's seconds in its results file
 

@@ -1,10 +1,13 @@
 """The README is all a user has: it must stay a short landing page whose links, commands and
-quoted code are the repository's own; every document's links point inside the repository. (Its
-measured figures are rendered from results files: tests/test_render.py.)"""
+quoted code are the repository's own; every document's links point inside the repository;
+docs/RESULTS.md is its sections assembled, and each figure the README and LESSON.md quote from
+it is a link to the section that holds it."""
 
 import ast
 import re
 from pathlib import Path
+
+from beyond import report
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHERS = ROOT / "classroom" / "TEACHERS.md"
@@ -22,6 +25,7 @@ def flat(text):
 
 README = read("README.md")
 LESSON = read("docs/LESSON.md")
+RESULTS = read("docs/RESULTS.md")
 
 
 def links(text):
@@ -191,3 +195,60 @@ def test_setup_installs_the_lesson_alone_and_each_extra_comes_with_its_target():
     assert "pytest" in " ".join(extras["test"]) and "jupyter" in " ".join(extras["notebooks"])
     assert set(extras["dev"][0].split("[")[1].rstrip("]").split(",")) == {"test", "notebooks",
                                                                            "hf"}
+
+
+def sections(markdown):
+    """{anchor: text} of each "## " section of a Markdown document."""
+    parts = re.split(r"(?m)^(?=## )", markdown)[1:]
+    return {report.anchor(part.splitlines()[0][3:]): part for part in parts}
+
+
+def quotes(document):
+    """(figure, anchor) for each figure a document links to a RESULTS.md section, inline
+    ([1.81x](docs/RESULTS.md#the-benchmark)) or by reference ([1.81x][benchmark], with a line
+    [benchmark]: docs/RESULTS.md#the-benchmark); the anchor is None for an undefined reference."""
+    target = r"(?:docs/)?RESULTS\.md(#[\w-]+)?"
+    defined = dict(re.findall(rf"(?m)^\[([\w-]+)\]: {target}\s*$", document))
+    figure = r"\[([^\]]*\d[^\]]*)\]"
+    inline = re.findall(rf"{figure}\({target}\)", document)
+    return inline + [(text, defined.get(name)) for text, name in
+                     re.findall(rf"{figure}\[([\w-]+)\]", document)]
+
+
+def misquoted(document, results):
+    """Each figure `document` quotes that the RESULTS.md section it links to does not hold."""
+    found = sections(results)
+    return [f"{text} -> {anchor}" for text, anchor in quotes(document)
+            if anchor not in found or flat(text) not in flat(found[anchor])]
+
+
+def test_results_is_its_sections_assembled():
+    # Edited in docs/results/NAME.md, assembled by make docs: a section edited in RESULTS.md
+    # alone, a section file left out of report.RESULTS_SECTIONS, or one listed and missing fails.
+    folder = ROOT / "docs" / "results"
+    assert {path.stem for path in folder.glob("*.md")} == set(report.RESULTS_SECTIONS)
+    assert RESULTS == report.results_document(folder), "RESULTS.md differs: run make docs"
+
+
+def test_each_figure_the_readme_and_lesson_quote_is_in_the_results_section_it_links():
+    for name, document in [("README.md", README), ("docs/LESSON.md", LESSON)]:
+        assert len(quotes(document)) >= 5, f"{name} quotes its figures as links"
+        assert misquoted(document, RESULTS) == [], f"{name}: figures not where they link"
+
+
+def test_a_quoted_figure_its_section_lacks_is_reported():
+    # The negative control of the test above, on planted quotes.
+    document = ("[1.81x](docs/RESULTS.md#the-benchmark) [9.99x](docs/RESULTS.md#the-benchmark) "
+                "[1.81x](RESULTS.md#no-such-section) [1.81x][bench] [1.81x][nowhere]\n\n"
+                "[bench]: docs/RESULTS.md#the-models\n")
+    assert misquoted(document, RESULTS) == ["9.99x -> #the-benchmark",
+                                            "1.81x -> #no-such-section", "1.81x -> #the-models",
+                                            "1.81x -> None"]
+
+
+def test_speed_ups_the_readme_and_lesson_state_are_quoted_from_results():
+    # A measured speed-up (two decimals and an x) written into the prose without its link
+    # would go stale unseen; the lesson's own round figures ("about 1.0x") are not measured.
+    for name, document in [("README.md", README), ("docs/LESSON.md", LESSON)]:
+        unlinked = re.sub(r"\[[^\]]*\](\([^)]*\)|\[[\w-]+\])", "", document)
+        assert re.findall(r"\b\d+\.\d\dx\b", unlinked) == [], name

@@ -69,10 +69,10 @@ notebooks-check: setup $(VENV)/.installed-notebooks  ## the solved notebooks on 
 	$(PY) -m classroom notebooks --walk $(if $(CHECKPOINTS),--checkpoints $(CHECKPOINTS))
 
 benchmark: setup     ## plain vs speculative decoding, every setup (a few minutes)
-	$(PY) -m beyond.benchmark
+	$(PY) -m harness.benchmark
 
-docs: setup          ## docs/RESULTS.md, assembled from its sections in docs/results/ (one per run)
-	$(PY) -m beyond.report
+docs: setup          ## docs/RESULTS.md, assembled from its sections in docs/results/ (TAKE=results: first the lesson's and studies' sections of your full runs)
+	$(PY) -m harness.report $(if $(TAKE),--take $(TAKE))
 
 gpu-check: setup     ## on a machine with a GPU: exercise 5 there (a GPU-sized pair, CUDA events, batched decoding), into results/gpu (minutes: it trains a GPU-sized pair first)
 	$(PY) -m exercises.ex5_gpu --device cuda --results results/gpu

@@ -403,10 +403,10 @@ def best_k(alpha, c, verify_cost=1.0, k_max=32):
 
 if __name__ == "__main__":
     # The command line decodes with every drafter the project has (beyond/), so it lives above
-    # them, in beyond/decode.py; `python speculative.py ...` starts that program in this process's
+    # them, in harness/decode.py; `python speculative.py ...` starts that program in this process's
     # place (nothing here imports it), with this folder on the path where the project is not
     # installed.
     path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
                                          os.environ.get("PYTHONPATH")]))
-    os.execve(sys.executable, [sys.executable, "-m", "beyond.decode", *sys.argv[1:]],
+    os.execve(sys.executable, [sys.executable, "-m", "harness.decode", *sys.argv[1:]],
               {**os.environ, "PYTHONPATH": path})

@@ -20,12 +20,12 @@ from torch.nn import functional as F
 
 import gpt
 import speculative as sd
-from beyond import common, compare, frozen, presets
+from beyond import compare, frozen, presets
 from beyond.backends import with_backend
 from beyond.heads import batch_of, check_features, feature_scorer, final_states, greedy_pool
 from beyond.heads import load as load_heads
 from beyond.tree_grow import Tree, likeliest_or_drawn
-from lessonkit import cli
+from lessonkit import cli, corpus
 
 try:  # the fast NumPy drafter: the reference's only (its NumPy block would answer exercise 3a)
     from beyond.eagle_numpy import EagleDraft
@@ -537,7 +537,7 @@ def main(argv=None):
     eagle = train(big, ec, eagle_path(folder))
     print(f"trained in {time.time() - started:.0f}s; the first guess agrees with the big model "
           f"on {agreement(big, eagle, gpt.val_data, windows=256):.1%} of held-out positions")
-    prompts = [torch.tensor([gpt.encode(p)]) for p in common.LESSON_PROMPTS]
+    prompts = [torch.tensor([gpt.encode(p)]) for p in corpus.LESSON_PROMPTS]
     for k in KS:
         stats = sd.Stats(k=k)
         for prompt in prompts:

@@ -14,14 +14,14 @@ lists it under "Still to do", and the job exits 0 (unwritten work is not an erro
 past the lesson run by `python -m studies` (make studies); the report links to their sections.
 
 Writes results/: each exercise's figures and numbers, and results/report.md with every number
-measured next to the lesson's and the formulas', and the machine it ran on (beyond/report.py).
+measured next to the lesson's and the formulas', and the machine it ran on (harness/report.py).
 """
 
 import sys
 import time
 from dataclasses import dataclass, field
 
-from beyond import common, report, stages
+from harness import common, report, stages
 from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
 from exercises.stubs import part_two_to_do, to_do  # lines for parts not written yet
 from lessonkit import cli, corpus, machine, waiting

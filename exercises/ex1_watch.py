@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import gpt
 import speculative as sd
-from beyond import common, report
+from harness import common, report
 from exercises import player
 from lessonkit.scorer import windows
 from lessonkit.stats import verdicts

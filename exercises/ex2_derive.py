@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 import speculative as sd
-from beyond import common, report
+from harness import common, report
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, registry, report
+from harness import common, registry, report
 from lessonkit import machine
 from lessonkit.machine import median_time
 
@@ -165,7 +165,7 @@ def run(args, log=print):
         f"The same draft in NumPy costs c = {c_numpy:.2f} ({predicted['numpy']:.2f}x predicted, "
         f"{measured['numpy']:.2f}x measured). The other lever is agreement: a draft that agrees "
         f"more writes more per pass (the distilled draft: exercise 4 with --drafts "
-        f"draft,names,distilled, and beyond/benchmark.py).")
+        f"draft,names,distilled, and harness/benchmark.py).")
     log("\n" + explanation.replace("**", ""))
     if note:
         log(note)

@@ -32,7 +32,7 @@ import numpy as np
 
 import gpt
 import speculative as sd
-from beyond import common, registry, report
+from harness import common, registry, report
 from lessonkit import machine
 
 

@@ -33,7 +33,8 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import batch_curve, common, presets, report
+from beyond import presets
+from harness import batch_curve, common, report
 from lessonkit import corpus, machine
 
 
@@ -147,7 +148,7 @@ def run(args, log=print):
         # next to the formula's prediction from passes timed at each size.
         k = max(by_k, key=lambda j: by_k[j]["speedup"])
         # The whole grid on a GPU, where it is the lesson; on a CPU three sizes show the same
-        # fade in a third of the time (the batch study, python -m beyond.batch_curve,
+        # fade in a third of the time (the batch study, python -m harness.batch_curve,
         # draws every size and k).
         if args.quick:
             batches, ks = [1, 4], [1, 2]

@@ -7,7 +7,7 @@ Its own module, which the exercise modules import in their main guards only: imp
 checks import the graded exercises/ex2_derive.py and exercises/ex5_gpu.py) loads no more.
 """
 
-from beyond import report
+from harness import report
 from lessonkit import cli, parts
 
 

@@ -1,7 +1,7 @@
 """
 lessonkit/cli.py: command lines made from the config dataclasses, and one-line errors instead of tracebacks.
 
-Every flag of train.py, speculative.py, beyond/benchmark.py and the exercises comes from a
+Every flag of train.py, speculative.py, harness/benchmark.py and the exercises comes from a
 dataclass field: each default is written once, next to the code that uses it, and its help text
 is the comment at the end of the field's line. (tyro, on the package index, does the same; these
 two dozen lines spare the project a dependency and its own flag syntax.) A user's mistake (an

@@ -348,6 +348,11 @@ def get_batch(split, source=None, *, batch_size=32, block_size=128, generator=No
     return x.to(device), y.to(device)
 
 
+# The lesson's own prompts, each a speaker's name: what its exercises decode from.
+LESSON_PROMPTS = ["ROMEO:\n", "JULIET:\n", "KING RICHARD III:\n", "First Citizen:\n",
+                  "MENENIUS:\n"]
+
+
 def held_out_prompts(n, chars):
     """n prompts of `chars` characters, each the start of a speech in the validation text."""
     text = decode(__getattr__("val_data"))

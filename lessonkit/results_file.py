@@ -19,7 +19,7 @@ STARTED = time.time()   # about when this process started: a run's seconds in it
 
 
 def command_line():
-    """This process's command line as typed: `python -m beyond.benchmark --k 4`."""
+    """This process's command line as typed: `python -m harness.benchmark --k 4`."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     program = ["-m", spec.name.removesuffix(".__main__")] if spec else \
         [os.path.relpath(sys.argv[0])] if sys.argv[0] else []

@@ -34,7 +34,7 @@ from IPython.display import HTML, display
 
 import gpt
 import speculative as sd
-from beyond import common
+from harness import common
 from classroom.yourturn import check
 from exercises import ex1_watch, player
 from lessonkit import machine

@@ -24,7 +24,7 @@ import torch
 import gpt
 import numpy_speculative as ns
 import speculative as sd
-from beyond import common
+from harness import common
 from classroom.yourturn import check
 from exercises import ex2_derive
 from lessonkit import corpus, machine
@@ -442,7 +442,7 @@ plt.show()
 # %% [markdown]
 # What to read in all this, written from this run's own figures. They differ from run to run,
 # more so on a busy machine, where a slow moment moves the measured and predicted figures apart
-# (`python -m beyond.benchmark` times more prompts). The ceiling is the formula's speed-up with
+# (`python -m harness.benchmark` times more prompts). The ceiling is the formula's speed-up with
 # this machine's costs if every guess were kept; notebook 5 finds the α where it crosses 1. For
 # a GPU the cell assumes c = 0.05 and verify cost 1, typical of a big model there.
 

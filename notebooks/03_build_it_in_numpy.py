@@ -24,7 +24,8 @@ import torch
 import gpt
 import numpy_speculative as ns
 import speculative as sd
-from beyond import common, presets
+from beyond import presets
+from harness import common
 from classroom.yourturn import check
 from lessonkit import machine
 

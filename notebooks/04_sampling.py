@@ -36,7 +36,7 @@ import torch
 import gpt
 import numpy_speculative as ns
 import speculative as sd
-from beyond import common
+from harness import common
 from classroom.yourturn import check
 from exercises import ex1_watch
 from studies.lenience import total_variation

@@ -18,7 +18,8 @@
 import copy, itertools, statistics, subprocess, sys, time
 import matplotlib.pyplot as plt, torch
 import gpt, speculative as sd
-from beyond import benchmark, common, presets, registry
+from beyond import presets
+from harness import benchmark, common, registry
 from classroom.checks import FakeGPU
 from classroom.yourturn import check
 from exercises import ex5_gpu
@@ -163,7 +164,7 @@ assert one_after_the_other < 1.5 and abs(alternating - 2) < 0.6
 # **Rule 5: one torch thread on a CPU.** By default torch splits each operation between a
 # thread per core. A decoding step is too little work to share, and when another program
 # occupies a core, our threads wait at every split operation for a partner the operating
-# system has put aside (`lessonkit/machine.py`'s docstring; `python -m beyond.benchmark --threads`
+# system has put aside (`lessonkit/machine.py`'s docstring; `python -m harness.benchmark --threads`
 # measures it in a minute, docs/DESIGN.md has its table). So every timer here runs on one
 # thread. A short version: plain decoding of 50 characters on one thread and on every core,
 # as the machine is, then beside programs that keep all cores but one busy (what more threads
@@ -367,7 +368,7 @@ assert abs(free - 0.4553) < 1e-4 and (measured_check > free or verify[4] <= 1)
 # tokens, and checking `k` guesses for each makes it `B x (k + 1)`. With enough tokens the
 # arithmetic catches up and the verify cost rises towards `k + 1`: no idle capacity is left
 # for guesses. We time passes at each batch size (`pass_costs`; `python -m
-# beyond.batch_curve` times real batched decoding, in minutes) and feed the formula for
+# harness.batch_curve` times real batched decoding, in minutes) and feed the formula for
 # `k = 4`: `c` and the verify cost are passes over `B x 1` and `B x 5` tokens over one of the
 # target over `B x 1`, both models in torch, as both would be on a GPU.
 

@@ -24,7 +24,8 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, compare, eagle, heads
+from beyond import compare, eagle, heads
+from harness import common
 from classroom.yourturn import check
 from lessonkit import corpus
 

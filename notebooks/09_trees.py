@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, eagle, heads, registry, tree
+from beyond import eagle, heads, tree
+from harness import common, registry
 from beyond.tree_grow import Tree
 from beyond.tree_sampling import draw_distinct
 from classroom.checks import chi_square_fails

@@ -10,7 +10,7 @@ The studies: every drafter compared (drafters.py), against Hugging Face transfor
 (transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
 what batching buys (batch_curve.py) and token trees against chains (trees.py); each also runs
 alone, `python -m studies.NAME`, with flags of its own. Before each, this says about how long is
-left on a quiet 2-core CPU (beyond/stages.py), counting in the models a study uses that are not
+left on a quiet 2-core CPU (harness/stages.py), counting in the models a study uses that are not
 trained yet (trained first). Each writes its section of results/report.md.
 """
 
@@ -21,7 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from beyond import batch_curve, common, heads, presets, report, stages
+from beyond import heads, presets
+from harness import batch_curve, common, report, stages
 from lessonkit import cli, machine, waiting
 from studies import drafters, sampling_costs, transformers, trees
 
@@ -87,7 +88,7 @@ def batch_section(args, log):
     section of the report, its numbers in results/batch_curve.json."""
     if args.quick or args.checkpoints:
         raise ValueError("the batch curve measures the trained models in checkpoints/ only: run "
-                         "python -m beyond.batch_curve")
+                         "python -m harness.batch_curve")
     common.load_models(args, [n for n in STUDIES["batch"][1] if n in presets.PRESETS], log=log)
     path = common.results_dir(args) / "batch_curve.json"
     tee = Tee(sys.stdout)
@@ -99,7 +100,7 @@ def batch_section(args, log):
             paragraphs[-1] += "\n" + line
         elif line.strip():
             paragraphs.append(line)
-    markdown = ("Printed by `python -m beyond.batch_curve` (the big model in NumPy and "
+    markdown = ("Printed by `python -m harness.batch_curve` (the big model in NumPy and "
                 "torch, 16 held-out prompts; every figure in `batch_curve.json`):\n\n"
                 + "\n\n".join(paragraphs))
     return {"numbers": numbers, "markdown": markdown}

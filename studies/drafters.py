@@ -17,11 +17,12 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import adaptive, common, heads, ngram, presets, registry, report
-from beyond.benchmark import calibrate
+from beyond import adaptive, heads, ngram, presets
+from harness import common, registry, report
+from harness.benchmark import calibrate
 from beyond.early_exit import first_layers
 from beyond.ngram import NGramDraft
-from beyond.registry import by_name, check_name
+from harness.registry import by_name, check_name
 from lessonkit import cli, corpus, machine
 
 ADAPTIVE = ("heuristic", "best", "confidence", "oracle")

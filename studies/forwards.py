@@ -21,7 +21,8 @@ import numpy as np
 
 import gpt
 import numpy_speculative as ns
-from beyond import batched, common, presets
+from beyond import batched, presets
+from harness import common
 from beyond.fast_numpy import NumpyGPT
 from lessonkit import cli, machine
 

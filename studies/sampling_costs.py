@@ -19,8 +19,9 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, heads, report
-from beyond.registry import by_name, check_name
+from beyond import heads
+from harness import common, report
+from harness.registry import by_name, check_name
 from lessonkit import cli, corpus, machine
 from studies.cost_arithmetic import run_costs
 from studies.drafters import load_target

@@ -20,8 +20,9 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import common, hf, presets, registry, report
-from beyond.registry import by_name, check_name
+from beyond import hf, presets
+from harness import common, registry, report
+from harness.registry import by_name, check_name
 from lessonkit import cli, corpus, machine
 
 FAMILIES = ("transformers", "ours via the adapter", "ours native")

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 import speculative as sd
-from beyond import common, presets, registry, report
+from beyond import presets
+from harness import common, registry, report
 from beyond import tree as tr
 from beyond.heads import HeadsDraft, final_states
 from beyond.tree_grow import (

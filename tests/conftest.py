@@ -164,7 +164,7 @@ def tiny_config(**changes):
 def quick_run(exercise, section, folder):
     """An exercise module's quick run (tiny models) into folder, recorded as `section` of its
     report, silently: (args, the section run() returned)."""
-    from beyond import report
+    from harness import report
     args = exercise.Args(quick=True, checkpoints=str(folder / "checkpoints"),
                          results=str(folder / "results"))
     result = exercise.run(args, log=lambda *a: None)

@@ -20,7 +20,8 @@ from test_speculative import (
 
 import gpt
 import speculative as sd
-from beyond import batch_curve, batched
+from beyond import batched
+from harness import batch_curve
 from beyond.adaptive import Heuristic
 from beyond.early_exit import EarlyExit
 from beyond.fast_numpy import NumpyGPT

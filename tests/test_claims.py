@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from beyond import common
+from harness import common
 
 
 @pytest.fixture(params=["trained", "quick"])

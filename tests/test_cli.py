@@ -63,12 +63,12 @@ def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
     (["--adaptive", "sometimes"], ["--adaptive is off, heuristic, best or confidence"]),
 ])
 def test_speculative_bad_input(run_here, tmp_path, args, words):
-    one_line_error(run_here("-m", "beyond.decode", "--checkpoints", tmp_path, *args), *words)
+    one_line_error(run_here("-m", "harness.decode", "--checkpoints", tmp_path, *args), *words)
 
 
 def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
     # The hint must train into the folder that was asked for, or the same error comes back.
-    one_line_error(run_script("-m", "beyond.decode", "--checkpoints", tmp_path),
+    one_line_error(run_script("-m", "harness.decode", "--checkpoints", tmp_path),
                    f"no checkpoint at {tmp_path}/big.pt",
                    f"train it with: python train.py --preset big --checkpoints {tmp_path}")
 
@@ -98,12 +98,13 @@ def parser_of(main, monkeypatch):
 
 def commands():
     import train
-    from beyond import benchmark, decode, heads
+    from beyond import heads
+    from harness import benchmark, decode
     from exercises import __main__ as lesson
     from exercises import ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu
     from studies import drafters
-    return {"train.py": train.main, "beyond.decode": decode.main,
-            "beyond.benchmark": benchmark.main, "python -m exercises": lesson.main,
+    return {"train.py": train.main, "harness.decode": decode.main,
+            "harness.benchmark": benchmark.main, "python -m exercises": lesson.main,
             "python -m beyond.heads": heads.main, "studies.drafters": drafters.main,
             **{f"exercises.{m.__name__.split('.')[-1]}": m.main
                for m in (ex1_watch, ex2_derive, ex3_build, ex4_break, ex5_gpu)}}
@@ -145,25 +146,25 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     args = ["--preset", "big", "draft", "--steps", "5", "--checkpoints", tmp_path, "--quiet",
             "--sample", "0", *TINY]
     assert run_script("train.py", *args).returncode == 0
-    # the contract's command: speculative.py starts beyond/decode.py in its place
+    # the contract's command: speculative.py starts harness/decode.py in its place
     result = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                         "--prompt", "ROMEO:\\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ROMEO:\n") and "\033[" not in result.stdout  # not a terminal
     assert "identical to plain greedy decoding" in result.stdout
     assert "tokens per pass" in result.stdout
-    table = run_script("-m", "beyond.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+    table = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                        "--draft", "ngram", "--k", "6")  # no model: a table from the text
     assert table.returncode == 0, table.stderr
     assert "identical to plain greedy decoding" in table.stdout
     assert (tmp_path / "ngram5.npz").exists()
-    adaptive = run_script("-m", "beyond.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+    adaptive = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                           "--draft", "ngram", "--adaptive", "heuristic")
     assert adaptive.returncode == 0, adaptive.stderr
     assert "identical to plain greedy decoding" in adaptive.stdout
-    nothing = run_script("-m", "beyond.decode", "--checkpoints", tmp_path, "--max_new_tokens", "0")
+    nothing = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "0")
     assert nothing.returncode == 0 and "0 new tokens" in nothing.stdout, nothing.stderr  # no 0/0
-    bench = run_script("-m", "beyond.benchmark", "--checkpoints", tmp_path, "--prompts", "1",
+    bench = run_script("-m", "harness.benchmark", "--checkpoints", tmp_path, "--prompts", "1",
                        "--new_tokens", "8", "--ks", "2", "--drafts", "draft", "--repeats", "1",
                        "--setups", "numpy/numpy", "--no-recompute", "--json", tmp_path / "b.json")
     assert bench.returncode == 0 and (tmp_path / "b.json").exists(), bench.stderr
@@ -174,4 +175,4 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     (["--drafts", "huge"], ["unknown draft 'huge'"]),
 ])
 def test_benchmark_bad_input_is_refused_before_anything_runs(run_here, tmp_path, args, words):
-    one_line_error(run_here("-m", "beyond.benchmark", "--checkpoints", tmp_path, *args), *words)
+    one_line_error(run_here("-m", "harness.benchmark", "--checkpoints", tmp_path, *args), *words)

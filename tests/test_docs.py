@@ -4,10 +4,11 @@ docs/RESULTS.md is its sections assembled, and each figure the README and LESSON
 it is a link to the section that holds it."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
-from beyond import report
+from harness import report
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHERS = ROOT / "classroom" / "TEACHERS.md"
@@ -252,3 +253,29 @@ def test_speed_ups_the_readme_and_lesson_state_are_quoted_from_results():
     for name, document in [("README.md", README), ("docs/LESSON.md", LESSON)]:
         unlinked = re.sub(r"\[[^\]]*\](\([^)]*\)|\[[\w-]+\])", "", document)
         assert re.findall(r"\b\d+\.\d\dx\b", unlinked) == [], name
+
+
+def test_make_docs_takes_the_sections_full_runs_wrote(tmp_path):
+    # make docs --take results: the lesson's summary and a study's section of a full run become
+    # their RESULTS.md sections, under the headings RESULTS.md links to; a --quick run's is not
+    # taken (its control: the trees section below).
+    sections = tmp_path / "results" / "sections"
+    sections.mkdir(parents=True)
+    machine = json.loads(read("docs/results/ex3_build.json"))["run"]["machine"]
+    run = {"command": "python -m studies", "date": "2026-12-07 01:00 UTC", "machine": machine,
+           "busy": ""}
+    saved = {"ex3": read("docs/results/ex3_build.json"), "ex4": read("docs/results/ex4_break.json")}
+    for name, numbers in saved.items():
+        (sections / f"{name}.json").write_text(json.dumps(
+            {"quick": False, "run": run, "numbers": json.loads(numbers), "markdown": ""}))
+    for name, quick in [("drafters", False), ("trees", True)]:
+        (sections / f"{name}.json").write_text(json.dumps(
+            {"quick": quick, "run": run, "markdown": f"the {name} study's own words"}))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    assert report.take(tmp_path / "results", docs, log=lambda *a: None) == ["drafters", "lesson"]
+    drafters = (docs / "drafters.md").read_text()
+    assert "the drafters study's own words" in drafters and "2026-12-07 01:00 UTC" in drafters
+    for name in ["drafters", "lesson"]:
+        assert (docs / f"{name}.md").read_text().splitlines()[0] in RESULTS.splitlines()
+    assert "| proposals accepted | about a quarter |  | 26% |" in (docs / "lesson.md").read_text()

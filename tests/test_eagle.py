@@ -13,7 +13,8 @@ from test_speculative import make_model, prompts
 import gpt
 import speculative as sd
 from beyond import eagle as eagle_module
-from beyond import presets, registry
+from beyond import presets
+from harness import registry
 from beyond.eagle import (
     Eagle,
     EagleBranches,
@@ -32,7 +33,7 @@ from beyond.eagle import (
 )
 from beyond.eagle_numpy import EagleDraft
 from beyond.fast_numpy import NumpyGPT
-from beyond.registry import by_name
+from harness.registry import by_name
 from beyond.tree import best_shape, chain_shape, tree_generate, tree_scorer
 from beyond.tree_grow import grow
 

@@ -18,7 +18,7 @@ import gpt
 import speculative as sd
 from beyond.early_exit import EarlyExit, Layers, NumpyLayers, TorchLayers, first_layers
 from beyond.fast_numpy import NumpyGPT
-from beyond.registry import by_name, check_name
+from harness.registry import by_name, check_name
 from lessonkit import scorer
 
 

@@ -158,7 +158,7 @@ def test_exercise_bad_input_is_one_line(run_here):
     (["-m", "studies.drafters", "--ks", "0"], "--ks takes whole numbers >= 1"),
     (["-m", "studies.drafters", "--backends", "jax"], "a backend is torch or numpy"),
     (["-m", "studies.drafters", "--repeats", "0"], "--repeats must be at least 1"),
-    (["-m", "beyond.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
+    (["-m", "harness.batch_curve", "--sizes", "0,4"], "--sizes takes whole numbers >= 1")])
 def test_comparison_flags_out_of_range_are_one_line(run_here, command, words):
     result = run_here(*command)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -175,7 +175,7 @@ def test_running_one_exercise_keeps_the_other_sections(tmp_path):
     """`make exercise N=2` and `python -m exercises.ex2_derive` update exercise 2's section of
     report.md and keep every other section as it was (the bug: rewriting the report with the
     exercise that just ran, or leaving the report stale)."""
-    from beyond import report
+    from harness import report
     from exercises import ex2_derive
     results = tmp_path / "results"
     args = ex2_derive.Args(quick=True, results=str(results), checkpoints=str(tmp_path / "c"))
@@ -227,7 +227,7 @@ def test_a_section_saved_by_an_earlier_version_still_makes_the_report(tmp_path):
     # results/sections/ of a student's checkout; the report once crashed on them (KeyError).
     import json
 
-    from beyond import common, report
+    from harness import common, report
     args = common.ExerciseArgs(results=str(tmp_path), checkpoints=str(tmp_path / "none"))
     report.record(args, 1, {"numbers": {}, "markdown": "new section"}, log=None)
     old = {"exercise": 5, "title": report.TITLES[5], "quick": False,
@@ -239,7 +239,7 @@ def test_a_section_saved_by_an_earlier_version_still_makes_the_report(tmp_path):
 
 
 def test_the_report_anchor_is_the_headings():
-    from beyond import report
+    from harness import report
     assert report.anchor("Sampling's price list") == "#samplings-price-list"
     assert report.anchor("Against Hugging Face transformers") == \
         "#against-hugging-face-transformers"
@@ -250,7 +250,7 @@ def test_each_exercise_trains_only_the_models_it_uses(tmp_path):
     # draft, the distilled draft the notebooks use), then runs the exercises, and never trains
     # the heads; the studies train those first. Controls: one exercise alone trains only what
     # it uses; with every model trained the models' stage goes.
-    from beyond import stages
+    from harness import stages
     args = {n: lesson.EXERCISES[n][1].Args() for n in lesson.EXERCISES}
     plan = dict(lesson.lesson_stages(args, tmp_path))
     keys = [key for stage in plan.values() for key in stage]
@@ -305,7 +305,8 @@ def test_every_stage_has_an_estimate_near_the_runs_it_comes_from():
     # Every model, exercise and study the job or the studies plan has an estimate (a new one
     # without is caught here), each within a factor of two of the committed runs of
     # docs/RESULTS.md it was rounded from. Tests read docs/; the job does not (the next test).
-    from beyond import common, presets, stages
+    from beyond import presets
+    from harness import common, stages
     keys = [*presets.PRESETS, "heads", *lesson.EXERCISES, *studies.STUDIES]
     assert not [k for k in keys if k not in stages.ABOUT_S]
     measured = {}
@@ -328,14 +329,14 @@ def test_the_job_reads_no_document(results):
 
 def test_quick_runs_promise_no_lesson_size_times(capsys):
     # --quick's tiny models take seconds: an estimate for the lesson's sizes would say minutes.
-    from beyond import stages
+    from harness import stages
     progress = stages.Progress([("exercise 1", ["big", 1])], estimate=False)
     progress.start()
     assert "left" not in capsys.readouterr().out
 
 
 def test_each_stage_says_how_long_the_stages_left_take(capsys):
-    from beyond import stages
+    from harness import stages
     from lessonkit import waiting
     progress = stages.Progress([("the models", ["big", "draft"]), ("exercise 3", [3])])
     progress.start()
@@ -366,7 +367,8 @@ def test_the_notebooks_take_the_models_there_however_they_were_trained(tmp_path,
     # settings, keeping the other as draft.prev.pt.
     import torch
 
-    from beyond import common, presets
+    from beyond import presets
+    from harness import common
     monkeypatch.setenv("SPECDEC_QUICK", "1")
     monkeypatch.setenv("SPECDEC_CHECKPOINTS", str(tmp_path))
     folder = common.checkpoint_folder(common.notebook_args())

@@ -23,7 +23,8 @@ from test_speculative import (
 import gpt
 import speculative as sd
 from beyond import heads as heads_module
-from beyond import presets, registry
+from beyond import presets
+from harness import registry
 from beyond.fast_numpy import NumpyGPT
 from beyond.heads import (
     Heads,
@@ -34,7 +35,7 @@ from beyond.heads import (
     heads_path,
     train,
 )
-from beyond.registry import by_name
+from harness.registry import by_name
 from lessonkit import parts
 
 QUICK = dict(steps=40, batch_size=8, save_every=40, threads=1)

@@ -31,17 +31,18 @@ LAYERS = {
     "numpy_speculative": 2, "gpt": 2,
     # 3: the decoding loop, the drafter interface, the formulas.
     "speculative": 3,
-    # 4: beyond the lesson: a library of drafters, decoders, the speedrun's training, the presets
-    # and what the exercises and studies share (beyond/common.py, report.py, stages.py).
+    # 4: beyond the lesson: a library of drafters and decoders, the presets and their training.
     "beyond.*": 4,
-    # 5: the command that trains the presets.
-    "train": 5,
+    # 5: the harness the exercises and studies run in (flags, models, report, stage times,
+    # drafters by name, the benchmark, the batch curve, the decoding command line), and the
+    # command that trains the presets.
+    "harness.*": 5, "train": 5,
     # 6: the exercises and the studies; 7: the classroom, which grades the lesson's files and
     # nothing of the lesson imports; 8: the notebook sources, whose check cells call it.
     "exercises.*": 6, "studies.*": 6, "classroom.*": 7, "notebooks.*": 8,
 }
 
-PACKAGES = ("lessonkit", "beyond", "exercises", "studies", "classroom")  # walked all the way down
+PACKAGES = ("lessonkit", "beyond", "harness", "exercises", "studies", "classroom")  # walked all the way down
 SKIP = {"tests", ".venv", "__pycache__"}
 # One project import: who imports what, where, and whether it sits inside a function or class.
 Edge = namedtuple("Edge", "importer target where nested")
@@ -158,9 +159,9 @@ def launches(root):
 
 # The one program a lesson file starts: `python speculative.py` is the decoding command line the
 # contract names, and it decodes with every drafter beyond/ has, so it lives above the lesson
-# (beyond/decode.py) and speculative.py's main guard starts it in its own place (os.execve):
+# (harness/decode.py) and speculative.py's main guard starts it in its own place (os.execve):
 # nothing of the lesson imports it. A new launch is a decision: list it here, with its reason.
-LAUNCHES = [("speculative", "beyond.decode")]
+LAUNCHES = [("speculative", "harness.decode")]
 
 
 def show(edge):
@@ -270,6 +271,14 @@ PLANTED = {
                  "circles", [("beyond.heads", "beyond.ngram")]),
     "an upward import": ({"gpt.py": "import speculative\n", "speculative.py": ""},
                          "upward_imports", ["  gpt.py:1: gpt -> speculative  (rank 2 -> 3)"]),
+    "a drafter importing the harness": ({"beyond/__init__.py": "",
+                                         "beyond/eagle.py": "from harness import common\n",
+                                         "harness/__init__.py": "", "harness/common.py": ""},
+                                        "upward_imports",
+                                        ["  beyond/eagle.py:1: beyond.eagle -> harness.common  "
+                                         "(rank 4 -> 5)",
+                                         "  beyond/eagle.py:1: beyond.eagle -> harness  "
+                                         "(rank 4 -> 5)"]),
     "an import inside a function": ({"gpt.py": "", "speculative.py": "def f():\n    import gpt\n"},
                                     "nested_imports", ["  speculative.py:2: speculative -> gpt"]),
     "a leaf importing the project": ({"lessonkit/__init__.py": "",
@@ -292,10 +301,10 @@ PLANTED = {
                                           "upward_imports",
                                           ["  gpt.py:2: gpt -> speculative  (rank 2 -> 3)"]),
     "a circle through a main guard": ({"speculative.py": "if __name__ == '__main__':\n"
-                                                         "    from beyond import decode\n",
-                                       "beyond/__init__.py": "",
-                                       "beyond/decode.py": "import speculative\n"},
-                                      "circles", [("beyond.decode", "speculative")]),
+                                                         "    from harness import decode\n",
+                                       "harness/__init__.py": "",
+                                       "harness/decode.py": "import speculative\n"},
+                                      "circles", [("harness.decode", "speculative")]),
     "two folders that import each other": ({"exercises/__init__.py": "",
                                              "exercises/ex1.py": "from studies import plots\n",
                                              "studies/__init__.py": "",

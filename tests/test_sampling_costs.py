@@ -26,7 +26,7 @@ from test_speculative import (
 
 import numpy_speculative
 import speculative as sd
-from beyond import report
+from harness import report
 from gpt import GPT, Config
 from studies import sampling_costs as sc
 from studies.cost_arithmetic import (

@@ -173,7 +173,7 @@ def test_a_stale_file_command_or_name_is_reported(tmp_path):
     root = fake_project(tmp_path, {
         "numpy_speculative.py": "def forward():\n    pass\n",
         "beyond/__init__.py": "",
-        "beyond/decode.py": '"""Run it as python -m beyond.decode, beside numpy_speculative.py."""\n',
+        "harness/decode.py": '"""Run it as python -m harness.decode, beside numpy_speculative.py."""\n',
         "gpt.py": '"""Weights for numpy_gpt.py; time them with `python benchmark.py`."""\n'
                   "# numpy_speculative.Scorer scores (it moved); numpy_speculative.forward stays\n"
                   "# python -m studies.NAME, nanoGPT's model.py, numpy.ndarray: fine\n"})

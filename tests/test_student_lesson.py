@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from beyond import common, stages
+from harness import common, stages
 from classroom import build
 from exercises import __main__ as lesson
 from lessonkit import parts

@@ -12,7 +12,8 @@ from conftest import quick_run
 
 import gpt
 import speculative as sd
-from beyond import common, hf, registry, report
+from beyond import hf
+from harness import common, registry, report
 from lessonkit import cli
 from studies import transformers as against
 

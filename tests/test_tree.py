@@ -24,7 +24,7 @@ from test_speculative import (  # noqa: F401
 )
 
 import speculative as sd
-from beyond import stages
+from harness import stages
 from beyond import tree as tr
 from beyond.fast_numpy import NumpyGPT
 from beyond.heads import HeadsDraft, final_states

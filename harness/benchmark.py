@@ -1,9 +1,9 @@
 """
-beyond/benchmark.py: plain vs speculative decoding on the same held-out prompts, same machine,
+harness/benchmark.py: plain vs speculative decoding on the same held-out prompts, same machine,
 one run.
 
-    python -m beyond.benchmark            # greedy, 8 prompts x 200 new tokens, a few minutes
-    python -m beyond.benchmark --ks 1,2,3 --drafts draft --setups torch/numpy
+    python -m harness.benchmark            # greedy, 8 prompts x 200 new tokens, a few minutes
+    python -m harness.benchmark --ks 1,2,3 --drafts draft --setups torch/numpy
 
 A setup is target backend / draft backend (torch: gpt.GPT; numpy: beyond.fast_numpy.NumpyGPT).
 What it prints and how it times: docs/DESIGN.md, "beyond/, module by module".
@@ -20,7 +20,8 @@ import torch
 import gpt
 import speculative as sd
 from beyond import adaptive as schedules
-from beyond import presets, registry
+from beyond import presets
+from harness import registry
 from lessonkit import cli, corpus, machine, results_file
 
 
@@ -152,7 +153,7 @@ def bench(args, log=print):
 
 
 # ----------------------------------------------------------------------------------------------
-# python -m beyond.benchmark --threads: how many torch threads, on a quiet and on a busy machine
+# python -m harness.benchmark --threads: how many torch threads, on a quiet and on a busy machine
 
 
 SPINNER = "while True: pass"                         # keeps one core busy

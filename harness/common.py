@@ -1,5 +1,5 @@
 """
-beyond/common.py: what every exercise shares: its flags, its models and where it writes.
+harness/common.py: what every exercise shares: its flags, its models and where it writes.
 
 Each exercise is a script with main(), a dataclass of flags (so -h works) that extends
 ExerciseArgs, and a run(args) that returns its numbers and a section of the report. Models come
@@ -17,14 +17,14 @@ import torch
 
 import gpt
 import speculative as sd
-from beyond import presets, stages
+from beyond import presets
+from harness import stages
 from lessonkit import cli, results_file, waiting
+from lessonkit.corpus import LESSON_PROMPTS  # noqa: F401 (the exercises' prompts, as common.LESSON_PROMPTS)
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT_NAMES = {"draft": "the lesson's draft (1 x 32)", "names": "the names draft (1 x 32)",
                "distilled": "the distilled draft (1 x 128)"}
-LESSON_PROMPTS = ["ROMEO:\n", "JULIET:\n", "KING RICHARD III:\n", "First Citizen:\n",
-                  "MENENIUS:\n"]
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """
-beyond/registry.py: every drafter and both backends by name, for the command lines.
+harness/registry.py: every drafter and both backends by name, for the command lines.
 
     draft = registry.by_name("ngram-big")            # what --draft ngram-big decodes with
     big = registry.with_backend(presets.load_trained("big"), "numpy")

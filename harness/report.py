@@ -1,8 +1,8 @@
 """
-beyond/report.py: documents assembled from sections, each one run's. results/report.md: every
+harness/report.py: documents assembled from sections, each one run's. results/report.md: every
 exercise and study saves its section to results/sections/ with the date it ran (`make exercise
 N=3` updates its own and keeps the others). docs/RESULTS.md (`make docs`, `python -m
-beyond.report`): the sections in docs/results/, one per committed run, in RESULTS_SECTIONS' order.
+harness.report`): the sections in docs/results/, one per committed run, in RESULTS_SECTIONS' order.
 """
 
 import json
@@ -12,22 +12,28 @@ from pathlib import Path
 
 import gpt
 import speculative
-from beyond import common, presets
-from lessonkit import machine, results_file
+from beyond import presets
+from harness import common
+from lessonkit import cli, machine, results_file
 
 TITLES = {1: "watch it happen", 2: "derive", 3: "build", 4: "break", 5: "GPU timing",
           "drafters": "every drafter compared",  # studies/drafters.py, not an exercise
           "transformers": "against Hugging Face transformers",  # studies/transformers.py
           "sampling": "sampling's price list",  # studies/sampling_costs.py
-          "batch": "what batching buys",  # beyond/batch_curve.py
+          "batch": "what batching buys",  # harness/batch_curve.py
           "trees": "token trees against chains"}  # studies/trees.py
 STUDIES = [key for key in TITLES if not isinstance(key, int)]  # past the lesson: make studies
+SUMMARY = "The lesson's numbers and ours"   # the heading of the exercises' summary table
+
+
+def section_name(n):
+    return f"ex{n}.json" if isinstance(n, int) else f"{n}.json"
 
 
 def section_path(args, n):
     folder = common.results_dir(args) / "sections"
     folder.mkdir(exist_ok=True)
-    return folder / (f"ex{n}.json" if isinstance(n, int) else f"{n}.json")
+    return folder / section_name(n)
 
 
 def heading(n):
@@ -65,7 +71,7 @@ def write(args):
         f"Past the lesson: {studies_line(args)}", "",
         *still_to_do(sections, part_two_to_do(args)),
         "## Models", "", trained_models(args), "",
-        "## The lesson's numbers and ours", "", summary(sections), "",
+        f"## {SUMMARY}", "", summary(sections), "",
     ]
     for n, section in sections.items():
         quick = " (quick mode: tiny models, the numbers only check the plumbing)" \
@@ -186,15 +192,16 @@ def fill(template, **values):
 # docs/RESULTS.md: docs/results/NAME.md for each NAME, in this order (each section's links are
 # relative to docs/, where the document is).
 RESULTS_SECTIONS = ["commands", "lesson", "models", "command_line", "benchmark", "drafters",
-                    "transformers", "batch_curve", "sampling_costs", "threads", "trees"]
+                    "transformers", "batch", "sampling", "threads", "trees"]
 RESULTS_HEAD = """# Results: every measured figure, with the command that makes it
 
 Assembled by `make docs` from the sections in `docs/results/`: each holds one run's figures (or a
 few runs'), says the command that made them, the machine, the date and whether other programs
 were busy, and sits beside that run's results file (`NAME.json`). Edit a section there, not
-here. To re-measure: run its command, bring the figures of its `results/NAME.json` (for the
-lesson and the studies, the section it wrote into `results/report.md`) into the section, run
-`make docs`, review the diff. Your figures will differ; a busy machine changes timings most (see
+here. To re-measure: run its command; `make docs TAKE=results` then takes the sections the
+lesson and the studies wrote into `results/` (for the others, bring the figures of the run's
+`results/NAME.json` into its section and run `make docs`); review the diff. Your figures will
+differ; a busy machine changes timings most (see
 "Threads, and a busy machine" below, and what the code does about it in
 [DESIGN.md](DESIGN.md)).
 """
@@ -206,12 +213,44 @@ def results_document(folder):
                                       for name in RESULTS_SECTIONS)])
 
 
+def take(results, folder, log=print):
+    """The sections full runs saved in `results` (a results/ folder) wrote, as sections of
+    docs/RESULTS.md in `folder`: the lesson's summary (exercises 3 and 4) and each study's,
+    headed by their runs' provenance. Runs of --quick are left out."""
+    paths = {n: Path(results, "sections", section_name(n)) for n in TITLES}
+    saved = {n: json.loads(path.read_text()) for n, path in paths.items() if path.exists()}
+    saved = {n: section for n, section in saved.items() if not section["quick"]}
+    found = {key: ([saved[key]["run"]], heading(key), saved[key]["markdown"])
+             for key in STUDIES if key in saved}
+    if {3, 4} <= set(saved):
+        exercises = {n: section for n, section in saved.items() if isinstance(n, int)}
+        found["lesson"] = ([saved[3]["run"], saved[4]["run"]], SUMMARY, summary(exercises))
+    for key, (runs, title, markdown) in found.items():
+        measured = [f"*Measured by `{run['command']}` on {machine.summary(run['machine'])}, "
+                    f"{run['date']}{', busy (' + run['busy'] + ')' if run['busy'] else ''}.*"
+                    for run in runs]
+        measured = list(dict.fromkeys(measured))    # two exercises of one run: one line
+        (Path(folder) / f"{key}.md").write_text(
+            "\n".join([f"## {title}", "", *measured, "", markdown.strip(), ""]))
+        log(f"took the {title} section of {results} into {folder}")
+    if not found:
+        raise ValueError(f"{results} holds no section of a full run of the lesson or a study: "
+                         "run make lesson or make studies (not --quick) first")
+    return sorted(found)
+
+
 def main(argv=None):
-    """Assemble docs/RESULTS.md from docs/results/*.md (make docs)."""
+    """make docs: assemble docs/RESULTS.md from docs/results/*.md; with --take RESULTS, first
+    replace the lesson's and each study's section with those the full runs in RESULTS wrote."""
+    parser = cli.Parser(prog="python -m harness.report", description=main.__doc__)
+    parser.add_argument("--take", metavar="RESULTS", help="a results folder (results/)")
+    args = parser.parse_args(argv)
     docs = Path(__file__).resolve().parents[1] / "docs"
+    if args.take:
+        take(args.take, docs / "results")
     (docs / "RESULTS.md").write_text(results_document(docs / "results"))
     print(f"wrote {docs / 'RESULTS.md'} from {len(RESULTS_SECTIONS)} sections in {docs / 'results'}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(main, sys.argv[1:])

@@ -1,8 +1,8 @@
 """
-beyond/decode.py: the command line for speculative decoding with the lesson's trained models.
+harness/decode.py: the command line for speculative decoding with the lesson's trained models.
 
-    python -m beyond.decode --draft ngram --k 6
-    python -m beyond.decode --draft distilled --temperature 0.8
+    python -m harness.decode --draft ngram --k 6
+    python -m harness.decode --draft distilled --temperature 0.8
 
 It colours each character by where it came from (a kept guess, the correction, the bonus),
 prints what the rounds did and, unless --no-compare, times plain against speculative decoding.
@@ -18,8 +18,9 @@ import torch
 import gpt
 import speculative as sd
 from beyond import adaptive as schedules
-from beyond import presets, registry
-from beyond.registry import check_backend, with_backend
+from beyond import presets
+from harness import registry
+from harness.registry import check_backend, with_backend
 from lessonkit import cli, machine
 from lessonkit.stats import origins
 from speculative import generate, speculative_generate

@@ -1,13 +1,13 @@
 """
-beyond/batch_curve.py: what batching buys, on the lesson's big model, measured. Plain decoding of
+harness/batch_curve.py: what batching buys, on the lesson's big model, measured. Plain decoding of
 16 rows batched against the same rows one at a time (NumPy and torch); batched speculative
 against batched plain decoding at batch 16 for each backend and drafter, with the bound a free,
 always-right drafter would meet there; then the speed-up against batch size with the best of
 them, next to the formula's prediction from passes timed at each size (batch_curve; exercise 5
 draws the same curve).
 
-    python -m beyond.batch_curve                 # the lesson's big model in NumPy: minutes
-    python -m beyond.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
+    python -m harness.batch_curve                 # the lesson's big model in NumPy: minutes
+    python -m harness.batch_curve --sizes 1,4,16 --ks 1,3 --drafts ngram
 """
 
 from dataclasses import dataclass
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 import speculative as sd
-from beyond import batched, common, presets, registry
-from beyond.registry import by_name
+from beyond import batched, presets
+from harness import common, registry
+from harness.registry import by_name
 from lessonkit import cli, corpus, machine, results_file
 
 

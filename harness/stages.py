@@ -1,5 +1,5 @@
 """
-beyond/stages.py: how long things take, said in one place: about how long each stage of `make
+harness/stages.py: how long things take, said in one place: about how long each stage of `make
 lesson` and `make studies` takes on a quiet 2-core CPU (a model's training, an exercise, a
 study), and one progress line per stage with the time so far and about how long is left.
 Training says its own time left from its first steps (lessonkit/waiting.py).

@@ -1,25 +1,13 @@
 """
 gpt.py: a tiny character-level GPT, its data, its training loop and its checkpoints.
 
-The model is GPT-2 (Radford et al., 2019, "Language Models are Unsupervised Multitask
-Learners") in miniature: learned token and position embeddings, pre-LayerNorm blocks of causal
-self-attention and a GELU MLP, a final LayerNorm and a head tied to the token embedding. The
-parameter names are GPT-2's (wte, wpe, h[i].ln_1, attn.c_attn, ...), so the weights map one to
-one onto numpy_speculative.py's and onto Hugging Face transformers' GPT-2.
-
-Changes from nanoGPT's model.py (Karpathy), which this follows closely:
-- logits at every position, also at inference time: speculative decoding's verification pass
-  scores k+1 positions at once, which nanoGPT's last-position shortcut would break;
-- a KV cache that can be extended by several tokens in one call and rolled back to any earlier
-  length (what verification and rejection need), checked against full recomputation in tests;
-- two corpora (Shakespeare, first names) with one shared vocabulary, loaded lazily: importing
-  this file reads nothing and trains nothing;
-- atomic, self-describing checkpoints (weights, config, vocabulary, step, validation loss);
-- the training loop is the lesson's recipe in one screen (AdamW in float32, a warm-up and a
-  cosine schedule); the presets' loop, with checkpoints, resuming, Muon, bfloat16 and
-  torch.compile, is beyond/training.py's.
-
-Shapes: B batch, T time (tokens), C channels (n_embd), V vocabulary, nh heads, hs head size.
+GPT-2 (Radford et al., 2019) in miniature with GPT-2's parameter names (wte, wpe, h[i].ln_1,
+attn.c_attn, ...), following nanoGPT's model.py (Karpathy). Changes from nanoGPT: logits at every
+position (a verification pass scores k+1 at once); a KV cache extended by several tokens in one
+call and rolled back to any length; two corpora with one vocabulary, loaded lazily (importing
+this file reads and trains nothing); atomic checkpoints; the lesson's recipe in one screen (the
+presets' loop is beyond/training.py's). Shapes: B batch, T time, C channels (n_embd), V
+vocabulary, nh heads, hs head size.
 """
 
 import math

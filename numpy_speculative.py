@@ -1,17 +1,13 @@
 """
 numpy_speculative.py: exercise 3, speculative decoding in NumPy alone, read top to bottom.
 
-No torch: the weights come from the .npz that training writes beside every checkpoint
-(gpt.export_npz: GPT-2 names, torch's layouts). `model = load("checkpoints/big.npz")`, then
+`model = load("checkpoints/big.npz")` (the weights gpt.export_npz writes, no torch), then
 `generate(model, prompt_tokens, 100)` or `speculative_greedy(model, draft, prompt_tokens, 100)`.
-In the order a student writes them: 1. the GPT forward pass (picoGPT-style, with a KV cache
-that can forget rejected tokens; gpt.py's torch model computes the same logits); 2. plain and
-greedy speculative decoding under the window rule (lessonkit/scorer.py says where a context starts); 3.
-the sampling acceptance rule (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023) and
-speculative sampling; speculative.py decodes with this acceptance rule: the project has one.
-The parts between the solution markers are the exercises (the student version raises there).
-Words, not letters: target = the big model (Leviathan's p), draft = the small one (q).
-Shapes: T new tokens, L tokens already cached, C channels, V vocabulary, hs head size.
+In the order a student writes them, between the solution markers: 1. the forward pass
+(picoGPT-style, with a KV cache that forgets rejected tokens); 2. plain and greedy speculative
+decoding under the window rule (lessonkit/scorer.py); 3. the acceptance rule (Leviathan et al.
+2023; Chen et al. 2023) and speculative sampling: speculative.py uses this rule too. target: the
+big model (p), draft: the small one (q). Shapes: T new, L cached, C channels, V vocabulary.
 """
 
 import json

@@ -1,18 +1,12 @@
 """
 speculative.py: plain decoding and speculative decoding, side by side.
 
-A cheap draft guesses k tokens; the big (target) model scores them all in one pass, keeps the
-guesses it agrees with and replaces the first one it rejects with its own token: 1 to k+1
-tokens per pass, with exactly the target's output (greedy) or distribution (sampling). Read
-speculative_decode first, then the interfaces it calls (Drafter, Schedule, Scorer); the rest
-is what it stands on. The acceptance rule and the window rule live in numpy_speculative.py and
-lessonkit/scorer.py (NumPy only, so that exercise 3 runs without torch).
-
-References: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative
-Decoding" (Algorithm 1; section 3 has the formulas at the end); Chen et al. (2023),
-"Accelerating Large Language Model Decoding with Speculative Sampling". The papers use p and q
-the opposite way round; this file says target_probs and draft_probs.
-
+A cheap draft guesses k tokens; the big (target) model scores them in one pass, keeps the guesses
+it agrees with and replaces the first it rejects with its own token: 1 to k+1 tokens per pass,
+exactly the target's greedy output or distribution. Read speculative_decode first, then what it
+calls (Drafter, Schedule, Scorer). Leviathan, Kalman, Matias (2023), Algorithm 1 and section 3's
+formulas; Chen et al. (2023). The papers' p and q are target_probs and draft_probs here; the
+acceptance and window rules are numpy_speculative.py's and lessonkit/scorer.py's (NumPy only).
 Shapes: B batch, T time, V vocabulary, k guesses per round.
 """
 

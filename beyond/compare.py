@@ -1,14 +1,12 @@
 """
 beyond/compare.py: drafts against plain greedy decoding, on the same prompts, by the clock.
 
-    table = compare.greedy_table(big, {"heads": heads_draft, "distilled": distilled}, [4],
-                                 prompts, 200)
+    table = compare.greedy_table(big, {"heads": heads_draft}, [4], prompts, 200)
     stats, speedup = table["heads", 4]
 
-Every output is checked first to be plain decoding's, token for token (greedy speculative
-decoding is exact: a difference is a bug). Then plain and speculative decoding are timed
-alternately (machine.paired_times), and the speed-up is the median of the ratios; the machine's
-load while timing is said beside each row (machine.Busy).
+Every output is first checked to be plain decoding's, token for token; then plain and
+speculative decoding are timed alternately (machine.paired_times), the speed-up the median of
+the ratios, with the machine's load said beside each row (machine.Busy).
 """
 
 import torch

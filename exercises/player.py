@@ -1,14 +1,11 @@
 """
 exercises/player.py: a speculative run as an animation in one self-contained web page.
 
-Round by round, as the lesson's recommended reading draws it: the draft's guesses appear (grey),
-the big model's verdict colours them (green kept, red rejected, struck through: thrown away
-unchecked), then the kept guesses and the big model's own character land in the text (yellow:
-its correction, blue: the bonus after a round where every guess was kept). Play, pause, step
-forward and back, in any browser (no network, no library); the last frame sums the run up.
-
-page(prompt, rounds, title) takes the rounds of exercises.ex1_watch.replay(); exercise 1 writes
-results/ex1_player.html, and notebook 1 shows the same page: display(player.show(page)).
+Round by round: the draft's guesses appear (grey), the big model's verdict colours them (green
+kept, red rejected, struck through: thrown away unchecked), then the text grows by the kept
+guesses and the big model's own character (yellow: a correction, blue: the bonus). Play, pause,
+step, in any browser, offline. page(prompt, rounds, title) takes exercises.ex1_watch.replay()'s
+rounds; exercise 1 writes results/ex1_player.html, notebook 1 shows it (player.show(page)).
 """
 
 import html

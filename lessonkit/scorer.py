@@ -1,14 +1,11 @@
 """
 lessonkit/scorer.py: the window rule, and the one scorer that every decoder checks guesses with.
 
-A model sees at most block_size tokens. window_start(n) says where the context of token n
-starts, windows() walks the passes that score a run of positions under that rule, and
-WindowScorer feeds a model's KV cache only what it lacks: cached tokens that no longer match
-(rejected guesses) are rolled back, and a row whose window jumps starts afresh. Every decoder
-scores through it; the exercise (numpy_speculative.py) has its own strict score() and takes the
-window rule from here. NumPy only, no torch: a model is anything with the Model protocol below
-(gpt.GPT and beyond/fast_numpy.py's NumpyGPT). Shapes: B batch, T tokens of a sequence, t new
-tokens, V vocabulary.
+A model sees at most block_size tokens: window_start(n) says where the context of token n starts,
+windows() walks the passes that score a run of positions, and WindowScorer feeds a model's KV
+cache only what it lacks (rejected guesses rolled back, a jumped window started afresh). The
+exercise (numpy_speculative.py) takes the window rule from here. NumPy only: a model is anything
+with the Model protocol below. Shapes: B batch, T tokens, t new tokens, V vocabulary.
 """
 
 from typing import Protocol, runtime_checkable

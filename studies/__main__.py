@@ -2,16 +2,11 @@
 Every study past the lesson, one after another: `make studies` runs this.
 
     python -m studies                           # all of them, into results/report.md
-    python -m studies --only drafters sampling  # some of them
-    python -m studies --forecast                # about how long each takes; runs none
-    python -m studies --quick                   # tiny models: what the tests run
+    python -m studies --only drafters sampling  # some of them (--forecast: how long, runs none)
 
-The studies: every drafter compared (drafters.py), against Hugging Face transformers
-(transformers.py, where the extra [hf] is installed), sampling's price list (sampling_costs.py),
-what batching buys (batch_curve.py) and token trees against chains (trees.py); each also runs
-alone, `python -m studies.NAME`, with flags of its own. Before each, this says about how long is
-left on a quiet 2-core CPU (harness/stages.py), counting in the models a study uses that are not
-trained yet (trained first). Each writes its section of results/report.md.
+Every drafter compared, against transformers (with the [hf] extra), sampling's price list, what
+batching buys and token trees against chains; each also runs alone (`python -m studies.NAME`).
+Before each, it says about how long is left (harness/stages.py), training missing models first.
 """
 
 import contextlib

@@ -1,16 +1,12 @@
 """
 studies/forwards.py: the project's forward passes timed against each other, so that each
-one past the lesson's two earns its place.
+one past the lesson's two earns its place (`python -m studies.forwards`, under a minute).
 
-    python -m studies.forwards            # the lesson's big model's shape, under a minute
-
-The lesson reads two: gpt.GPT (torch) and numpy_speculative.forward (NumPy, exercise 3). Beside
-them, beyond/fast_numpy.py's NumpyGPT stays while it is at least KEEP times as fast as the
-readable NumPy forward, and its one-token path on vectors while that beats its block path;
-beyond/batched.py's per-row forwards (rows of different lengths: per-row slots, a spare slot for
-padding, scattered writes) serve batches only while the one-row paths are faster on one row.
-Every figure: one pass over T new tokens after 64 cached ones, the median of `repeats`, in
-microseconds, on one thread (untrained weights: only the shapes matter).
+Beside gpt.GPT and numpy_speculative.forward, beyond/fast_numpy.py's NumpyGPT stays while it is
+at least KEEP times as fast as the readable NumPy forward (its one-token path while that beats
+its block path), and beyond/batched.py's per-row forwards while the one-row paths are faster on
+one row. Each figure: one pass over T new tokens after 64 cached, the median of `repeats`, in
+microseconds, one thread, untrained weights (only the shapes matter).
 """
 
 import os

@@ -159,7 +159,8 @@ def test_get_batch_source_and_errors():
 def test_an_empty_data_variable_means_the_default_folder(tmp_path):
     """SPECDEC_DATA="" is unset, not the current folder (where the corpus was once built)."""
     code = "import lessonkit.corpus as c; print(c.DATA_DIR)"
-    env = {**os.environ, "SPECDEC_DATA": ""}
+    root = Path(corpus.__file__).resolve().parents[1]     # this checkout's, whatever is installed
+    env = {**os.environ, "SPECDEC_DATA": "", "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, text=True,
                          capture_output=True, check=True).stdout.strip()
-    assert out == str(Path(corpus.__file__).resolve().parents[1] / "data")
+    assert out == str(root / "data")

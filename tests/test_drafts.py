@@ -117,9 +117,10 @@ def test_sampling_with_the_table_keeps_the_target_distribution(small_pair):  # n
     want = exact_distribution(target, prompt, 3, temperature=1.0)
     honest = NGramDraft.from_data(data, SMALL_V, 2)
     assert chi_square_p_value(sample_counts(target, honest, prompt, 3, 3000, 0, temperature=1.0), want) > 1e-3
-    # A drafter that misreports the distribution of its guesses breaks the rule's exactness.
+    # A drafter that misreports the distribution of its guesses breaks the rule's exactness:
+    # caught with a tenth of the runs (p about 1e-74 at this seed).
     pretending = Pretending(honest.tables, SMALL_V)
-    assert chi_square_p_value(sample_counts(target, pretending, prompt, 3, 3000, 0, temperature=1.0), want) < 1e-6
+    assert chi_square_p_value(sample_counts(target, pretending, prompt, 3, 300, 0, temperature=1.0), want) < 1e-6
 
 
 def test_a_gpt_becomes_a_drafter_and_a_drafter_stays_one(target):  # noqa: F811

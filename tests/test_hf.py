@@ -251,9 +251,10 @@ def test_sampling_matches_the_target_distribution(small_pair, monkeypatch):
     counts = sample_counts(hf.HFModel(target), hf.HFModel(draft), start, 3, 1500, seed=0,
                            temperature=1.0)
     assert chi_square_p_value(counts, want) > 1e-3
-    # Negative control: resampling from the target instead of the residual is caught.
+    # Negative control: resampling from the target instead of the residual is caught, with
+    # fewer runs than the test above (p about 1e-11 at this seed; 1e-19 at 1500 runs).
     monkeypatch.setattr(sd, "verify", broken_verify)
-    counts = sample_counts(hf.HFModel(target), hf.HFModel(draft), start, 3, 1500, seed=0,
+    counts = sample_counts(hf.HFModel(target), hf.HFModel(draft), start, 3, 1000, seed=0,
                            temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
 

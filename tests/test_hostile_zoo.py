@@ -208,6 +208,11 @@ def timer(device):
     return measure
 '''
 HONEST = {"5a": 2}   # what the attacks' honest code earns: the timer, on the CPU
+# The negative control grades only the parts whose attacks it asserts (the escape and the copy,
+# the hidden seed and inputs, the files left, the made-up verify, the forged result, the fork
+# bomb, the daemon at tree_sampling's import, 3a's and 4b's copies): the other eight parts'
+# checks took a third of its time and it asserts nothing of them.
+CONTROL_PARTS = {"1a", "2a", "2b", "2c", "3a", "3c", "4a", "4b", "8b"}
 
 
 def hostile_submission(folder, mark, proof, out):
@@ -298,6 +303,9 @@ def test_every_attack_earns_nothing_leaves_nothing_and_shows_nothing(mode, tmp_p
         else:
             if mode == "control":
                 switch_defences_off(monkeypatch)
+                select = plan.select            # the parts whose attacks the control asserts
+                monkeypatch.setattr(plan, "select", lambda **kw: [
+                    c for c in select(**kw) if c.part in CONTROL_PARTS])
             monkeypatch.setenv("CLASSROOM_SEED", str(HIDDEN))
             monkeypatch.setattr(sandbox, "_probed", {"sandbox": box("bwrap" if mode == "bwrap"
                                                                   else "plain")})

@@ -305,8 +305,9 @@ def test_verify_samples_the_target_distribution():
     want = dict(enumerate(target_probs[0]))
     # 1e-4: a correct rule fails this at a given seed with probability 1e-4
     assert chi_square_p_value(verify_samples(target_probs, draft_probs, 20000, 0), want) > 1e-4
-    # Negative control: the broken rule is caught by the same test.
-    broken = verify_samples(target_probs, draft_probs, 20000, 0, rule=broken_verify)
+    # Negative control: the broken rule is caught by the same test, already at a tenth of the
+    # draws (p about 1e-45 at this seed).
+    broken = verify_samples(target_probs, draft_probs, 2000, 0, rule=broken_verify)
     assert chi_square_p_value(broken, want) < 1e-6
 
 
@@ -364,14 +365,16 @@ def test_sampling_test_catches_broken_rules(small_pair, monkeypatch):
     target, draft = small_pair
     prompt = [1, 2, 0]
     want = exact_distribution(target, prompt, 3, temperature=1.0)
+    # Each caught with fewer runs than the test above makes (3000), so caught there too: the
+    # p-value at this seed is about 1e-39 and 1e-40 (1e-173 and 0 at 3000 runs).
     # Broken 1: resampling from the target instead of the residual after a rejection.
     monkeypatch.setattr(sd, "verify", broken_verify)
-    counts = sample_counts(target, draft, prompt, 3, 3000, seed=0, temperature=1.0)
+    counts = sample_counts(target, draft, prompt, 3, 1000, seed=0, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
     # Broken 2: the draft proposes its argmax but the ratio test still uses its probabilities.
     monkeypatch.undo()
     monkeypatch.setattr(sd.Sampling, "draw", lambda self, probs: int(probs.argmax()))
-    counts = sample_counts(target, draft, prompt, 3, 3000, seed=0, temperature=1.0)
+    counts = sample_counts(target, draft, prompt, 3, 300, seed=0, temperature=1.0)
     assert chi_square_p_value(counts, want) < 1e-6
 
 

@@ -59,13 +59,15 @@ def test_training_uses_the_thread_count_it_is_given_and_resume_keeps_it(tmp_path
     seen = []
     path = tmp_path / "m.pt"
     before = torch.get_num_threads()
-    training.train(fresh_model(), replace(QUICK, threads=2, steps=10), checkpoint=path,
+    # Two steps, then two more: each run evaluates once, at its last step (two threads beside
+    # pytest-xdist's other worker on two cores: ten steps each took seconds on a busy machine).
+    training.train(fresh_model(), replace(QUICK, threads=2, steps=2), checkpoint=path,
                    on_eval=lambda step, loss: seen.append(torch.get_num_threads()))
     assert seen == [2] and torch.get_num_threads() == before
     _, state = gpt.load_checkpoint(path)
     assert state["threads"] == 2
     # threads=0 means "choose", but a resumed run must keep the count it started with.
-    training.train(fresh_model(), replace(QUICK, threads=0, steps=20), resume=state,
+    training.train(fresh_model(), replace(QUICK, threads=0, steps=4), resume=state,
                    on_eval=lambda step, loss: seen.append(torch.get_num_threads()))
     assert seen == [2, 2] and torch.get_num_threads() == before
 

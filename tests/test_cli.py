@@ -66,9 +66,9 @@ def test_speculative_bad_input(run_here, tmp_path, args, words):
     one_line_error(run_here("-m", "harness.decode", "--checkpoints", tmp_path, *args), *words)
 
 
-def test_speculative_missing_checkpoint_says_how_to_train(run_script, tmp_path):
+def test_speculative_missing_checkpoint_says_how_to_train(run_here, tmp_path):
     # The hint must train into the folder that was asked for, or the same error comes back.
-    one_line_error(run_script("-m", "harness.decode", "--checkpoints", tmp_path),
+    one_line_error(run_here("-m", "harness.decode", "--checkpoints", tmp_path),
                    f"no checkpoint at {tmp_path}/big.pt",
                    f"train it with: python train.py --preset big --checkpoints {tmp_path}")
 
@@ -135,11 +135,11 @@ def test_help_comes_from_the_field_comment():
                         "label": "a '#' inside a string is not a comment"}
 
 
-def test_train_cuda_without_gpu(run_script):
+def test_train_cuda_without_gpu(run_here):
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    one_line_error(run_script("train.py", "--device", "cuda"), "no CUDA GPU", "--device cpu")
+    one_line_error(run_here("train.py", "--device", "cuda"), "no CUDA GPU", "--device cpu")
 
 
 def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):

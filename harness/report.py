@@ -201,9 +201,8 @@ were busy, and sits beside that run's results file (`NAME.json`). Edit a section
 here. To re-measure: run its command; `make docs TAKE=results` then takes the sections the
 lesson and the studies wrote into `results/` (for the others, bring the figures of the run's
 `results/NAME.json` into its section and run `make docs`); review the diff. Your figures will
-differ; a busy machine changes timings most (see
-"Threads, and a busy machine" below, and what the code does about it in
-[DESIGN.md](DESIGN.md)).
+differ; a busy machine changes timings most (see "Threads, and a busy machine" below, and what
+the code does about it in [DESIGN.md](DESIGN.md)).
 """
 
 
@@ -232,7 +231,7 @@ def take(results, folder, log=print):
         measured = list(dict.fromkeys(measured))    # two exercises of one run: one line
         (Path(folder) / f"{key}.md").write_text(
             "\n".join([f"## {title}", "", *measured, "", markdown.strip(), ""]))
-        log(f"took the {title} section of {results} into {folder}")
+        log(f'took "{title}" from {results} into {folder}/{key}.md')
     if not found:
         raise ValueError(f"{results} holds no section of a full run of the lesson or a study: "
                          "run make lesson or make studies (not --quick) first")

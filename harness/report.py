@@ -229,6 +229,9 @@ def take(results, folder, log=print):
                     f"{run['date']}{', busy (' + run['busy'] + ')' if run['busy'] else ''}.*"
                     for run in runs]
         measured = list(dict.fromkeys(measured))    # two exercises of one run: one line
+        # Its figures stay in the results folder (generated, not committed): named, not shown.
+        markdown = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r"(figure: \1, `results/\2` of the run)",
+                          markdown)
         (Path(folder) / f"{key}.md").write_text(
             "\n".join([f"## {title}", "", *measured, "", markdown.strip(), ""]))
         log(f'took "{title}" from {results} into {folder}/{key}.md')

@@ -270,12 +270,15 @@ def test_make_docs_takes_the_sections_full_runs_wrote(tmp_path):
             {"quick": False, "run": run, "numbers": json.loads(numbers), "markdown": ""}))
     for name, quick in [("drafters", False), ("trees", True)]:
         (sections / f"{name}.json").write_text(json.dumps(
-            {"quick": quick, "run": run, "markdown": f"the {name} study's own words"}))
+            {"quick": quick, "run": run,
+             "markdown": f"the {name} study's own words\n\n![its figure]({name}.png)"}))
     docs = tmp_path / "docs"
     docs.mkdir()
     assert report.take(tmp_path / "results", docs, log=lambda *a: None) == ["drafters", "lesson"]
     drafters = (docs / "drafters.md").read_text()
     assert "the drafters study's own words" in drafters and "2026-12-07 01:00 UTC" in drafters
+    # its figure stays in results/ (not committed): named, not linked from docs/
+    assert "![" not in drafters and "`results/drafters.png`" in drafters
     for name in ["drafters", "lesson"]:
         assert (docs / f"{name}.md").read_text().splitlines()[0] in RESULTS.splitlines()
     assert "| proposals accepted | about a quarter |  | 26% |" in (docs / "lesson.md").read_text()

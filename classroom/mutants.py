@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 from classroom import checks, expected, plan, project, regions
@@ -207,14 +206,11 @@ def killed(part, source, memo, seeds, limit=TIMEOUT):
     """What kills the module `source`: the first check of the part that fails on it (or runs
     out of `limit` seconds; None: no limit, for the reference) with its outcome; None if
     none."""
-    module = types.ModuleType(part.file[:-3].replace("/", "."))
-    module.__file__ = str(project.ROOT / part.file)
-
     def alarm(signum, frame):
         raise TimeoutError
     signal.signal(signal.SIGALRM, alarm)
     try:
-        exec(compile(source, part.file, "exec"), module.__dict__)    # noqa: S102 (our own code)
+        module = project.load_apart(part.file, source)
         for seed in seeds:
             for c in sorted(plan.select(part=part.id, hidden=True), key=lambda c: c.points):
                 ctx = checks.LocalContext(seed, plan.fixtures(seed), memo,

@@ -58,41 +58,39 @@ def bounded(reference):
 # A submission: read and compiled in the sandbox
 
 
-def collect(job_output, limit):
-    """Up to `limit` bytes of a job's output file, from its start."""
-    job_output.seek(0)
-    return job_output.read(limit + 1)
-
-
-def read_submission(box, submission, scratch):
-    """({student file: its bytes}, notes) of a folder, zip or bare git repository, read by
-    intake.py in the sandbox; the grader opens it (never a link) and reads nothing of it."""
+def read(box, submission, notes):
+    """The student files ({file: its bytes}) of a folder, zip or bare git repository, read by
+    intake.py in the sandbox; the grader opens it (never a link) and reads nothing of it. What
+    the reader noted goes into `notes`."""
     path = Path(submission)
     if not path.exists() and not path.is_symlink():
         raise ValueError(f"no submission at {submission}")
     if path.is_symlink():
-        return {}, [f"{path.name} is a link, not a submission"]
-    reader = project.student_copy(Path(scratch) / "reader", only=project.READER_FILES)
-    private = Path(scratch) / "private"
-    private.mkdir(mode=0o700)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        notes.append(f"{path.name} is a link, not a submission")
+        return {}
     limit = 8 * 64 * 1024 + len(parts.STUDENT_FILES) * (intake.MAX_FILE + 1)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        with tempfile.TemporaryFile(dir=private) as out:
-            job = box.start("reader", reader, "intake", ["read", f"/proc/self/fd/{fd}"],
-                            pass_fds=(fd,), stdout=out)
-            try:
-                job.process.wait(timeout=READ_TIME)
-            except Exception:  # noqa: BLE001 (a timeout: what it wrote is what it read)
-                pass
-            memory = job.end()
-            data = collect(out, limit)
+        with tempfile.TemporaryDirectory(prefix="classroom-read-") as scratch:
+            Path(scratch).chmod(0o711)
+            reader = project.student_copy(Path(scratch) / "reader", only=project.READER_FILES)
+            (Path(scratch) / "private").mkdir(mode=0o700)
+            with tempfile.TemporaryFile(dir=Path(scratch) / "private") as out:
+                job = box.start("reader", reader, "intake", ["read", f"/proc/self/fd/{fd}"],
+                                pass_fds=(fd,), stdout=out)
+                try:
+                    job.process.wait(timeout=READ_TIME)
+                except Exception:  # noqa: BLE001 (a timeout: what it wrote is what it read)
+                    pass
+                memory = job.end()
+                out.seek(0)
+                data = out.read(limit + 1)
     finally:
         os.close(fd)
     header, _, body = data.partition(b"\n")
     try:
         said = json.loads(header[:64 * 1024])
-        files, notes, at = {}, [str(n)[:1000] for n in said["notes"]][:20], 0
+        files, said_notes, at = {}, [str(n)[:1000] for n in said["notes"]][:20], 0
         for name, length in said["files"]:
             if name not in parts.STUDENT_FILES or not 0 <= length <= intake.MAX_FILE or \
                     at + length > len(body):
@@ -101,13 +99,14 @@ def read_submission(box, submission, scratch):
     except (ValueError, KeyError, TypeError, RecursionError):
         raise ValueError("the submission could not be read within the reader's limits"
                          + (" (out of memory)" if memory else "")) from None
-    refused = next((n for n in notes if n.startswith("not graded: ")), None)
+    refused = next((n for n in said_notes if n.startswith("not graded: ")), None)
     if refused:                                 # the reader could not read it at all
         raise ValueError(f"{path.name}: {refused[len('not graded: '):]}")
-    if not files and not any("missing" in n for n in notes):
-        notes.append("no student file in the submission (an empty one?): expected "
-                     f"{', '.join(parts.STUDENT_FILES)}")
-    return files, notes
+    if not files and not any("missing" in n for n in said_notes):
+        said_notes.append("no student file in the submission (an empty one?): expected "
+                          f"{', '.join(parts.STUDENT_FILES)}")
+    notes += said_notes
+    return files
 
 
 def compile_files(box, workspace, names, scratch):
@@ -126,7 +125,8 @@ def compile_files(box, workspace, names, scratch):
                     seen, since = count, time.monotonic()
             memory = job.end()
             done, begun = {}, set()
-            for line in collect(out, 1 << 20).splitlines():
+            out.seek(0)
+            for line in out.read(1 << 20).splitlines():
                 try:
                     entry = json.loads(line)
                     begun.add(str(entry.get("compiling")))
@@ -194,7 +194,7 @@ class Worker:
             return {"status": "crashed", "message": (
                 f"the check's processes used more than {sandbox.MEMORY >> 30} GB together: "
                 "killed" if memory else f"the check's process ended before reporting: "
-                f"{self.said()[:300]}")}
+                f"{self.log.last_line()[:300]}")}
         finally:
             watchdog.cancel()
 
@@ -204,9 +204,6 @@ class Worker:
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         except OSError:
             pass
-
-    def said(self):
-        return self.log.last_line()
 
     def end(self):
         """Kill the job whole: whether it ran out of memory."""
@@ -331,15 +328,6 @@ def run_in_turn(box, workspaces, items, source, end, stalled):
     finally:
         if ahead is not None:
             ahead.end()
-
-
-def read(box, submission, notes):
-    """The student files of a submission, read in the sandbox (read_submission)."""
-    with tempfile.TemporaryDirectory(prefix="classroom-read-") as scratch:
-        Path(scratch).chmod(0o711)
-        files, said = read_submission(box, submission, scratch)
-    notes += said
-    return files
 
 
 def grade(box, files, selected, seeds, notes, budget=None):

@@ -88,7 +88,7 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
     does (grade=True). Returns the failures, [(notebook or "make check", why)].
     The tests' negative controls: extra_cells {notebook name: code} adds a last cell to a
     notebook; writes turns a solved your-turn cell into what is written. only: stop after this
-    notebook."""
+    notebook, and `make check` grades its parts alone."""
     import nbformat
     student = Path(student)
     env = environment(student, checkpoints, quick, root)
@@ -107,7 +107,8 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
         if only and source.stem >= only:
             break
     if grade:
-        graded = subprocess.run([sys.executable, "-m", "classroom", "check"], cwd=student,
+        graded = subprocess.run([sys.executable, "-m", "classroom", "check",
+                                 *([only[:2]] if only else [])], cwd=student,
                                 env=dict(os.environ, **env), capture_output=True, text=True)
         got, full = (TOTAL.findall(graded.stdout) or [("?", "?")])[-1]
         log(f"make check in the student repository: {got}/{full} points")

@@ -4,6 +4,7 @@ rung adds one lever and trains a fresh big model) and each lever's price a step,
 machine's float32 matrix product speed. Results in results/training.json.
 
     python -m studies.training        # the ladder and its step prices (a big model a row)
+    python -m studies.training --quick --steps 2    # the quick big model: what the tests run
     python -m studies.training --levers_only --json results/training-prices.json
 
 What it measures: docs/DESIGN.md, "studies/, study by study".
@@ -65,18 +66,30 @@ class TrainingArgs:
     repeats: int = 3           # timed runs per lever (the median is kept)
     threads: int = 0           # torch threads (0: training's own choice)
     levers_only: bool = False  # only the step prices, no ladder
+    quick: bool = False        # the quick presets' big model and batches (seconds: the tests)
     json: str = "results/training.json"
 
 
+def big(args):
+    """The big preset the study trains: the lesson's, or with --quick the tests' size."""
+    return presets.preset("big", "quick" if args.quick else "lesson")
+
+
+def sized(tc, args):
+    """tc on the run's threads (run() chose them), in the --quick size's batches if asked."""
+    quick = big(args).training
+    return replace(tc, threads=args.threads, **({"batch_size": quick.batch_size, "eval_batches":
+                                                 quick.eval_batches} if args.quick else {}))
+
+
 def recipe(changes, args):
-    """The big preset's Recipe with `changes` (the ladder's rungs start from BEFORE instead), on
-    the run's threads (run() chose them)."""
-    return replace(presets.preset("big").training, threads=args.threads, **changes)
+    """The big preset's Recipe with `changes` (the ladder's rungs start from BEFORE instead)."""
+    return sized(replace(presets.preset("big").training, **changes), args)
 
 
-def step_seconds(tc, steps):
+def step_seconds(tc, steps, config):
     """(seconds of the first step, seconds per step of the next `steps`) of a fresh big model."""
-    model = gpt.GPT(presets.preset("big").config)
+    model = gpt.GPT(config)
     started = time.perf_counter()
     training.train(model, replace(tc, steps=1, eval_every=10**9))
     first, started = time.perf_counter() - started, time.perf_counter()
@@ -103,11 +116,12 @@ def step_prices(names, args, log):
             raise ValueError(f"unknown lever {name!r}; choose from: {', '.join(LEVERS)}")
     configs = {name: recipe(LEVERS[name], args) for name in names}
     times, first = {name: [] for name in names}, {}
-    step_seconds(configs[names[0]], 1)  # the process's first step pays for start-up
+    config = big(args).config
+    step_seconds(configs[names[0]], 1, config)  # the process's first step pays for start-up
     with cold_compiler_cache():
         for _ in range(args.repeats):
             for name, tc in configs.items():
-                once, per_step = step_seconds(tc, args.time_steps)
+                once, per_step = step_seconds(tc, args.time_steps, config)
                 first.setdefault(name, once)
                 times[name].append(per_step)
     rows = {name: {"ms": 1e3 * statistics.median(t), "first_step_s": first[name],
@@ -119,14 +133,14 @@ def step_prices(names, args, log):
     return rows
 
 
-def step_flops(tc):
+def step_flops(tc, config):
     """The arithmetic of one training step of the big model under tc, in floating-point
     operations: forward and backward (three times the forward's two per multiply-add) through
     every weight matrix and the attention's two products (T x T per head), and Muon's
     Newton-Schulz iterations on the matrices it updates (for sides m <= n, 4 m^2 n + 2 m^3 per
     iteration: X X^T, its square, the product with X). Layer norms, softmax, GELU and AdamW
     are left out: a few percent."""
-    model = gpt.GPT(presets.preset("big").config)
+    model = gpt.GPT(config)
     c, tokens = model.c, tc.batch_size * model.c.block_size
     matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     attention = 2 * 2 * c.block_size * c.n_embd * c.n_layer        # a token's, forward
@@ -150,19 +164,19 @@ def matmul_peak(threads, size=2048, repeats=5):
 def arithmetic(prices, args, log):
     """Each lever's FLOP a step and the speed its measured step reaches, against the float32
     matrix product peak of the same threads: how far a step is from the machine's arithmetic."""
-    peak = matmul_peak(args.threads)
+    peak = matmul_peak(args.threads, size=256 if args.quick else 2048)
     log(f"float32 matrix products: {peak / 1e9:.0f} GFLOP/s on {args.threads} thread(s)")
     for name, row in prices.items():
-        row["gflop"] = step_flops(recipe(LEVERS[name], args)) / 1e9
+        row["gflop"] = step_flops(recipe(LEVERS[name], args), big(args).config) / 1e9
         row["of_peak"] = row["gflop"] / (row["ms"] / 1e3) / (peak / 1e9)
         log(f"{name:16s} {row['gflop']:5.1f} GFLOP a step: {row['of_peak']:.0%} of that peak")
     return {"peak_gflops": peak / 1e9, "threads": args.threads}
 
 
-def curve_of(tc):
+def curve_of(tc, config):
     """Train a fresh big model with tc, evaluating every 50 steps: its record."""
     torch.manual_seed(tc.seed)   # before the weights, as presets.ensure_trained does
-    model = tc.initialise(gpt.GPT(presets.preset("big").config))
+    model = tc.initialise(gpt.GPT(config))
     curve, started = [], time.perf_counter()
     training.train(model, replace(tc, eval_every=50),
                    on_eval=lambda step, loss: curve.append([step, round(loss, 4)]))
@@ -172,10 +186,11 @@ def curve_of(tc):
 
 
 def ladder(args, log):
-    rungs, tc = [], replace(Recipe(), threads=args.threads)
+    rungs, tc, config = [], sized(Recipe(), args), big(args).config
     for name, changes in LADDER[:args.rungs]:
         tc = replace(tc, **{**changes, "steps": args.steps})
-        rungs.append({"rung": name, "changes": changes, "priced_as": "preset", **curve_of(tc)})
+        rungs.append({"rung": name, "changes": changes, "priced_as": "preset",
+                      **curve_of(tc, config)})
         log(f"{name}: {rungs[-1]['final']:.3f} after {args.steps} steps, {TARGET} at step "
             f"{rungs[-1]['reached_at']}")
     tried = []
@@ -183,14 +198,14 @@ def ladder(args, log):
         if "steps" in changes:                      # never more than the rungs (a short look)
             changes = {**changes, "steps": min(changes["steps"], args.steps)}
         tried.append({"rung": name, "changes": changes, "priced_as": price,
-                      **curve_of(replace(tc, **changes))})
+                      **curve_of(replace(tc, **changes), config)})
         log(f"  tried, {name}: {tried[-1]['final']:.3f}, {TARGET} at step "
             f"{tried[-1]['reached_at']}")
     if not args.preset:
         return rungs, tried, None
     preset = recipe({}, args)
     kept = {"rung": "the big preset (beyond/presets.py)", "changes": {}, "priced_as": "preset",
-            **curve_of(preset)}
+            **curve_of(preset, config)}
     log(f"{kept['rung']}: {kept['final']:.3f} after {preset.steps} steps")
     return rungs, tried, kept
 

@@ -82,9 +82,10 @@ def run_script(tmp_path):
 @pytest.fixture
 def run_here(monkeypatch, capsys):
     """run_script's command line run in this process instead, through the script's own main
-    guard (runpy, as `python` does): for one that ends before it computes anything (a bad flag,
-    -h), without an interpreter and torch to start. Returns a CompletedProcess; an exception
-    that would print a traceback fails the test."""
+    guard (runpy, as `python` does), without an interpreter and torch to start: for one that
+    ends before it computes anything (a bad flag, -h), or a script's further runs once a test ran
+    it end to end. Returns a CompletedProcess; an exception that would print a traceback fails
+    the test."""
     def run(*args):
         args = [str(a) for a in args]
         module = args[1] if args[0] == "-m" else None

@@ -37,18 +37,19 @@ def test_train_help_lists_the_config_fields(run_here):
         assert flag in result.stdout
 
 
-def test_train_caches_and_retrains_on_new_settings(run_script, tmp_path):
+def test_train_caches_and_retrains_on_new_settings(run_script, run_here, tmp_path):
+    # train.py's one run end to end, then the same command line in this process
     args = ["train.py", "--preset", "draft", "--steps", "6", "--checkpoints", tmp_path, "--quiet",
             "--sample", "0", *TINY]
     first = run_script(*args)
     assert first.returncode == 0, first.stderr
     assert (tmp_path / "draft.pt").exists()
-    again = run_script(*args)
+    again = run_here(*args)
     assert "already trained" in again.stdout + again.stderr
-    more = run_script(*args[:4], "8", *args[5:])
+    more = run_here(*args[:4], "8", *args[5:])
     assert "other settings" in more.stdout + more.stderr
     assert (tmp_path / "draft.prev.pt").exists()
-    resumed = run_script(*args[:4], "10", *args[5:], "--resume")
+    resumed = run_here(*args[:4], "10", *args[5:], "--resume")
     assert "resuming at step 8 of 10" in resumed.stdout + resumed.stderr
 
 
@@ -142,10 +143,11 @@ def test_train_cuda_without_gpu(run_here):
     one_line_error(run_here("train.py", "--device", "cuda"), "no CUDA GPU", "--device cpu")
 
 
-def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
+def test_speculative_runs_and_colours_only_terminals(run_script, run_here, tmp_path):
+    # speculative.py's and harness.benchmark's one run end to end each; the rest in this process
     args = ["--preset", "big", "draft", "--steps", "5", "--checkpoints", tmp_path, "--quiet",
             "--sample", "0", *TINY]
-    assert run_script("train.py", *args).returncode == 0
+    assert run_here("train.py", *args).returncode == 0
     # the contract's command: speculative.py starts harness/decode.py in its place
     result = run_script("speculative.py", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                         "--prompt", "ROMEO:\\n")
@@ -153,16 +155,16 @@ def test_speculative_runs_and_colours_only_terminals(run_script, tmp_path):
     assert result.stdout.startswith("ROMEO:\n") and "\033[" not in result.stdout  # not a terminal
     assert "identical to plain greedy decoding" in result.stdout
     assert "tokens per pass" in result.stdout
-    table = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+    table = run_here("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                        "--draft", "ngram", "--k", "6")  # no model: a table from the text
     assert table.returncode == 0, table.stderr
     assert "identical to plain greedy decoding" in table.stdout
     assert (tmp_path / "ngram5.npz").exists()
-    adaptive = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
+    adaptive = run_here("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "20",
                           "--draft", "ngram", "--adaptive", "heuristic")
     assert adaptive.returncode == 0, adaptive.stderr
     assert "identical to plain greedy decoding" in adaptive.stdout
-    nothing = run_script("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "0")
+    nothing = run_here("-m", "harness.decode", "--checkpoints", tmp_path, "--max_new_tokens", "0")
     assert nothing.returncode == 0 and "0 new tokens" in nothing.stdout, nothing.stderr  # no 0/0
     bench = run_script("-m", "harness.benchmark", "--checkpoints", tmp_path, "--prompts", "1",
                        "--new_tokens", "8", "--ks", "2", "--drafts", "draft", "--repeats", "1",

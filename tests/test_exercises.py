@@ -37,17 +37,18 @@ def watching_docs(label):
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """The lesson in quick mode, then the studies' comparison of every drafter into the same
-    results (transformers and sampling have test files of their own: test_transformers_compare.py,
+def results(tmp_path_factory, quick_checkpoints):
+    """The lesson in quick mode on the run's quick models (test_student_lesson.py's lesson
+    trains them from none), then the studies' comparison of every drafter into the same results
+    (transformers and sampling have test files of their own: test_transformers_compare.py,
     test_sampling_costs.py). The third item: what the lesson alone left, before the study."""
     folder = tmp_path_factory.mktemp("lesson")
-    paths = dict(checkpoints=str(folder / "checkpoints"), results=str(folder / "results"))
+    paths = dict(checkpoints=str(quick_checkpoints), results=str(folder / "results"))
     with watching_docs("during the lesson"):
         sections = lesson.lesson(lesson.Args(quick=True, **paths))
     after_the_lesson = {"files": sorted(p.name for p in (folder / "results").rglob("*")),
                         "report": (folder / "results" / "report.md").read_text(),
-                        "models": sorted(p.name for p in (folder / "checkpoints").rglob("*.pt"))}
+                        "models": sorted(p.name for p in quick_checkpoints.rglob("*.pt"))}
     sections.update(studies.run(studies.Args(quick=True, only=["drafters"], **paths)))
     return folder / "results", sections, after_the_lesson
 

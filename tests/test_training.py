@@ -346,8 +346,8 @@ def test_the_training_study_prices_each_lever_and_climbs_the_ladder(tmp_path):
     # one-line error.
     from studies import training as study
     path = tmp_path / "training.json"
-    results = study.main(["--levers", "preset,batch 10", "--rungs", "2", "--steps", "2",
-                          "--time_steps", "1", "--repeats", "1", "--threads", "1",
+    results = study.main(["--quick", "--levers", "preset,batch 10", "--rungs", "2",
+                          "--steps", "2", "--time_steps", "1", "--repeats", "1", "--threads", "1",
                           "--no-preset", "--json", str(path)])
     prices = results["levers"]
     assert list(prices) == ["preset", "batch 10"] and prices["preset"]["ratio"] == 1.0

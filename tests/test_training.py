@@ -406,10 +406,10 @@ def test_a_steps_counted_arithmetic_is_what_torchs_flop_counter_counts():
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as forward_only, \
             torch.no_grad():
         model(x, x)
-    adamw = study.step_flops(replace(tc, optimizer="adamw"))
+    adamw = study.step_flops(replace(tc, optimizer="adamw"), model.c)
     assert adamw == pytest.approx(forward_and_backward.get_total_flops(), rel=0.01)
     assert adamw != pytest.approx(forward_only.get_total_flops(), rel=0.5)
-    muon = study.step_flops(tc)
+    muon = study.step_flops(tc, model.c)
     hidden = next(o for o, _ in training.optimizers(tc, model, torch.device("cpu"))
                   if isinstance(o, training.Muon))
     with FlopCounterMode(display=False) as orthogonalising:

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from classroom import build, notebooks, regions
+from classroom import build, notebooks, regions, yourturn
 from classroom.project import ROOT
 from lessonkit import parts
 
@@ -57,6 +57,20 @@ def verdict(notebook, filled_in=True):
     return None
 
 
+def written_ahead(student, first, root=ROOT):
+    """The parts of the notebooks before `first` written into the student repository's files as
+    the reference holds them (what walking those notebooks saves): a walk may start at `first`."""
+    for part in parts.PARTS:
+        if parts.your_turn_places()[part.id][1] < first:
+            text = regions.without_markers((Path(root) / part.file).read_text())
+            lines = text.splitlines(keepends=True)
+            saved = yourturn.save(part, {name: "".join(lines[a - 1:b]) for name, (_, a, b) in
+                                         parts.definitions(text).items()
+                                         if name in part.functions}, root=student)
+            if not set(saved.values()) <= {"saved", "unchanged"}:
+                raise RuntimeError(f"part {part.id} could not be written ahead: {saved}")
+
+
 def student_repository(dest, root=ROOT):
     """The student repository, built (and proved) by build.py into a new folder under dest."""
     return build.build(Path(dest) / "student", root, log=lambda line: None)
@@ -82,18 +96,23 @@ def run(notebook, student, env, filled_in=True, timeout=900):
 
 
 def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, only=None,
-         grade=True, writes=as_a_student_writes, root=ROOT, log=print, timeout=900):
+         first=None, grade=True, writes=as_a_student_writes, root=ROOT, log=print, timeout=900):
     """Run the student repository's notebooks in order, each your-turn cell written from the
     solved notebook (fill=False: as they come, blank), then grade the repository as `make check`
     does (grade=True). Returns the failures, [(notebook or "make check", why)].
     The tests' negative controls: extra_cells {notebook name: code} adds a last cell to a
     notebook; writes turns a solved your-turn cell into what is written. only: stop after this
-    notebook, and `make check` grades its parts alone."""
+    notebook, and `make check` grades its parts alone; first: start at this notebook, the parts
+    of those before it written as the reference holds them (written_ahead)."""
     import nbformat
     student = Path(student)
     env = environment(student, checkpoints, quick, root)
     failures = []
+    if first:
+        written_ahead(student, first, root)
     for source in parts.sources(root / "notebooks"):
+        if first and source.stem < first:
+            continue
         notebook = nbformat.read(student / "notebooks" / f"{source.stem}.ipynb", as_version=4)
         if fill:
             notebook = filled(notebook, notebooks.read(source, "solved", root=root), writes)

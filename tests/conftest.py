@@ -175,19 +175,19 @@ def quick_run(exercise, section, folder):
 
 # The order the files start in, under pytest-xdist (--dist loadfile: a file runs whole on one
 # worker; xdist's own order, by number of tests, is turned off in pyproject.toml). The longest
-# first, so that the workers finish together; each worker holds two files at a time, so on two
-# cores the first and third go to one worker, the second and fourth to the other: the two walks
-# apart, and the walk that builds the student repository beside a file that does not need it.
-# The files not named follow in their own order. `make test-fast` leaves out the files that are
-# slow as a whole: the rest start in this same order, the longest of the fast ones after the
-# first four (named by their time in test-fast; left alphabetical, test_training.py's six
-# seconds would start among the last, and one worker could run them alone).
-LONGEST_FIRST = ["test_walk.py", "test_hostile_zoo.py", "test_notebooks.py", "test_walk_blank.py",
-                 "test_cli.py", "test_classroom.py", "test_speculative.py", "test_exercises.py",
-                 "test_grader_zoo.py", "test_tree.py", "test_sampling_costs.py",
-                 "test_eagle.py", "test_training.py", "test_hf.py", "test_batched.py",
-                 "test_heads.py", "test_transformers_compare.py", "test_drafts.py",
-                 "test_yourturn.py", "test_layers.py", "test_early_exit.py"]
+# first, so that the workers finish together: on two cores the walk's first half (which builds
+# the student repository) starts beside the hostile zoo (which does not need it), and the
+# second half comes after, when the repository is built. The files not named follow in their
+# own order; `make test-fast` leaves out the files that are slow as a whole, the rest start in
+# this same order (the longest of them early: left alphabetical, a file of seconds would start
+# among the last, and one worker could run it alone).
+LONGEST_FIRST = ["test_walk.py", "test_hostile_zoo.py", "test_walk_blank.py",
+                 "test_walk_part_two.py", "test_student_lesson.py", "test_speculative.py",
+                 "test_sampling_costs.py", "test_tree.py", "test_grader_zoo.py", "test_drafts.py",
+                 "test_hf.py", "test_classroom.py", "test_sandbox_view.py", "test_exercises.py",
+                 "test_cli.py", "test_training.py", "test_eagle.py", "test_batched.py",
+                 "test_heads.py", "test_transformers_compare.py", "test_notebooks.py",
+                 "test_early_exit.py", "test_yourturn.py", "test_layers.py"]
 
 
 def pytest_collection_modifyitems(items):

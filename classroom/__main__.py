@@ -268,7 +268,7 @@ def notebooks_command(args):
         return 1 if notebooks.check(checkpoints=args.checkpoints) else 0
     if args.walk:
         with tempfile.TemporaryDirectory(prefix="student-walk-") as scratch:
-            print("building the student repository (about 30 s)")
+            print("building the student repository (about a minute)")
             student = walk.student_repository(scratch)
             blank = shutil.copytree(student, Path(scratch) / "blank", symlinks=True)
             print("the notebooks with nothing written: each runs to its end, scoring nothing")

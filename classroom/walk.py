@@ -60,8 +60,9 @@ def verdict(notebook, filled_in=True):
 def written_ahead(student, first, root=ROOT):
     """The parts of the notebooks before `first` written into the student repository's files as
     the reference holds them (what walking those notebooks saves): a walk may start at `first`."""
+    places = parts.your_turn_places()                # {part: (cell, notebook)}
     for part in parts.PARTS:
-        if parts.your_turn_places()[part.id][1] < first:
+        if places[part.id][1] < first:
             text = regions.without_markers((Path(root) / part.file).read_text())
             lines = text.splitlines(keepends=True)
             saved = yourturn.save(part, {name: "".join(lines[a - 1:b]) for name, (_, a, b) in

@@ -111,5 +111,5 @@ def load_apart(relative, text=None, root=ROOT):
     module = types.ModuleType(relative[:-3].replace("/", "."))
     module.__file__ = str(Path(root) / relative)
     source = Path(module.__file__).read_text() if text is None else text
-    exec(compile(source, relative, "exec"), module.__dict__)   # noqa: S102 (our own code)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)   # noqa: S102 (our own code)
     return module

@@ -63,11 +63,10 @@ def written_ahead(student, first, root=ROOT):
     places = parts.your_turn_places()                # {part: (cell, notebook)}
     for part in parts.PARTS:
         if places[part.id][1] < first:
-            text = regions.without_markers((Path(root) / part.file).read_text())
-            lines = text.splitlines(keepends=True)
-            saved = yourturn.save(part, {name: "".join(lines[a - 1:b]) for name, (_, a, b) in
-                                         parts.definitions(text).items()
-                                         if name in part.functions}, root=student)
+            lines = regions.without_markers((Path(root) / part.file).read_text()).splitlines(
+                keepends=True)
+            saved = yourturn.save(part, {name: yourturn.FileFunction(lines, name).text
+                                         for name in part.functions}, root=student)
             if not set(saved.values()) <= {"saved", "unchanged"}:
                 raise RuntimeError(f"part {part.id} could not be written ahead: {saved}")
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 from classroom import checks, expected, plan, project, regions, report, runner, sandbox
@@ -93,13 +92,8 @@ def planted(edits):
         text = texts.get(file, (ROOT / file).read_text())
         assert text.count(old) == 1, f"{file}: the reference changed; update {old[:60]!r}"
         texts[file] = text.replace(old, new)
-    modules = {}
-    for file, text in texts.items():
-        module = types.ModuleType(file[:-3].replace("/", "."))
-        module.__file__ = str(ROOT / file)
-        exec(compile(text, str(ROOT / file), "exec"), module.__dict__)
-        modules[module.__name__] = module
-    return modules
+    modules = [project.load_apart(file, text) for file, text in texts.items()]
+    return {module.__name__: module for module in modules}
 
 
 class TimedOut(Exception):

@@ -12,6 +12,10 @@ The format and the cells' behaviour: docs/DESIGN.md, "The notebooks".
 """
 
 import ast
+import importlib
+import os
+import sys
+import time
 from pathlib import Path
 
 from classroom import regions
@@ -51,14 +55,20 @@ def reference_import(body):
     return "\n".join(lines[:at] + lines[at + 2:]).strip("\n")
 
 
+def jupyter(name):
+    """The module `name` (nbformat, nbclient, nbconvert), imported where it is used: every kernel
+    loads classroom.yourturn, which reads the sources only, and `make check` needs none of them.
+    jsonschema (under nbformat) imports rfc3987_syntax where it is installed (jupyter-events asks
+    for it), which builds 38 parsers as it is imported: 2.6 s a process here, for an IRI format
+    no notebook schema uses (python-jsonschema/jsonschema#1428). Left out of this process."""
+    sys.modules.setdefault("rfc3987_syntax", None)
+    return importlib.import_module(name)
+
+
 def read(path, version="student", root=ROOT):
     """The notebook of source `path`: the student version (blank your-turn cells), the solved
     one, or the source as it is (your-turn cells import the reference)."""
-    # nbformat here, not at the top: its JSON schema checker is slow to import (python -X
-    # importtime shows it), and every kernel would pay for it in `%load_ext classroom.yourturn`,
-    # which reads the sources only, and so would `make check` (nbclient and nbconvert below,
-    # the same way).
-    import nbformat
+    nbformat = jupyter("nbformat")
     if version not in VERSIONS:
         raise ValueError(f"no notebook version {version!r}; choose one of {VERSIONS}")
     notebook = nbformat.v4.new_notebook()
@@ -93,7 +103,7 @@ def write(folder=None, version="student", root=ROOT, overwrite=False):
     version, solved-notebooks/ for the solved one). A student notebook that exists is kept
     unless overwrite: it may hold the student's work. A solved one is rewritten, but never over
     a file that is not a solved notebook."""
-    import nbformat
+    nbformat = jupyter("nbformat")
     folder = Path(folder or (SOLVED_FOLDER if version == "solved" else STUDENT_FOLDER))
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -109,9 +119,7 @@ def write(folder=None, version="student", root=ROOT, overwrite=False):
 
 def execute(notebook, cwd=parts.NOTEBOOKS, timeout=600, env=None):
     """Run a notebook top to bottom in a fresh kernel; raise on the first error."""
-    import os
-
-    from nbclient import NotebookClient
+    NotebookClient = jupyter("nbclient").NotebookClient
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
@@ -133,10 +141,8 @@ def check(folder=ROOT / "results" / "notebooks", root=ROOT, log=print, budget_s=
     an HTML copy of each, print the seconds each took. Returns the names of the notebooks that
     failed; every claim a notebook makes is an assertion, so a claim that does not hold on the
     trained models is a failure here."""
-    import time
-
-    from nbclient.exceptions import CellExecutionError
-    from nbconvert import HTMLExporter
+    CellExecutionError = jupyter("nbclient.exceptions").CellExecutionError
+    HTMLExporter = jupyter("nbconvert").HTMLExporter
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     failed = []

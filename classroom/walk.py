@@ -86,7 +86,7 @@ def environment(student, checkpoints=None, quick=False, root=ROOT):
 def run(notebook, student, env, filled_in=True, timeout=900):
     """Run one notebook in the student repository's notebooks folder: why it did not pass, or
     None (verdict)."""
-    from nbclient.exceptions import CellExecutionError
+    CellExecutionError = notebooks.jupyter("nbclient.exceptions").CellExecutionError
     try:
         notebooks.execute(notebook, cwd=Path(student) / "notebooks", env=env, timeout=timeout)
         return verdict(notebook, filled_in)
@@ -104,7 +104,7 @@ def walk(student, checkpoints=None, quick=False, fill=True, extra_cells=None, on
     notebook; writes turns a solved your-turn cell into what is written. only: stop after this
     notebook, and `make check` grades its parts alone; first: start at this notebook, the parts
     of those before it written as the reference holds them (written_ahead)."""
-    import nbformat
+    nbformat = notebooks.jupyter("nbformat")
     student = Path(student)
     env = environment(student, checkpoints, quick, root)
     failures = []

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.slow  # the student repository and its notebooks: not i
 def made_notebook(student):
     """Setup, the first your-turn cell as the student gets it (blank), its check, a cell that
     calls it, one that uses what that cell made, and a last one."""
-    import nbformat  # here, not at the top: its import takes seconds, and make test-fast
-    #                  collects this file without running it
+    nbformat = notebooks.jupyter("nbformat")
     first = nbformat.read(student / "notebooks" / "01_the_idea.ipynb", as_version=4)
     answer = next(c.source for c in first.cells if c.source.startswith("%%answer 1a"))
     code = ["%load_ext classroom.yourturn\nfrom classroom.yourturn import check\n"

@@ -303,8 +303,9 @@ def restored():
     """Every project module's name for speculative.expected_tokens_per_pass, put back after."""
     import speculative
     original = speculative.expected_tokens_per_pass
-    holders = [(m, k) for m in list(sys.modules.values()) for k, v in list(vars(m).items())
-               if v is original and str(getattr(m, "__file__", "")).startswith(str(yourturn.ROOT))]
+    ours = [m for m in list(sys.modules.values())      # (an entry may be None: notebooks.jupyter)
+            if str(getattr(m, "__file__", "")).startswith(str(yourturn.ROOT))]
+    holders = [(m, k) for m in ours for k, v in list(vars(m).items()) if v is original]
     yield
     for module, key in holders:
         setattr(module, key, original)

@@ -261,7 +261,7 @@ def run_check(check, ctx, root=None):
     except BaseException as e:  # noqa: BLE001 (SystemExit too: a check never exits)
         where = helpers.student_frame(e.__traceback__, root or Path.cwd().resolve(),
                                       parts.STUDENT_FILES)
-        outcome = {"status": "error", "message": wire.describe(e, where)}
+        outcome = {"status": "error", "message": helpers.describe(e, where)}
     return {key: value if isinstance(value, str) else str(value) for key, value in outcome.items()}
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from classroom import wire
+
 
 def student_frame(tb, root, files):
     """'(file, line N, in function)' of the last traceback frame in a student file (or in a
@@ -28,6 +30,17 @@ def student_frame(tb, root, files):
         if relative.as_posix() in files:
             return f" ({relative.as_posix()}, line {frame.lineno}, in {frame.name})"
     return ""
+
+
+def describe(error, where=""):
+    """An exception in one line: "TypeError: message" and `where` (student_frame())."""
+    if isinstance(error, SyntaxError):
+        return (f"SyntaxError: {error.msg} ({(error.filename or '?').rsplit('/', 1)[-1]}, "
+                f"line {error.lineno})")
+    if isinstance(error, wire.StudentError):
+        return error.message
+    text = f"{type(error).__name__}: {error}".strip()
+    return f"{text[:1500]}{where}".strip()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 """
 classroom/intake.py: what a submission gives the grader, read and compiled inside the sandbox.
 
-    python -m classroom.intake read SUBMISSION      (a folder, a zip, or a bare git repository)
-    python -m classroom.intake compile FILE...      (in a copy of the project: one line a file)
-
-`read` writes one JSON line (the files' names and lengths, and notes), then the files' bytes;
-`compile` writes a line before each file and one with its outcome, so that a file the parser
-never finishes costs that file alone. The rule of what a submission is, and why git is read
-with dulwich: classroom/TEACHERS.md, "How a grade runs".
+    python -m classroom.intake read SUBMISSION   # a folder, zip or bare git repository: a JSON
+                                                 # line (names, lengths, notes), then the bytes
+    python -m classroom.intake compile FILE...   # a line before each file, one after: a file
+                                                 # the parser never finishes costs itself alone
+Why so, and why git is read with dulwich: classroom/TEACHERS.md, "How a grade runs".
 """
 
 import json

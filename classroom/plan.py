@@ -6,6 +6,7 @@ references each part's worker is lent.
 
 import ast
 import atexit
+import functools
 import importlib
 import os
 import shutil
@@ -19,6 +20,8 @@ from classroom import checks_part_two, checks_trees  # noqa: F401
 from lessonkit import parts
 
 PUBLIC_SEED = checks.PUBLIC_SEED
+LARGEST = 1000      # the largest whole number a lent reference takes (bounded)
+LONGEST = 100_000   # the longest list or array it takes
 
 
 def hidden_seed():
@@ -62,8 +65,8 @@ _references = {}
 
 
 def references(part):
-    """{(module, function): the reference} of each other part's function that this part's
-    solution calls (1b's and 3b's greedy_verdict, 2c's expected_tokens_per_pass, 4b's
+    """{(module, function): the reference, bounded()} of each other part's function that this
+    part's solution calls (1b's and 3b's greedy_verdict, 2c's expected_tokens_per_pass, 4b's
     expected_speedup), where this repository holds the solutions (a teacher's): each part is
     graded on its own. 3a's stand no more: stand-ins give exercise 3 the big model's logits."""
     if part not in _references:
@@ -77,9 +80,32 @@ def references(part):
             module = importlib.import_module(other.file[:-3].replace("/", "."))
             if Path(module.__file__).resolve() == path.resolve():
                 for function in called:
-                    found[(module.__name__, function)] = getattr(module, function)
+                    found[(module.__name__, function)] = bounded(getattr(module, function))
         _references[part] = found
     return _references[part]
+
+
+def too_costly(value):
+    if isinstance(value, (list, tuple)):
+        return len(value) > LONGEST or any(too_costly(v) for v in value)
+    if isinstance(value, dict):
+        return too_costly(list(value.values()))
+    if hasattr(value, "size") and hasattr(value, "dtype"):
+        return value.size > LONGEST
+    return isinstance(value, int) and abs(value) > LARGEST
+
+
+def bounded(reference):
+    """`reference` as a worker may call it back, in the grader: with whole numbers up to LARGEST
+    and sequences of LONGEST items at most (the exercises use far less), so that no single step
+    of C holds the grader long; the check's time limit cuts the rest (wire.within)."""
+    @functools.wraps(reference)
+    def call(*args, **kwargs):
+        if too_costly([*args, *kwargs.values()]):
+            raise ValueError(f"{reference.__name__} (the grader's) takes whole numbers up to "
+                             f"{LARGEST:,} and {LONGEST:,} items at most here")
+        return reference(*args, **kwargs)
+    return call
 
 
 def calls(part):

@@ -7,7 +7,6 @@ submission is read and compiled inside the sandbox (intake.py). The order of a g
 seeds, time limits and why one part at a time: classroom/TEACHERS.md, "How a grade runs".
 """
 
-import functools
 import json
 import os
 import shutil
@@ -26,32 +25,7 @@ TIMEOUT = 20        # seconds per check and seed (an honest check takes a second
 GRACE = 2           # seconds past a check's limit before the grader kills its worker outright
 READ_TIME = 60      # seconds to read a submission
 COMPILE_TIME = TIMEOUT  # seconds to compile one student file
-LARGEST = 1000      # the largest whole number a call back to a reference takes (bounded)
-LONGEST = 100_000   # the longest list or array it takes
 LOG_BYTES = 64 * 1024
-
-
-def too_costly(value):
-    if isinstance(value, (list, tuple)):
-        return len(value) > LONGEST or any(too_costly(v) for v in value)
-    if isinstance(value, dict):
-        return too_costly(list(value.values()))
-    if hasattr(value, "size") and hasattr(value, "dtype"):
-        return value.size > LONGEST
-    return isinstance(value, int) and abs(value) > LARGEST
-
-
-def bounded(reference):
-    """`reference` as the worker may call it back, here: with whole numbers up to LARGEST and
-    sequences of LONGEST items at most (the exercises use far less), so that no single step of
-    C holds the grader long; the check's time limit cuts the rest (wire.within)."""
-    @functools.wraps(reference)
-    def call(*args, **kwargs):
-        if too_costly([*args, *kwargs.values()]):
-            raise ValueError(f"{reference.__name__} (the grader's) takes whole numbers up to "
-                             f"{LARGEST:,} and {LONGEST:,} items at most here")
-        return reference(*args, **kwargs)
-    return call
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,16 +107,15 @@ def compile_files(box, workspace, names, scratch):
                     done[str(entry["file"])] = entry["error"]
                 except (ValueError, KeyError, TypeError, AttributeError):
                     pass
+        broken.update({name: str(done[name])[:300] for name in left if done.get(name)})
         stuck = next((name for name in left if name not in done), None)
-        if stuck is not None and stuck not in begun:
+        if stuck is None:
+            break
+        if stuck not in begun:
             raise RuntimeError(f"the sandbox's job ended before it compiled {stuck}")
-        for name in left[:left.index(stuck) if stuck else None]:
-            if done[name] is not None:
-                broken[name] = str(done[name])[:300]
-        if stuck is not None:
-            broken[stuck] = ("out of memory while compiling" if memory else
-                             f"did not compile within {COMPILE_TIME} s")
-        left = left[left.index(stuck) + 1:] if stuck is not None else []
+        broken[stuck] = ("out of memory while compiling" if memory else
+                         f"did not compile within {COMPILE_TIME} s")
+        left = left[left.index(stuck) + 1:]
     return broken
 
 
@@ -178,7 +151,7 @@ class Worker:
         ctx = checks.RemoteContext(seed, plan.fixtures(seed), source, self.remote)
         try:
             if not self.lent and plan.references(self.part):
-                self.remote.use_references([(key, wire.Exposed(bounded(f)))
+                self.remote.use_references([(key, wire.Exposed(f))
                                             for key, f in plan.references(self.part).items()])
             self.lent = True
             return checks.run_check(check, ctx, self.root)
@@ -275,12 +248,9 @@ def run_checks(box, workspaces, selected, seeds, *, missing=(), broken=None, bud
     missing: student files absent from the submission; broken: {file: why it does not
     compile}; their parts are not run.
 
-    alone (the default when grading): one part at a time, so that no two workers of a
-    submission are ever alive together: two jobs running side by side can always signal each
-    other (through a lock on a file both see, or the time the processor gives each), and a
-    worker holds the grader's references of other parts, and after its public checks the
-    hidden seed's cases. The next part's worker starts meanwhile (Python and torch, nothing of
-    the student's). Else (a student's own check) two parts side by side."""
+    alone (the default when grading): one part at a time, no two workers of a submission ever
+    alive together (why: TEACHERS.md, "How a grade runs"), the next part's started meanwhile;
+    else (a student's own check) two parts side by side."""
     broken, source = broken or {}, source or expected.source()
     alone = (box.how != "plain" or len(seeds) > 1) if alone is None else alone
     results = [report.Result(c) for c in selected]

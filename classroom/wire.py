@@ -1,11 +1,10 @@
 """
-classroom/wire.py: the grader and the process that runs a student's code talk through one
-socket, in messages of plain data (a 4-byte length, then JSON), and nothing else passes: plain
-values and numeric NumPy arrays cross by value, anything else stays where it lives and crosses
-as a handle the other side may call. No pickle. The worker may lend any of its objects; the
-grader lends only what it wraps in Exposed, and only the methods named there. While a side
-waits for its reply it serves the other's calls; the grader's time serving them is the check's
-(within()).
+classroom/wire.py: the grader and a student's worker talk through one socket in messages of
+plain data (a 4-byte length, then JSON; no pickle). Plain values and numeric NumPy arrays cross
+by value; anything else stays where it lives and crosses as a handle the other side may call.
+The worker may lend any object, the grader only what it wraps in Exposed (the methods named
+there). A side waiting for its reply serves the other's calls; the grader's time doing so is
+the check's (within()).
 """
 
 import base64
@@ -93,7 +92,12 @@ class Peer:
         self.sock, self.lends_anything = sock, lends_anything
         self.objects, self.next_id = {}, 1
         self.deadline = deadline            # time.monotonic() after which a wait is a Timeout
-        self.describe = describe            # the worker's also names the student's line
+
+    def describe(self, error):
+        """An error raised serving a call, in one line (the worker's names the student's line)."""
+        if isinstance(error, StudentError):
+            return error.message
+        return f"{type(error).__name__}: {error}"[:1500]
 
     # -- values ----------------------------------------------------------------------------
 
@@ -295,14 +299,3 @@ def within(deadline):
         yield
     finally:
         sys.setprofile(previous)
-
-
-def describe(error, where=""):
-    """An exception in one line: "TypeError: message" and `where` ("(file, line N, in f)")."""
-    if isinstance(error, SyntaxError):
-        return (f"SyntaxError: {error.msg} ({(error.filename or '?').rsplit('/', 1)[-1]}, "
-                f"line {error.lineno})")
-    if isinstance(error, StudentError):
-        return error.message
-    text = f"{type(error).__name__}: {error}".strip()
-    return f"{text[:1500]}{where}".strip()

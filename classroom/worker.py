@@ -44,8 +44,8 @@ def describe(root):
             return f"import {error.name}: {BLOCKED[error.name.split('.')[0]]}"
         if isinstance(error, MemoryError):
             return "MemoryError: the code asked for more memory than a check allows"
-        return wire.describe(error, helpers.student_frame(error.__traceback__, root,
-                                                          parts.STUDENT_FILES))
+        return helpers.describe(error, helpers.student_frame(error.__traceback__, root,
+                                                             parts.STUDENT_FILES))
     return one_line
 
 

@@ -628,10 +628,10 @@ def test_grade_all_writes_no_formula_and_notes_strange_submissions(tmp_path, mon
 
 def test_a_call_back_into_a_reference_is_bounded_in_cost():
     # expected_tokens_per_pass(10**6, 10**6) is one power of a whole number that holds the
-    # grader's interpreter for seconds; the references a worker may call take whole numbers up
-    # to 1,000. The control: unbounded, a smaller power already takes a while.
+    # grader's interpreter for seconds; the references a worker is lent (2c's) take whole
+    # numbers up to 1,000. The control: unbounded, a smaller power already takes a while.
     from speculative import expected_tokens_per_pass
-    bounded = runner.bounded(expected_tokens_per_pass)
+    bounded = plan.references("2c")[("speculative", "expected_tokens_per_pass")]
     start = time.monotonic()
     with pytest.raises(ValueError, match="whole numbers up to 1,000"):
         bounded(10 ** 6, 10 ** 6)
